@@ -1,0 +1,445 @@
+//! `HorizontalRunnerAutoscaler` (short name `hra`): sizes a RunnerDeployment or RunnerSet.
+//!
+//! The autoscaler sets the target's `spec.replicas` to a value between `minReplicas` and
+//! `maxReplicas`, computed from up to two polled metrics plus the capacity reservations that
+//! GitHub `workflow_job` webhooks add (`scaleUpTriggers`), and lowered or raised by active
+//! `scheduledOverrides`. A scale-down waits `scaleDownDelaySecondsAfterScaleOut` after the last
+//! scale-out to avoid flapping.
+//!
+//! The schema adds the checks ARC only made at run time: known metric types, factor and
+//! adjustment not both set, maxReplicas not below minReplicas, well-formed trigger durations.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::runner_config::GitHubApiCredentialsFrom;
+
+/// CEL rule on the spec: `maxReplicas` is not below `minReplicas`.
+pub(crate) const RULE_MAX_NOT_BELOW_MIN: &str =
+    "!has(self.minReplicas) || !has(self.maxReplicas) || self.maxReplicas >= self.minReplicas";
+/// Message of [`RULE_MAX_NOT_BELOW_MIN`].
+pub const MESSAGE_MAX_NOT_BELOW_MIN: &str =
+    "maxReplicas must be greater than or equal to minReplicas";
+
+/// CEL rule on the spec: two metrics come as PercentageRunnersBusy, then
+/// TotalNumberOfQueuedAndInProgressWorkflowRuns (the fallback used when the first suggests 0).
+pub(crate) const RULE_METRIC_ORDER: &str = "!has(self.metrics) || size(self.metrics) < 2 || \
+     (has(self.metrics[0].type) && self.metrics[0].type == 'PercentageRunnersBusy' && \
+     has(self.metrics[1].type) && \
+     self.metrics[1].type == 'TotalNumberOfQueuedAndInProgressWorkflowRuns')";
+/// Message of [`RULE_METRIC_ORDER`].
+pub const MESSAGE_METRIC_ORDER: &str = "with two metrics, the first must be PercentageRunnersBusy \
+     and the second TotalNumberOfQueuedAndInProgressWorkflowRuns";
+
+/// CEL rule on a metric: not both scaleUpFactor and scaleUpAdjustment. As in ARC, an empty
+/// factor or a zero adjustment counts as unset.
+pub(crate) const RULE_SCALE_UP_EXCLUSIVE: &str = "!(has(self.scaleUpFactor) && \
+     self.scaleUpFactor != '' && has(self.scaleUpAdjustment) && self.scaleUpAdjustment != 0)";
+/// Message of [`RULE_SCALE_UP_EXCLUSIVE`].
+pub const MESSAGE_SCALE_UP_EXCLUSIVE: &str =
+    "scaleUpFactor and scaleUpAdjustment are mutually exclusive: set only one of them";
+
+/// CEL rule on a metric: not both scaleDownFactor and scaleDownAdjustment.
+pub(crate) const RULE_SCALE_DOWN_EXCLUSIVE: &str = "!(has(self.scaleDownFactor) && \
+     self.scaleDownFactor != '' && has(self.scaleDownAdjustment) && self.scaleDownAdjustment != 0)";
+/// Message of [`RULE_SCALE_DOWN_EXCLUSIVE`].
+pub const MESSAGE_SCALE_DOWN_EXCLUSIVE: &str =
+    "scaleDownFactor and scaleDownAdjustment are mutually exclusive: set only one of them";
+
+/// Pattern of a Go duration as ARC parses it: "0" or a sequence of decimal numbers with units,
+/// e.g. "30s", "5m", "1h30m".
+pub const DURATION_PATTERN: &str = r"^(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$";
+
+/// Pattern of a non-negative decimal number written as a string, e.g. "0.75" or "2".
+pub const DECIMAL_PATTERN: &str = r"^\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?$";
+
+/// Desired state of a HorizontalRunnerAutoscaler.
+#[derive(CustomResource, Serialize, Deserialize, KubeSchema, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "actions.summerwind.dev",
+    version = "v1alpha1",
+    kind = "HorizontalRunnerAutoscaler",
+    namespaced,
+    status = "HorizontalRunnerAutoscalerStatus",
+    shortname = "hra",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "Scales a RunnerDeployment or RunnerSet between minReplicas and maxReplicas from \
+           GitHub metrics, workflow_job webhooks and schedules.",
+    printcolumn(name = "Min", type_ = "number", json_path = ".spec.minReplicas"),
+    printcolumn(name = "Max", type_ = "number", json_path = ".spec.maxReplicas"),
+    printcolumn(
+        name = "Desired",
+        type_ = "number",
+        json_path = ".status.desiredReplicas"
+    ),
+    printcolumn(
+        name = "Schedule",
+        type_ = "string",
+        json_path = ".status.scheduledOverridesSummary"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(validation = Rule::new(RULE_MAX_NOT_BELOW_MIN).message(MESSAGE_MAX_NOT_BELOW_MIN))]
+#[x_kube(validation = Rule::new(RULE_METRIC_ORDER).message(MESSAGE_METRIC_ORDER))]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::conventions)]
+pub struct HorizontalRunnerAutoscalerSpec {
+    /// The RunnerDeployment or RunnerSet to scale, in the same namespace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale_target_ref: Option<ScaleTargetRef>,
+
+    /// Fewest runners to keep. Required in practice: the autoscaler does nothing while it is
+    /// unset. 0 allows scaling to zero (pair it with a webhook trigger or the
+    /// TotalNumberOfQueuedAndInProgressWorkflowRuns metric, which can scale up from zero).
+    #[schemars(range(min = 0))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_replicas: Option<i32>,
+
+    /// Most runners to run. Required in practice: the autoscaler does nothing while it is
+    /// unset. Must not be below minReplicas.
+    #[schemars(range(min = 0))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_replicas: Option<i32>,
+
+    /// Seconds to wait after the last scale-out before scaling down, so that the runner count
+    /// does not flap. Defaults to the controller's setting (600 unless changed).
+    #[schemars(range(min = 0))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale_down_delay_seconds_after_scale_out: Option<i32>,
+
+    /// Metrics polled from GitHub to compute the number of runners, at most two. With two, the
+    /// first must be PercentageRunnersBusy and the second
+    /// TotalNumberOfQueuedAndInProgressWorkflowRuns, used when the first suggests zero. Without
+    /// metrics the target runs minReplicas plus its capacity reservations.
+    #[schemars(length(max = 2))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<Vec<MetricSpec>>,
+
+    /// Scale up when GitHub sends a webhook: each queued workflow_job that matches the
+    /// target's labels adds a capacity reservation of one runner for `duration`, and its
+    /// completion removes one. Needs the webhook server and a GitHub webhook sending
+    /// workflow_job events. Use exactly one trigger, with githubEvent.workflowJob.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale_up_triggers: Option<Vec<ScaleUpTrigger>>,
+
+    /// Temporary extra runners, written by the webhook server; users do not set this. Each
+    /// unexpired reservation adds its replicas to the desired count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_reservations: Option<Vec<CapacityReservation>>,
+
+    /// Time windows, optionally recurring, during which minReplicas is replaced. When several
+    /// are active, the first in the list wins.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheduled_overrides: Option<Vec<ScheduledOverride>>,
+
+    /// Use the GitHub credentials in this secret (in the same namespace) for the metrics of
+    /// this autoscaler instead of the controller's default ones.
+    #[serde(
+        rename = "githubAPICredentialsFrom",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub github_api_credentials_from: Option<GitHubApiCredentialsFrom>,
+}
+
+/// Which resource an autoscaler scales.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleTargetRef {
+    /// Kind of the target: RunnerDeployment (the default) or RunnerSet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<ScaleTargetKind>,
+
+    /// Name of the target.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// Kinds an autoscaler can scale.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ScaleTargetKind {
+    /// A RunnerDeployment.
+    #[default]
+    RunnerDeployment,
+    /// A RunnerSet.
+    RunnerSet,
+}
+
+/// A metric polled from GitHub, and how it turns into a number of runners.
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(validation = Rule::new(RULE_SCALE_UP_EXCLUSIVE).message(MESSAGE_SCALE_UP_EXCLUSIVE))]
+#[x_kube(validation = Rule::new(RULE_SCALE_DOWN_EXCLUSIVE).message(MESSAGE_SCALE_DOWN_EXCLUSIVE))]
+#[serde(rename_all = "camelCase")]
+pub struct MetricSpec {
+    /// The metric. TotalNumberOfQueuedAndInProgressWorkflowRuns: one runner per queued or
+    /// in-progress job whose labels the runners have. PercentageRunnersBusy: grow or shrink the
+    /// current number when the share of busy runners crosses the thresholds below.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<MetricType>,
+
+    /// Repositories (the name part of owner/name) whose workflow runs are counted by
+    /// TotalNumberOfQueuedAndInProgressWorkflowRuns. Required for organization and enterprise
+    /// runners; repository runners count their own repository.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repository_names: Option<Vec<String>>,
+
+    /// PercentageRunnersBusy: scale up when at least this share of runners is busy, as a
+    /// decimal string. Defaults to "0.8".
+    #[schemars(pattern(DECIMAL_PATTERN))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale_up_threshold: Option<String>,
+
+    /// PercentageRunnersBusy: scale down when less than this share of runners is busy, as a
+    /// decimal string. Defaults to "0.3".
+    #[schemars(pattern(DECIMAL_PATTERN))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale_down_threshold: Option<String>,
+
+    /// PercentageRunnersBusy: on scale-up, multiply the number of runners by this decimal
+    /// string (rounded up). Defaults to "1.3". Mutually exclusive with scaleUpAdjustment.
+    #[schemars(pattern(DECIMAL_PATTERN))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale_up_factor: Option<String>,
+
+    /// PercentageRunnersBusy: on scale-down, multiply the number of runners by this decimal
+    /// string (rounded down). Defaults to "0.7". Mutually exclusive with scaleDownAdjustment.
+    #[schemars(pattern(DECIMAL_PATTERN))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale_down_factor: Option<String>,
+
+    /// PercentageRunnersBusy: on scale-up, add this many runners. Mutually exclusive with
+    /// scaleUpFactor.
+    #[schemars(range(min = 0))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale_up_adjustment: Option<i32>,
+
+    /// PercentageRunnersBusy: on scale-down, remove this many runners. Mutually exclusive with
+    /// scaleDownFactor.
+    #[schemars(range(min = 0))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale_down_adjustment: Option<i32>,
+}
+
+/// The metrics an autoscaler understands, spelt as in ARC.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MetricType {
+    /// Queued plus in-progress workflow jobs that these runners could take.
+    TotalNumberOfQueuedAndInProgressWorkflowRuns,
+    /// Share of this target's runners that are running a job.
+    PercentageRunnersBusy,
+}
+
+/// A webhook event that adds capacity.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleUpTrigger {
+    /// The GitHub event to react to. Only workflowJob has an effect; checkRun, pullRequest
+    /// and push are accepted for compatibility with old ARC manifests and ignored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub github_event: Option<GitHubEventScaleUpTriggerSpec>,
+
+    /// Kept for compatibility and ignored: every queued job reserves exactly one runner (as in
+    /// ARC since v0.27).
+    #[schemars(range(min = 0))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub amount: Option<i32>,
+
+    /// How long a reservation lasts if the job's completion is never seen, as a Go duration
+    /// ("30m", "1h30m"). Defaults to 10m. Choose it longer than your jobs wait in the queue.
+    #[schemars(pattern(DURATION_PATTERN))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration: Option<String>,
+}
+
+impl ScaleUpTrigger {
+    /// `duration` parsed as a Go duration; `None` when unset.
+    pub fn parsed_duration(
+        &self,
+    ) -> Option<Result<kube::core::Duration, kube::core::duration::ParseError>> {
+        self.duration.as_deref().map(str::parse)
+    }
+}
+
+/// GitHub events a trigger matches. Set exactly one.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct GitHubEventScaleUpTriggerSpec {
+    /// Legacy check_run trigger. Ignored (ARC ignores it too since v0.27).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check_run: Option<CheckRunSpec>,
+
+    /// Legacy pull_request trigger. Ignored (ARC ignores it too since v0.27).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<PullRequestSpec>,
+
+    /// Legacy push trigger. Ignored (ARC ignores it too since v0.27).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub push: Option<PushSpec>,
+
+    /// React to workflow_job events: queued adds a reservation, completed removes one. Write
+    /// it as an empty object: `workflowJob: {}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workflow_job: Option<WorkflowJobSpec>,
+}
+
+/// Legacy check_run trigger conditions.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckRunSpec {
+    /// check_run actions to react to: created, rerequested or completed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub types: Option<Vec<String>>,
+
+    /// check_run status to react to, e.g. queued.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+
+    /// Glob patterns of check run (job) names to react to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub names: Option<Vec<String>>,
+
+    /// Repositories whose check runs to react to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repositories: Option<Vec<String>>,
+}
+
+/// Legacy pull_request trigger conditions.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PullRequestSpec {
+    /// pull_request actions to react to, e.g. opened, synchronize.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub types: Option<Vec<String>>,
+
+    /// Base branches to react to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branches: Option<Vec<String>>,
+}
+
+/// Legacy push trigger; it has no conditions.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
+pub struct PushSpec {}
+
+/// workflow_job trigger; it has no conditions (jobs are matched by the target's labels).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkflowJobSpec {}
+
+/// Replicas temporarily added to the target until expirationTime.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityReservation {
+    /// Name of the reservation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+
+    /// When the reservation was made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub effective_time: Option<Time>,
+
+    /// When the reservation ends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expiration_time: Option<Time>,
+
+    /// Runners the reservation adds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+}
+
+/// A time window during which minReplicas is replaced.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduledOverride {
+    /// Start of the (first) window, RFC 3339, e.g. 2024-05-04T09:00:00+09:00.
+    pub start_time: Time,
+
+    /// End of the (first) window, RFC 3339.
+    pub end_time: Time,
+
+    /// minReplicas during the window. Unset leaves minReplicas as it is.
+    #[schemars(range(min = 0), extend("nullable" = true))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_replicas: Option<i32>,
+
+    /// Repeat the window. Unset means it happens once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recurrence_rule: Option<RecurrenceRule>,
+}
+
+/// How a scheduled override repeats.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RecurrenceRule {
+    /// Interval between windows: Daily, Weekly, Monthly or Yearly. Unset means the window
+    /// happens once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frequency: Option<RecurrenceFrequency>,
+
+    /// Last time a window may start. Unset means forever.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until_time: Option<Time>,
+}
+
+/// Intervals of a recurring scheduled override.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RecurrenceFrequency {
+    /// Every day.
+    Daily,
+    /// Every week.
+    Weekly,
+    /// Every month.
+    Monthly,
+    /// Every year.
+    Yearly,
+}
+
+/// Observed state of a HorizontalRunnerAutoscaler, written by the controller.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::conventions)]
+pub struct HorizontalRunnerAutoscalerStatus {
+    /// Generation of this autoscaler's spec that the status describes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Number of runners the autoscaler last asked the target for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub desired_replicas: Option<i32>,
+
+    /// When the autoscaler last raised the target's size; scale-downs wait
+    /// scaleDownDelaySecondsAfterScaleOut after it.
+    #[schemars(extend("nullable" = true))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_successful_scale_out_time: Option<Time>,
+
+    /// Unused; kept so that objects written by old ARC versions can be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_entries: Option<Vec<CacheEntry>>,
+
+    /// Active and upcoming scheduled overrides in short form (e.g. "min=5 time=..."), for the
+    /// Schedule column of kubectl get hra.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheduled_overrides_summary: Option<String>,
+}
+
+/// A cached value (unused, kept for compatibility).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CacheEntry {
+    /// Key of the entry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+
+    /// Value of the entry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<i32>,
+
+    /// When the entry expires.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expiration_time: Option<Time>,
+}

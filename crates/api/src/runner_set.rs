@@ -1,0 +1,123 @@
+//! `RunnerSet`: a pool of runners backed by StatefulSets.
+//!
+//! The spec inlines three things side by side: the runner settings ([`RunnerConfig`]: scope,
+//! labels, docker setup), a few RunnerSet fields (`effectiveTime`, `serviceAccountName`,
+//! `workVolumeClaimTemplate`) and a complete Kubernetes StatefulSetSpec (`replicas`, `selector`,
+//! `serviceName`, `template`, `volumeClaimTemplates`, ...). Pods are configured with the
+//! standard pod template: the runner's settings go on the container named "runner", the docker
+//! sidecar's on the container named "docker". `volumeClaimTemplates` give each runner
+//! persistent volumes (e.g. a docker layer cache) that are recycled between runners.
+//!
+//! Differences from ARC, all accepting more: `selector` may be omitted (it defaults to the
+//! `runnerset-name` label the controller puts on every pod) and `serviceName` is optional, as
+//! it is for a StatefulSet.
+
+use k8s_openapi::api::apps::v1::StatefulSetSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::runner_config::{
+    MESSAGE_EXACTLY_ONE_SCOPE, MESSAGE_KUBERNETES_MODE_NEEDS_WORK_VOLUME, RULE_EXACTLY_ONE_SCOPE,
+    RULE_KUBERNETES_MODE_NEEDS_WORK_VOLUME, RunnerConfig, WorkVolumeClaimTemplate,
+};
+
+/// Desired state of a RunnerSet.
+#[derive(CustomResource, Serialize, Deserialize, KubeSchema, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "actions.summerwind.dev",
+    version = "v1alpha1",
+    kind = "RunnerSet",
+    namespaced,
+    status = "RunnerSetStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "A pool of self-hosted GitHub Actions runners run by StatefulSets, configured with a \
+           standard pod template and able to keep persistent volumes between runners.",
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(name = "Desired", type_ = "number", json_path = ".spec.replicas"),
+    printcolumn(name = "Current", type_ = "number", json_path = ".status.replicas"),
+    printcolumn(
+        name = "Up-To-Date",
+        type_ = "number",
+        json_path = ".status.updatedReplicas"
+    ),
+    printcolumn(
+        name = "Available",
+        type_ = "number",
+        json_path = ".status.availableReplicas"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(validation = Rule::new(RULE_EXACTLY_ONE_SCOPE).message(MESSAGE_EXACTLY_ONE_SCOPE))]
+#[x_kube(validation = Rule::new(RULE_KUBERNETES_MODE_NEEDS_WORK_VOLUME)
+    .message(MESSAGE_KUBERNETES_MODE_NEEDS_WORK_VOLUME))]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::conventions)]
+pub struct RunnerSetSpec {
+    /// The runners' identity and docker setup.
+    #[serde(flatten)]
+    pub config: RunnerConfig,
+
+    /// When a HorizontalRunnerAutoscaler last asked for `replicas` (set by the autoscaler).
+    /// Used to avoid recreating ephemeral runners that a pending scale-down is about to remove.
+    #[schemars(extend("nullable" = true))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub effective_time: Option<Time>,
+
+    /// Service account of the runner pods, when the pod template does not name one. In
+    /// kubernetes container mode, defaults to an account the controller creates with the
+    /// permissions the container hooks need.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
+
+    /// Volume claim for each runner's work directory, created per pod (a generic ephemeral
+    /// volume named "work") and deleted with it. Required when containerMode is kubernetes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub work_volume_claim_template: Option<WorkVolumeClaimTemplate>,
+
+    /// The StatefulSet fields: replicas, selector, serviceName, template, volumeClaimTemplates,
+    /// updateStrategy, podManagementPolicy and the rest, with their Kubernetes meaning.
+    #[schemars(schema_with = "crate::schema::stateful_set_spec")]
+    #[serde(flatten)]
+    pub stateful_set: StatefulSetSpec,
+}
+
+/// Observed state of a RunnerSet, written by the controller.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::conventions)]
+pub struct RunnerSetStatus {
+    /// Number of runners that are registered at GitHub and running.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub available_replicas: Option<i32>,
+
+    /// Number of runners that are ready.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+
+    /// Number of runners created from the current template.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_replicas: Option<i32>,
+
+    /// Number of runners wanted from the current template.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub desired_replicas: Option<i32>,
+
+    /// Total number of runners.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+
+    /// The pod selector in string form (e.g. runnerset-name=ci), for the scale subresource.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+}

@@ -1,0 +1,180 @@
+//! Hand-written pieces of the OpenAPI schema that derive macros cannot express.
+//!
+//! Contract: everything here only reshapes schemas so that they read and validate like ARC's
+//! CRDs; none of it changes how the Rust types (de)serialize.
+//!
+//! - [`conventions`] is applied to every spec and status: optional fields are not nullable (as
+//!   in ARC's CRDs, the apiserver then prunes an explicit `null`, e.g. `organization:` rendered
+//!   empty by Helm, instead of storing it, so CEL rules never see nulls and `has()` means "set");
+//!   doc comments are reflowed into paragraphs for `kubectl explain`; map values lose the
+//!   multi-kilobyte type description k8s-openapi repeats for every resource quantity.
+//! - [`embedded_object_meta`] is the `metadata` of a pod or runner template: the five fields
+//!   ARC's CRDs allow there (name, namespace, labels, annotations, finalizers).
+//! - [`preserved_object`] is an object whose content is kept as written, unvalidated.
+//! - [`stateful_set_spec`] is the StatefulSet spec inlined into a RunnerSet.
+
+use k8s_openapi::api::apps::v1::StatefulSetSpec;
+use schemars::transform::{Transform, transform_subschemas};
+use schemars::{Schema, SchemaGenerator, json_schema};
+use serde_json::Value;
+
+/// Schema transform for specs and statuses; see the module documentation.
+///
+/// schemars describes `Option<T>` as "T or null" and kube then marks the field
+/// `nullable: true`; this removes the `null` alternative everywhere below the schema it is
+/// applied to, except on fields that carry an explicit `nullable: true` (the few fields ARC
+/// marks `+nullable`).
+pub(crate) fn conventions(schema: &mut Schema) {
+    Conventions.transform(schema);
+}
+
+struct Conventions;
+
+impl Transform for Conventions {
+    fn transform(&mut self, schema: &mut Schema) {
+        transform_subschemas(self, schema);
+        let Some(obj) = schema.as_object_mut() else {
+            return;
+        };
+        if let Some(Value::Array(types)) = obj.get_mut("type") {
+            types.retain(|t| t != "null");
+            if types.len() == 1 {
+                let only = types.remove(0);
+                obj.insert("type".into(), only);
+            }
+        }
+        if let Some(Value::Array(values)) = obj.get_mut("enum") {
+            values.retain(|v| !v.is_null());
+        }
+        let null_branch = |v: &Value| {
+            v.get("type") == Some(&Value::from("null")) || v.get("const") == Some(&Value::Null)
+        };
+        if let Some(Value::Array(any_of)) = obj.get_mut("anyOf")
+            && any_of.iter().any(null_branch)
+        {
+            any_of.retain(|v| !null_branch(v));
+            if any_of.len() == 1
+                && let Some(Value::Object(only)) = obj
+                    .remove("anyOf")
+                    .and_then(|mut a| a.as_array_mut()?.pop())
+            {
+                for (k, v) in only {
+                    // The field's own description (its doc comment) wins over the type's.
+                    obj.entry(k).or_insert(v);
+                }
+            }
+        }
+        if let Some(Value::Object(values)) = obj.get_mut("additionalProperties") {
+            values.remove("description");
+        }
+        if let Some(Value::String(description)) = obj.get_mut("description") {
+            *description = reflow(description);
+        }
+    }
+}
+
+/// Joins hard-wrapped lines into paragraphs. Paragraph breaks (blank lines) stay, and so do
+/// line breaks before indented lines and list items.
+fn reflow(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        out.push_str(line);
+        let Some(next) = lines.peek() else { break };
+        let joins = !line.trim().is_empty()
+            && !next.trim().is_empty()
+            && !next.starts_with(char::is_whitespace)
+            && !next.starts_with(['-', '*', '|', '`']);
+        out.push(if joins { ' ' } else { '\n' });
+    }
+    out
+}
+
+/// Schema of a template's `metadata`: only the fields a template may set.
+pub(crate) fn embedded_object_meta(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "description": "Metadata given to every object created from this template. Only name, \
+            namespace, labels, annotations and finalizers are kept.",
+        "properties": {
+            "name": { "type": "string" },
+            "namespace": { "type": "string" },
+            "labels": {
+                "type": "object",
+                "additionalProperties": { "type": "string" }
+            },
+            "annotations": {
+                "type": "object",
+                "additionalProperties": { "type": "string" }
+            },
+            "finalizers": {
+                "type": "array",
+                "items": { "type": "string" }
+            }
+        }
+    })
+}
+
+/// Schema of an object that is stored as written, without validation or pruning.
+pub(crate) fn preserved_object(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}
+
+/// Schema of the StatefulSet spec inlined into a RunnerSet spec.
+///
+/// It is Kubernetes' own StatefulSetSpec schema with two changes:
+/// - `selector` is optional: Hangar defaults it to the `runnerset-name` label it puts on every
+///   pod, so the RunnerSet examples in ARC's documentation that omit it apply;
+/// - the `metadata` of the pod template and of the volume claim templates accepts the same five
+///   fields as ARC's CRD (see [`embedded_object_meta`]).
+pub(crate) fn stateful_set_spec(generator: &mut SchemaGenerator) -> Schema {
+    let mut schema = generator.subschema_for::<StatefulSetSpec>();
+    let meta = embedded_object_meta(generator).to_value();
+    if let Some(obj) = schema.as_object_mut() {
+        if let Some(Value::Array(required)) = obj.get_mut("required") {
+            required.retain(|r| r != "selector");
+        }
+        if let Some(Value::Object(props)) = obj.get_mut("properties") {
+            if let Some(template_meta) = props
+                .get_mut("template")
+                .and_then(|t| property_mut(t, "metadata"))
+            {
+                replace_keeping_description(template_meta, &meta);
+            }
+            if let Some(claim) = props
+                .get_mut("volumeClaimTemplates")
+                .and_then(|v| v.get_mut("items"))
+            {
+                // k8s-openapi marks a PVC's metadata required; in a template ARC does not.
+                if let Some(Value::Object(claim)) = Some(&mut *claim) {
+                    let required = claim.get_mut("required").and_then(Value::as_array_mut);
+                    if let Some(required) = required {
+                        required.retain(|r| r != "metadata");
+                        if required.is_empty() {
+                            claim.remove("required");
+                        }
+                    }
+                }
+                if let Some(claim_meta) = property_mut(claim, "metadata") {
+                    replace_keeping_description(claim_meta, &meta);
+                }
+            }
+        }
+    }
+    schema
+}
+
+fn property_mut<'a>(schema: &'a mut Value, name: &str) -> Option<&'a mut Value> {
+    schema.get_mut("properties")?.get_mut(name)
+}
+
+fn replace_keeping_description(target: &mut Value, replacement: &Value) {
+    let description = target.get("description").cloned();
+    *target = replacement.clone();
+    if let (Some(description), Some(obj)) = (description, target.as_object_mut()) {
+        obj.insert("description".into(), description);
+    }
+}

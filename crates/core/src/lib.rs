@@ -1,0 +1,14 @@
+//! Hangar's decisions, free of IO.
+//!
+//! Everything here is a pure function of observed state (and, where time matters, an injected
+//! `now`). The crate depends on neither a Kubernetes client nor an HTTP stack, so every branch
+//! is table-tested in milliseconds and the controllers stay thin drivers that observe, call a
+//! function from here, and apply the plan it returns.
+//!
+//! Modules:
+//! - [`scope`]: where a runner registers on GitHub (enterprise, organization or repository) and
+//!   the rules a RunnerConfig must satisfy to name exactly one such scope.
+
+pub mod scope;
+
+pub use scope::{RunnerScope, ScopeError};

@@ -1,0 +1,1 @@
+//! ghsim, a GitHub simulator (work in progress).

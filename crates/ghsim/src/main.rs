@@ -1,0 +1,3 @@
+//! The `ghsim` binary (work in progress).
+
+fn main() {}

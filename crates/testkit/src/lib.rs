@@ -1,0 +1,27 @@
+//! Test support for Hangar: a real Kubernetes control plane on loopback.
+//!
+//! Hangar's integration tests and its local demo run against real `etcd`, `kube-apiserver`,
+//! `kube-controller-manager` and `kube-scheduler` processes — no mocks of Kubernetes. This crate
+//!
+//! - knows which versions to run and where their binaries are cached ([`binaries`]), and builds
+//!   them from source with the Go toolchain when missing;
+//! - generates a throw-away PKI and kubeconfig ([`pki`]);
+//! - starts and stops a control plane, recording the PIDs it started so that it never stops
+//!   anything else ([`control_plane`]);
+//! - gives each test binary a cluster — the one named by `HANGAR_TEST_KUBECONFIG`, or one of its
+//!   own that dies with the test process ([`cluster`]) — and each test its own namespace
+//!   ([`namespace`]), with Hangar's CRDs installed ([`crds`]).
+//!
+//! It is a dev-dependency and a library for `xtask`; product crates never depend on it.
+
+pub mod binaries;
+pub mod cluster;
+pub mod control_plane;
+pub mod crds;
+pub mod namespace;
+pub mod pki;
+
+pub use binaries::{Binaries, ETCD_VERSION, KUBERNETES_VERSION};
+pub use cluster::TestCluster;
+pub use control_plane::{ControlPlane, StartOptions};
+pub use namespace::TestNamespace;

@@ -1,0 +1,334 @@
+//! Developer commands for Hangar (`cargo xtask <command>`).
+//!
+//! - `cluster build|up|down|status`: the local control plane (real etcd, kube-apiserver,
+//!   kube-controller-manager, kube-scheduler on loopback), binaries cached per version outside
+//!   the repository;
+//! - `crds [--check]`: regenerate `deploy/crds/` from the Rust types, or fail on drift;
+//! - `demo`: the README's run command — a local cluster with the CRDs and examples applied;
+//! - `test`: the README's test command — lint, then the whole test suite against a control plane
+//!   that lives exactly as long as the run.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use hangar_testkit::control_plane::{ControlPlane, StartOptions, admin_client};
+use hangar_testkit::{Binaries, ETCD_VERSION, KUBERNETES_VERSION};
+
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", about = "Hangar developer commands")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Build, start, stop or inspect the local control plane.
+    Cluster {
+        #[command(subcommand)]
+        action: ClusterCmd,
+    },
+    /// Regenerate deploy/crds from the CRD types (`--check`: fail if they differ instead).
+    Crds {
+        /// Only compare; exit non-zero when deploy/crds is stale.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Bring up the local cluster, install the CRDs, apply examples/ and show them.
+    Demo {
+        /// Namespace the examples go into.
+        #[arg(long, default_value = "hangar-demo")]
+        namespace: String,
+    },
+    /// Check formatting and lints, then run every test against a fresh control plane.
+    Test {
+        /// Skip `cargo fmt --check` and `cargo clippy`.
+        #[arg(long)]
+        no_lint: bool,
+        /// Extra arguments for `cargo test` (after `--`).
+        #[arg(last = true)]
+        cargo_args: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ClusterCmd {
+    /// Build the pinned Kubernetes and etcd binaries into the cache if missing.
+    Build,
+    /// Start a control plane (building binaries first if needed) and print its kubeconfig.
+    Up {
+        /// State directory (PKI, kubeconfig, logs, PIDs).
+        #[arg(long, default_value_os_t = default_cluster_dir())]
+        dir: PathBuf,
+    },
+    /// Stop the processes recorded for the control plane (and only those).
+    Down {
+        /// State directory used by `up`.
+        #[arg(long, default_value_os_t = default_cluster_dir())]
+        dir: PathBuf,
+    },
+    /// Show which components run and where the kubeconfig is.
+    Status {
+        /// State directory used by `up`.
+        #[arg(long, default_value_os_t = default_cluster_dir())]
+        dir: PathBuf,
+    },
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_owned)
+        .unwrap_or_default()
+}
+
+fn default_cluster_dir() -> PathBuf {
+    workspace_root().join(".hangar").join("cluster")
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start tokio: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cmd: Cmd) -> Result<ExitCode> {
+    match cmd {
+        Cmd::Cluster { action } => cluster(action).await.map(|()| ExitCode::SUCCESS),
+        Cmd::Crds { check } => crds(check),
+        Cmd::Demo { namespace } => demo(&namespace).await.map(|()| ExitCode::SUCCESS),
+        Cmd::Test {
+            no_lint,
+            cargo_args,
+        } => test(no_lint, &cargo_args).await,
+    }
+}
+
+fn build_binaries() -> Result<Binaries> {
+    let binaries = Binaries::configured();
+    if binaries.missing().is_empty() {
+        return Ok(binaries);
+    }
+    if std::env::var_os("HANGAR_K8S_BIN_DIR").is_some() {
+        binaries
+            .require()
+            .context("HANGAR_K8S_BIN_DIR is set, so nothing is built")?;
+        unreachable!("require() failed above");
+    }
+    let started = Instant::now();
+    binaries
+        .build_missing()
+        .context("building the control plane")?;
+    eprintln!(
+        "xtask: control-plane binaries ready in {:.0?}",
+        started.elapsed()
+    );
+    Ok(binaries)
+}
+
+async fn cluster(action: ClusterCmd) -> Result<()> {
+    match action {
+        ClusterCmd::Build => {
+            let binaries = build_binaries()?;
+            println!(
+                "Kubernetes {KUBERNETES_VERSION} and etcd {ETCD_VERSION} in {}",
+                binaries.dir().display()
+            );
+        }
+        ClusterCmd::Up { dir } => {
+            let plane = up(&dir).await?;
+            println!("export KUBECONFIG={}", plane.display());
+        }
+        ClusterCmd::Down { dir } => {
+            let stopped = ControlPlane::stop(&dir)?;
+            for c in &stopped {
+                eprintln!("stopped {} (pid {})", c.name, c.pid);
+            }
+            if stopped.is_empty() {
+                eprintln!("nothing was running");
+            }
+        }
+        ClusterCmd::Status { dir } => {
+            let state = ControlPlane::read_state(&dir)?;
+            println!("kubeconfig: {}", state.kubeconfig.display());
+            println!("server:     {}", state.server);
+            for (c, alive) in ControlPlane::running(&dir)? {
+                let word = if alive { "running" } else { "STOPPED" };
+                println!("{:<24} pid {:<8} {word}", c.name, c.pid);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Starts the control plane in `dir` unless one is already fully running there; returns the
+/// kubeconfig path.
+async fn up(dir: &Path) -> Result<PathBuf> {
+    if let Ok(components) = ControlPlane::running(dir)
+        && !components.is_empty()
+        && components.iter().all(|(_, alive)| *alive)
+    {
+        let state = ControlPlane::read_state(dir)?;
+        eprintln!("xtask: control plane already running at {}", state.server);
+        return Ok(state.kubeconfig);
+    }
+    let binaries = build_binaries()?;
+    let plane = ControlPlane::start(StartOptions::new(dir, binaries)).await?;
+    eprintln!(
+        "xtask: Kubernetes {KUBERNETES_VERSION} ready in {:.1}s at {} (logs in {})",
+        plane.state().ready_after_secs,
+        plane.state().server,
+        plane.dir().join("logs").display()
+    );
+    Ok(plane.kubeconfig().to_owned())
+}
+
+fn crds(check: bool) -> Result<ExitCode> {
+    let dir = workspace_root().join("deploy").join("crds");
+    let mut stale = vec![];
+    for (file, yaml) in hangar_api::crd_files() {
+        let path = dir.join(&file);
+        let current = std::fs::read_to_string(&path).unwrap_or_default();
+        if current != yaml {
+            stale.push(file.clone());
+            if !check {
+                std::fs::create_dir_all(&dir)?;
+                std::fs::write(&path, yaml)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+        }
+    }
+    if check && !stale.is_empty() {
+        eprintln!("deploy/crds is stale: {stale:?}; run `cargo xtask crds`");
+        return Ok(ExitCode::FAILURE);
+    }
+    if !check {
+        eprintln!("xtask: {} CRD file(s) rewritten", stale.len());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn kubectl(binaries: &Binaries, kubeconfig: &Path) -> Command {
+    let mut cmd = Command::new(binaries.path("kubectl"));
+    cmd.env("KUBECONFIG", kubeconfig);
+    cmd
+}
+
+fn must(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed with {status}");
+    }
+    Ok(())
+}
+
+async fn demo(namespace: &str) -> Result<()> {
+    let dir = default_cluster_dir();
+    let kubeconfig = up(&dir).await?;
+    let binaries = Binaries::configured();
+    let client = admin_client(&kubeconfig).await?;
+    hangar_testkit::crds::apply_and_wait(&client, &hangar_api::crds())
+        .await
+        .map_err(anyhow::Error::msg)?;
+    eprintln!("xtask: CRDs installed");
+
+    let ns_yaml = format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n");
+    let ns_file = dir.join("demo-namespace.yaml");
+    std::fs::write(&ns_file, ns_yaml)?;
+    must(
+        kubectl(&binaries, &kubeconfig)
+            .args(["apply", "--server-side", "-f"])
+            .arg(&ns_file),
+    )?;
+    must(
+        kubectl(&binaries, &kubeconfig)
+            .args(["apply", "--server-side", "-n", namespace, "-f"])
+            .arg(workspace_root().join("examples")),
+    )?;
+    for kind in [
+        "runners",
+        "runnerreplicasets",
+        "runnerdeployments",
+        "runnersets",
+        "horizontalrunnerautoscalers",
+    ] {
+        println!("\n$ kubectl get {kind} -n {namespace}");
+        must(kubectl(&binaries, &kubeconfig).args(["get", kind, "-n", namespace]))?;
+    }
+    println!(
+        "\nThe cluster keeps running. Explore it with:\n  export KUBECONFIG={}",
+        kubeconfig.display()
+    );
+    println!("  kubectl explain runnerdeployment.spec.template.spec");
+    println!("Stop it with: cargo xtask cluster down");
+    Ok(())
+}
+
+async fn test(no_lint: bool, cargo_args: &[String]) -> Result<ExitCode> {
+    let root = workspace_root();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    if !no_lint {
+        must(
+            Command::new(&cargo)
+                .current_dir(&root)
+                .args(["fmt", "--all", "--check"]),
+        )?;
+        must(Command::new(&cargo).current_dir(&root).args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))?;
+    }
+    // Compile before the control plane starts, so its readiness clock does not race the compiler.
+    must(
+        Command::new(&cargo)
+            .current_dir(&root)
+            .args(["test", "--workspace", "--no-run"]),
+    )?;
+
+    let binaries = build_binaries()?;
+    let dir = root.join("target").join("hangar-test-cluster");
+    let mut opts = StartOptions::new(&dir, binaries.clone());
+    opts.tie_to_pid = Some(std::process::id());
+    let plane = ControlPlane::start(opts).await?;
+    eprintln!(
+        "xtask: test control plane ready in {:.1}s at {}",
+        plane.state().ready_after_secs,
+        plane.state().server
+    );
+    let status = Command::new(&cargo)
+        .current_dir(&root)
+        .args(["test", "--workspace"])
+        .args(cargo_args)
+        .env("HANGAR_TEST_KUBECONFIG", plane.kubeconfig())
+        .env("HANGAR_K8S_BIN_DIR", binaries.dir())
+        .status()
+        .context("running cargo test")?;
+    ControlPlane::stop(plane.dir())?;
+    Ok(if status.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
