@@ -6,9 +6,14 @@
 //! function from here, and apply the plan it returns.
 //!
 //! Modules:
+//! - [`owner_sync`]: how many runner-pod owners (Runners or StatefulSets) to create or retire,
+//!   never killing a busy runner.
 //! - [`scope`]: where a runner registers on GitHub (enterprise, organization or repository) and
 //!   the rules a RunnerConfig must satisfy to name exactly one such scope.
+//! - [`unregistration`]: unregister-before-delete, the state machine that waits out busy runners.
 
+pub mod owner_sync;
 pub mod scope;
+pub mod unregistration;
 
 pub use scope::{RunnerScope, ScopeError};

@@ -143,7 +143,12 @@ mod tests {
     }
 
     /// enterprise, organization, repository, and the scope they should yield.
-    type Case<'a> = (Option<&'a str>, Option<&'a str>, Option<&'a str>, RunnerScope);
+    type Case<'a> = (
+        Option<&'a str>,
+        Option<&'a str>,
+        Option<&'a str>,
+        RunnerScope,
+    );
 
     #[test]
     fn exactly_one_field_yields_that_scope() {

@@ -1,0 +1,432 @@
+//! Owner sync: how many runner-pod owners to create, which to retire, and when to wait.
+//!
+//! A runner pod always has an *owner* that Hangar creates and deletes: a `Runner` (for a
+//! RunnerReplicaSet) or a single-replica `StatefulSet` (for a RunnerSet). Both kinds are driven
+//! by this one decision function, which is given a snapshot of the owners of one set — each with
+//! its pods, template hash and annotations — plus the desired replica count, and returns a
+//! [`Plan`]. The driver applies the plan and reconciles again later; nothing here remembers
+//! anything between calls.
+//!
+//! Invariants the plan keeps:
+//! - **A busy runner is never killed.** Surplus and outdated owners are never deleted directly:
+//!   they are first marked `unregistration-request` (pods, then owner). The runner-pod controller
+//!   unregisters each runner on GitHub — which fails while a job runs — and only an owner whose
+//!   pods are all unregistered (or already going) is marked complete and then deleted.
+//! - **Completed ephemeral runners are not replaced blindly.** When the set's owners were synced
+//!   after the set's `effectiveTime` (the time demand was last raised), missing runners are not
+//!   recreated for [`RECREATION_DELAY_AFTER_SCALE`], because a completed ephemeral runner usually
+//!   means its job finished and the autoscaler is about to lower the replica count.
+//! - **Owners that are still settling are waited for** (a StatefulSet whose status has not
+//!   caught up with its spec), so pods being created are never counted as missing.
+//!
+//! Differences from ARC, on purpose: ARC deletes owners with an outdated template hash outright,
+//! which SIGTERMs a busy runner mid-job; here outdated owners retire through the same
+//! unregister-first path, after the up-to-date owners can carry the desired count (surge
+//! rollout). And an impossible count (ARC panics) is reported as [`Wait::Inconsistent`].
+
+use std::time::{Duration, SystemTime};
+
+/// How long completed ephemeral runners are not recreated after the newest owner's sync time,
+/// when the owners are newer than the set's `effectiveTime` (ARC's
+/// `DefaultRunnerPodRecreationDelayAfterWebhookScale`).
+pub const RECREATION_DELAY_AFTER_SCALE: Duration = Duration::from_secs(10 * 60);
+
+/// How long a Ready runner pod may go without a GitHub runner ID before it counts as failed to
+/// register (ARC's `registrationTimeout`).
+pub const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+
+/// A pod's phase, as Kubernetes reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodPhase {
+    /// Accepted but not all containers running.
+    Pending,
+    /// Bound and at least one container running.
+    Running,
+    /// All containers terminated with success.
+    Succeeded,
+    /// All containers terminated, at least one failed.
+    Failed,
+    /// State unknown (node unreachable).
+    Unknown,
+}
+
+/// What the decision needs to know about one runner pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodView {
+    /// Pod name.
+    pub name: String,
+    /// Pod phase.
+    pub phase: PodPhase,
+    /// The `runner` container has terminated (the pod may still run sidecars).
+    pub runner_stopped: bool,
+    /// The pod has a deletionTimestamp.
+    pub deleting: bool,
+    /// The GitHub runner ID is known (`actions-runner/id` annotation).
+    pub registered: bool,
+    /// When the pod's Ready condition last became True, if it is Ready.
+    pub ready_since: Option<SystemTime>,
+    /// The pod carries `unregistration-request-timestamp`.
+    pub unregistration_requested: bool,
+    /// The pod carries `unregistration-complete-timestamp`.
+    pub unregistration_complete: bool,
+}
+
+impl PodView {
+    /// The runner in this pod has finished: pod Succeeded/Failed, or its runner container exited.
+    pub fn is_stopped(&self) -> bool {
+        matches!(self.phase, PodPhase::Succeeded | PodPhase::Failed) || self.runner_stopped
+    }
+
+    fn kind(&self, now: SystemTime) -> PodKind {
+        if self.is_stopped() {
+            PodKind::Completed
+        } else if self.phase == PodPhase::Running {
+            let timed_out = !self.registered
+                && self
+                    .ready_since
+                    .is_some_and(|t| elapsed(t, now) > REGISTRATION_TIMEOUT);
+            if timed_out {
+                PodKind::RegistrationTimedOut
+            } else {
+                PodKind::Running
+            }
+        } else if self.deleting {
+            PodKind::Terminating
+        } else {
+            PodKind::Pending
+        }
+    }
+}
+
+fn elapsed(since: SystemTime, now: SystemTime) -> Duration {
+    now.duration_since(since).unwrap_or_default()
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PodKind {
+    Completed,
+    Running,
+    RegistrationTimedOut,
+    Terminating,
+    Pending,
+}
+
+/// What the decision needs to know about one owner (Runner or StatefulSet) and its pods.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnerView {
+    /// Owner name (unique within the set).
+    pub name: String,
+    /// creationTimestamp; orders owners oldest first.
+    pub created: SystemTime,
+    /// The `runner-template-hash` label; `None` means the owner is malformed.
+    pub template_hash: Option<String>,
+    /// The `sync-time` annotation: when Hangar created it.
+    pub sync_time: Option<SystemTime>,
+    /// The owner has a deletionTimestamp.
+    pub deleting: bool,
+    /// The owner carries `unregistration-request-timestamp`.
+    pub unregistration_requested: bool,
+    /// The owner carries `unregistration-complete-timestamp`.
+    pub unregistration_complete: bool,
+    /// The owner has created the pods it wants (a Runner has a phase; a StatefulSet's
+    /// status.replicas equals its spec.replicas).
+    pub settled: bool,
+    /// Its pods.
+    pub pods: Vec<PodView>,
+}
+
+/// Everything one decision looks at.
+#[derive(Clone, Debug)]
+pub struct Input {
+    /// Desired number of runners.
+    pub desired: u32,
+    /// Template hash that new owners get.
+    pub desired_template_hash: String,
+    /// The set's `effectiveTime` (set by the autoscaler when demand rises).
+    pub effective_time: Option<SystemTime>,
+    /// Runners are ephemeral (one job each).
+    pub ephemeral: bool,
+    /// All owners of the set.
+    pub owners: Vec<OwnerView>,
+    /// The current time.
+    pub now: SystemTime,
+}
+
+/// One thing for the driver to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Create this many new owners with the desired template (and `sync-time = now`).
+    Create {
+        /// How many.
+        count: u32,
+    },
+    /// Delete the owner (its runners are unregistered or finished).
+    Delete {
+        /// Owner name.
+        owner: String,
+        /// Why, for logs and events.
+        reason: DeleteReason,
+    },
+    /// Annotate `unregistration-request-timestamp` on these pods (where missing), then on the
+    /// owner: start unregister-before-delete.
+    RequestUnregistration {
+        /// Owner name.
+        owner: String,
+        /// Pods of the owner to annotate.
+        pods: Vec<String>,
+        /// Why, for logs and events.
+        reason: RetireReason,
+    },
+    /// Annotate the owner `unregistration-complete-timestamp`: every pod is unregistered or gone.
+    MarkUnregistrationComplete {
+        /// Owner name.
+        owner: String,
+    },
+}
+
+/// Why an owner is deleted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeleteReason {
+    /// All its runners unregistered.
+    Unregistered,
+    /// All its pods completed (ephemeral runner finished its job, or the runner exited).
+    Completed,
+}
+
+/// Why an owner is retired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetireReason {
+    /// More runners than desired.
+    ScaleDown,
+    /// Its template is outdated and enough up-to-date runners run.
+    Outdated,
+    /// Its runner was Ready for longer than [`REGISTRATION_TIMEOUT`] without registering; a
+    /// fresh pod is more likely to succeed.
+    RegistrationTimeout,
+}
+
+/// Why the plan stops short of scaling.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// An owner has not created its pods yet.
+    OwnerNotSettled(String),
+    /// An owner lacks a template hash; it must be fixed or deleted by hand.
+    OwnerWithoutTemplateHash(String),
+    /// Completed ephemeral runners are not recreated until `until` (or a newer effectiveTime).
+    RecreationDelay {
+        /// When recreation resumes.
+        until: SystemTime,
+    },
+    /// More runners are running than retained owners explain; wait for pods to settle.
+    Settling,
+    /// Counts that cannot happen; reported instead of acted on.
+    Inconsistent(String),
+}
+
+/// Counts over the up-to-date owners, for status and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Pods whose runner is running (registered or within the registration window).
+    pub running: u32,
+    /// Pods not yet running.
+    pub pending: u32,
+    /// Pods that ran past the registration timeout without registering.
+    pub registration_timed_out: u32,
+    /// Pods being deleted.
+    pub terminating: u32,
+    /// Pods whose runner has finished.
+    pub completed: u32,
+}
+
+/// The decision.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Actions in the order to apply them.
+    pub actions: Vec<Action>,
+    /// Set when scaling was deferred.
+    pub wait: Option<Wait>,
+    /// Pod counts over up-to-date owners.
+    pub counts: Counts,
+}
+
+/// Decides what to do with a set of runner-pod owners. Pure: same input, same plan.
+pub fn plan(input: &Input) -> Plan {
+    let mut plan = Plan::default();
+    let now = input.now;
+
+    // Pass 1: owners on their way out, finished owners, and the rest grouped by template.
+    let mut live: Vec<(&OwnerView, Counts)> = vec![];
+    let mut last_sync: Option<SystemTime> = None;
+    for owner in &input.owners {
+        if owner.deleting {
+            continue; // garbage collection finishes it; its pods are not ours to count.
+        }
+        if owner.unregistration_complete {
+            plan.actions.push(Action::Delete {
+                owner: owner.name.clone(),
+                reason: DeleteReason::Unregistered,
+            });
+            continue;
+        }
+        if owner.unregistration_requested {
+            let safe = owner
+                .pods
+                .iter()
+                .all(|p| p.unregistration_complete || p.deleting);
+            if safe {
+                plan.actions.push(Action::MarkUnregistrationComplete {
+                    owner: owner.name.clone(),
+                });
+            }
+            continue;
+        }
+        let Some(_) = owner.template_hash else {
+            plan.wait = Some(Wait::OwnerWithoutTemplateHash(owner.name.clone()));
+            return plan;
+        };
+        let counts = count(owner, now);
+        if !owner.pods.is_empty() && counts.completed as usize == owner.pods.len() {
+            plan.actions.push(Action::Delete {
+                owner: owner.name.clone(),
+                reason: DeleteReason::Completed,
+            });
+            continue;
+        }
+        if !owner.settled {
+            plan.wait = Some(Wait::OwnerNotSettled(owner.name.clone()));
+            return plan;
+        }
+        if let Some(t) = owner.sync_time {
+            last_sync = Some(last_sync.map_or(t, |l| l.max(t)));
+        }
+        live.push((owner, counts));
+    }
+
+    let (mut current, outdated): (Vec<_>, Vec<_>) = live
+        .into_iter()
+        .partition(|(o, _)| o.template_hash.as_deref() == Some(&input.desired_template_hash));
+    current.sort_by_key(|(o, _)| o.created);
+    for (_, c) in &current {
+        plan.counts.running += c.running;
+        plan.counts.pending += c.pending;
+        plan.counts.registration_timed_out += c.registration_timed_out;
+        plan.counts.terminating += c.terminating;
+        plan.counts.completed += c.completed;
+    }
+    let Counts {
+        running, pending, ..
+    } = plan.counts;
+    let desired = input.desired;
+    let maybe_running = running + pending;
+
+    // Pass 2: scale the up-to-date owners.
+    let mut scaled_down = false;
+    if desired > maybe_running {
+        let synced_after_demand = matches!(
+            (last_sync, input.effective_time),
+            (Some(sync), Some(effective)) if sync > effective
+        );
+        let delay_until = last_sync.map(|t| t + RECREATION_DELAY_AFTER_SCALE);
+        match delay_until {
+            Some(until) if input.ephemeral && synced_after_demand && now < until => {
+                plan.wait = Some(Wait::RecreationDelay { until });
+            }
+            _ => plan.actions.push(Action::Create {
+                count: desired - maybe_running,
+            }),
+        }
+    } else if desired <= running {
+        // Walking newest first, keep owners until they carry `desired` running runners; retire
+        // the older surplus and any owner without a running runner (as ARC does: the newest
+        // runners have the freshest registration and image).
+        let mut retained = 0;
+        let mut retire = vec![];
+        for (owner, c) in current.iter().rev() {
+            if c.running == 0 || retained >= desired {
+                retire.push(*owner);
+            } else {
+                retained += c.running;
+            }
+        }
+        if retained == desired {
+            scaled_down = true;
+            for owner in retire {
+                let reason = if counts_of(&current, owner).registration_timed_out > 0 {
+                    RetireReason::RegistrationTimeout
+                } else {
+                    RetireReason::ScaleDown
+                };
+                plan.actions.push(request_unregistration(owner, reason));
+            }
+        } else if retained > desired {
+            plan.wait = Some(Wait::Settling);
+        } else {
+            plan.wait = Some(Wait::Inconsistent(format!(
+                "retained {retained} running runners for {desired} desired with {running} running"
+            )));
+        }
+    }
+
+    // Runners that never registered hold no job: replace them (the replacement is created on a
+    // later pass, once the retired owner no longer counts). Scale-down above already retired
+    // them when it ran.
+    if !scaled_down {
+        for (owner, c) in &current {
+            if c.running == 0 && c.registration_timed_out > 0 {
+                plan.actions.push(request_unregistration(
+                    owner,
+                    RetireReason::RegistrationTimeout,
+                ));
+            }
+        }
+    }
+
+    // Pass 3: retire outdated owners once the up-to-date ones carry the desired count. An owner
+    // without a running runner holds no job, so it may go at once.
+    let rollout_done = running >= desired;
+    for (owner, c) in outdated {
+        if rollout_done || c.running == 0 {
+            plan.actions
+                .push(request_unregistration(owner, RetireReason::Outdated));
+        }
+    }
+    plan
+}
+
+fn request_unregistration(owner: &OwnerView, reason: RetireReason) -> Action {
+    Action::RequestUnregistration {
+        owner: owner.name.clone(),
+        pods: owner
+            .pods
+            .iter()
+            .filter(|p| !p.unregistration_requested)
+            .map(|p| p.name.clone())
+            .collect(),
+        reason,
+    }
+}
+
+fn counts_of(owners: &[(&OwnerView, Counts)], owner: &OwnerView) -> Counts {
+    owners
+        .iter()
+        .find(|(o, _)| o.name == owner.name)
+        .map(|(_, c)| *c)
+        .unwrap_or_default()
+}
+
+fn count(owner: &OwnerView, now: SystemTime) -> Counts {
+    let mut c = Counts::default();
+    for pod in &owner.pods {
+        match pod.kind(now) {
+            PodKind::Completed => c.completed += 1,
+            PodKind::Running => c.running += 1,
+            PodKind::RegistrationTimedOut => c.registration_timed_out += 1,
+            PodKind::Terminating => c.terminating += 1,
+            PodKind::Pending => c.pending += 1,
+        }
+    }
+    c
+}
+
+#[cfg(test)]
+mod tests;

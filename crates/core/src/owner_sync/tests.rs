@@ -1,0 +1,325 @@
+//! Owner-sync decisions, one test per branch. Fixtures are builders: `owner("a").running()`
+//! reads as the situation it describes.
+
+use std::time::{Duration, SystemTime};
+
+use super::*;
+
+const HASH: &str = "h1";
+
+fn t(mins: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + mins * 60)
+}
+
+fn pod(name: &str, phase: PodPhase) -> PodView {
+    PodView {
+        name: name.into(),
+        phase,
+        runner_stopped: false,
+        deleting: false,
+        registered: phase == PodPhase::Running,
+        ready_since: (phase == PodPhase::Running).then(|| t(0)),
+        unregistration_requested: false,
+        unregistration_complete: false,
+    }
+}
+
+/// An owner created at minute `created` with one pod in `phase` and the desired template.
+fn owner_at(name: &str, created: u64, phase: PodPhase) -> OwnerView {
+    OwnerView {
+        name: name.into(),
+        created: t(created),
+        template_hash: Some(HASH.into()),
+        sync_time: Some(t(created)),
+        deleting: false,
+        unregistration_requested: false,
+        unregistration_complete: false,
+        settled: true,
+        pods: vec![pod(&format!("{name}-pod"), phase)],
+    }
+}
+
+fn running(name: &str, created: u64) -> OwnerView {
+    owner_at(name, created, PodPhase::Running)
+}
+
+fn input(desired: u32, owners: Vec<OwnerView>, now_min: u64) -> Input {
+    Input {
+        desired,
+        desired_template_hash: HASH.into(),
+        effective_time: None,
+        ephemeral: true,
+        owners,
+        now: t(now_min),
+    }
+}
+
+fn retired(plan: &Plan) -> Vec<(String, RetireReason)> {
+    plan.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::RequestUnregistration { owner, reason, .. } => Some((owner.clone(), *reason)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn creates_missing_owners() {
+    let plan = plan(&input(3, vec![running("a", 0)], 1));
+    assert_eq!(plan.actions, vec![Action::Create { count: 2 }]);
+    assert_eq!(plan.wait, None);
+}
+
+#[test]
+fn zero_desired_and_no_owners_does_nothing() {
+    assert_eq!(plan(&input(0, vec![], 1)), Plan::default());
+}
+
+#[test]
+fn pending_pods_count_as_maybe_running() {
+    let owners = vec![running("a", 0), owner_at("b", 1, PodPhase::Pending)];
+    let plan = plan(&input(2, owners, 2));
+    assert!(plan.actions.is_empty(), "{plan:?}");
+    assert_eq!(plan.counts.pending, 1);
+}
+
+#[test]
+fn scale_down_keeps_the_newest_and_retires_older_surplus() {
+    let owners = vec![running("old", 0), running("mid", 1), running("new", 2)];
+    let plan = plan(&input(1, owners, 3));
+    assert_eq!(
+        retired(&plan),
+        vec![
+            ("mid".into(), RetireReason::ScaleDown),
+            ("old".into(), RetireReason::ScaleDown)
+        ]
+    );
+    // Retirement is a request, never a deletion: a busy runner must be unregistered first.
+    assert!(
+        !plan
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::Delete { .. }))
+    );
+}
+
+#[test]
+fn scale_down_also_retires_owners_without_running_runners() {
+    let owners = vec![running("a", 0), owner_at("p", 1, PodPhase::Pending)];
+    let plan = plan(&input(1, owners, 2));
+    assert_eq!(retired(&plan), vec![("p".into(), RetireReason::ScaleDown)]);
+}
+
+#[test]
+fn retire_request_names_only_pods_not_yet_annotated() {
+    // A StatefulSet-like owner with two pods, one annotated by an earlier, interrupted pass.
+    let mut old = owner_at("old", 0, PodPhase::Succeeded);
+    old.pods[0].unregistration_requested = true;
+    old.pods.push(pod("old-pod2", PodPhase::Pending));
+    let plan = plan(&input(1, vec![old, running("new", 1)], 2));
+    assert_eq!(
+        plan.actions,
+        vec![Action::RequestUnregistration {
+            owner: "old".into(),
+            pods: vec!["old-pod2".into()],
+            reason: RetireReason::ScaleDown,
+        }]
+    );
+}
+
+#[test]
+fn steady_state_does_nothing() {
+    let plan = plan(&input(2, vec![running("a", 0), running("b", 1)], 5));
+    assert_eq!(plan.actions, vec![]);
+    assert_eq!(plan.counts.running, 2);
+}
+
+#[test]
+fn owner_with_unregistration_complete_is_deleted() {
+    let mut a = running("a", 0);
+    a.unregistration_complete = true;
+    let plan = plan(&input(0, vec![a], 1));
+    assert_eq!(
+        plan.actions,
+        vec![Action::Delete {
+            owner: "a".into(),
+            reason: DeleteReason::Unregistered
+        }]
+    );
+}
+
+#[test]
+fn requested_owner_is_marked_complete_only_when_every_pod_is_safe() {
+    let mut waiting = running("a", 0);
+    waiting.unregistration_requested = true;
+    waiting.pods[0].unregistration_requested = true;
+    assert_eq!(plan(&input(0, vec![waiting.clone()], 1)).actions, vec![]);
+
+    let mut done = waiting.clone();
+    done.pods[0].unregistration_complete = true;
+    assert_eq!(
+        plan(&input(0, vec![done], 1)).actions,
+        vec![Action::MarkUnregistrationComplete { owner: "a".into() }]
+    );
+
+    let mut going = waiting;
+    going.pods[0].deleting = true;
+    assert_eq!(
+        plan(&input(0, vec![going], 1)).actions,
+        vec![Action::MarkUnregistrationComplete { owner: "a".into() }]
+    );
+}
+
+#[test]
+fn owners_being_deleted_are_ignored() {
+    let mut a = running("a", 0);
+    a.deleting = true;
+    let plan = plan(&input(1, vec![a], 1));
+    assert_eq!(plan.actions, vec![Action::Create { count: 1 }]);
+}
+
+#[test]
+fn completed_owner_is_deleted() {
+    let done = owner_at("done", 0, PodPhase::Succeeded);
+    let plan = plan(&input(0, vec![done], 1));
+    assert_eq!(
+        plan.actions,
+        vec![Action::Delete {
+            owner: "done".into(),
+            reason: DeleteReason::Completed
+        }]
+    );
+}
+
+#[test]
+fn runner_container_exit_counts_as_completed_even_with_running_sidecar() {
+    let mut a = running("a", 0);
+    a.pods[0].runner_stopped = true;
+    let plan = plan(&input(0, vec![a], 1));
+    assert!(matches!(
+        plan.actions[0],
+        Action::Delete {
+            reason: DeleteReason::Completed,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn unsettled_owner_defers_everything_after_it() {
+    let mut a = running("a", 0);
+    a.settled = false;
+    let plan = plan(&input(5, vec![a], 1));
+    assert_eq!(plan.actions, vec![]);
+    assert_eq!(plan.wait, Some(Wait::OwnerNotSettled("a".into())));
+}
+
+#[test]
+fn owner_without_template_hash_is_reported() {
+    let mut a = running("a", 0);
+    a.template_hash = None;
+    let plan = plan(&input(1, vec![a], 1));
+    assert_eq!(plan.wait, Some(Wait::OwnerWithoutTemplateHash("a".into())));
+}
+
+#[test]
+fn ephemeral_replacements_wait_while_owners_are_newer_than_effective_time() {
+    // Demand was raised at minute 0; owner "b" was created after it at minute 2. One runner
+    // completed (its owner already deleted), so desired 2 > running 1: ARC-style, wait.
+    let mut input = input(2, vec![running("b", 2)], 5);
+    input.effective_time = Some(t(0));
+    let plan = plan(&input);
+    assert_eq!(plan.actions, vec![]);
+    assert_eq!(plan.wait, Some(Wait::RecreationDelay { until: t(12) }));
+}
+
+#[test]
+fn ephemeral_replacements_resume_after_the_recreation_delay() {
+    let mut input = input(2, vec![running("b", 2)], 13);
+    input.effective_time = Some(t(0));
+    assert_eq!(plan(&input).actions, vec![Action::Create { count: 1 }]);
+}
+
+#[test]
+fn ephemeral_replacements_resume_when_effective_time_moves_past_the_owners() {
+    let mut input = input(2, vec![running("b", 2)], 5);
+    input.effective_time = Some(t(4)); // a new scale-up after "b" was created
+    assert_eq!(plan(&input).actions, vec![Action::Create { count: 1 }]);
+}
+
+#[test]
+fn static_runners_are_never_held_back_by_effective_time() {
+    let mut input = input(2, vec![running("b", 2)], 5);
+    input.effective_time = Some(t(0));
+    input.ephemeral = false;
+    assert_eq!(plan(&input).actions, vec![Action::Create { count: 1 }]);
+}
+
+#[test]
+fn registration_timeout_retires_and_does_not_count_as_running() {
+    let mut stuck = running("stuck", 0);
+    stuck.pods[0].registered = false; // Ready since minute 0, never got a runner ID
+    let plan = plan(&input(1, vec![stuck], 11));
+    assert_eq!(plan.counts.registration_timed_out, 1);
+    assert_eq!(plan.actions[0], Action::Create { count: 1 });
+    assert_eq!(
+        retired(&plan),
+        vec![("stuck".into(), RetireReason::RegistrationTimeout)]
+    );
+}
+
+#[test]
+fn unregistered_runner_within_the_window_counts_as_running() {
+    let mut young = running("young", 0);
+    young.pods[0].registered = false;
+    let plan = plan(&input(1, vec![young], 9));
+    assert_eq!(plan.actions, vec![]);
+    assert_eq!(plan.counts.running, 1);
+}
+
+#[test]
+fn rollout_surges_then_retires_outdated_owners() {
+    let mut old = running("old", 0);
+    old.template_hash = Some("h0".into());
+    // New template, nothing running yet: create, keep the busy-capable old owner.
+    let plan1 = plan(&input(1, vec![old.clone()], 1));
+    assert_eq!(plan1.actions, vec![Action::Create { count: 1 }]);
+
+    // New owner runs: now the outdated one retires through unregistration.
+    let plan2 = plan(&input(1, vec![old, running("new", 1)], 2));
+    assert_eq!(
+        retired(&plan2),
+        vec![("old".into(), RetireReason::Outdated)]
+    );
+}
+
+#[test]
+fn outdated_owner_without_running_runner_retires_at_once() {
+    let mut old = owner_at("old", 0, PodPhase::Pending);
+    old.template_hash = Some("h0".into());
+    let plan = plan(&input(1, vec![old], 1));
+    assert_eq!(plan.actions[0], Action::Create { count: 1 });
+    assert_eq!(retired(&plan), vec![("old".into(), RetireReason::Outdated)]);
+}
+
+#[test]
+fn more_running_than_retained_owners_explain_waits() {
+    // One owner with two running pods cannot be split to reach desired 1: wait, don't guess.
+    let mut two = running("two", 0);
+    two.pods.push(pod("two-pod2", PodPhase::Running));
+    let plan = plan(&input(1, vec![two], 1));
+    assert_eq!(plan.actions, vec![]);
+    assert_eq!(plan.wait, Some(Wait::Settling));
+}
+
+#[test]
+fn the_decision_is_deterministic() {
+    let owners = vec![
+        running("a", 0),
+        running("b", 1),
+        owner_at("c", 2, PodPhase::Pending),
+    ];
+    let i = input(1, owners, 3);
+    assert_eq!(plan(&i), plan(&i));
+}

@@ -1,0 +1,361 @@
+//! Unregister-before-delete: the state machine that keeps scale-down from killing a busy runner.
+//!
+//! When an owner is retired, each of its runner pods is annotated
+//! `unregistration-request-timestamp`. The runner-pod controller then asks [`next_step`] what to
+//! do with the pod; the answer is to finish (the runner is gone from GitHub or never was there),
+//! to wait (the runner may still be registering), or to call GitHub's delete-runner endpoint. The
+//! endpoint's answer goes through [`after_delete`]. GitHub refuses to delete a runner that is
+//! running a job (422), which is exactly the guarantee we need: a runner is unregistered only
+//! when idle, and once unregistered it cannot be given a job, so deleting its pod is safe.
+//!
+//! Only after `unregistration-complete-timestamp` is on every pod does the owner get deleted,
+//! so none of this is bounded by `terminationGracePeriodSeconds`.
+
+use std::time::{Duration, SystemTime};
+
+use crate::owner_sync::{PodPhase, REGISTRATION_TIMEOUT};
+
+/// How often a waiting unregistration is re-checked (ARC's `DefaultUnregistrationRetryDelay`).
+pub const RETRY_DELAY: Duration = Duration::from_secs(60);
+/// Back-off when GitHub rate-limited the delete call and gave no reset time.
+pub const RATE_LIMIT_RETRY_DELAY: Duration = Duration::from_secs(30);
+
+/// What the decision needs to know about the pod being unregistered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodState {
+    /// The GitHub runner ID, from the `actions-runner/id` annotation or a (cached) list lookup.
+    pub runner_id: Option<u64>,
+    /// Pod phase.
+    pub phase: PodPhase,
+    /// The `runner` container has terminated.
+    pub runner_stopped: bool,
+    /// When the pod last became Ready, if it is Ready.
+    pub ready_since: Option<SystemTime>,
+    /// When the pod started (status.startTime).
+    pub started: Option<SystemTime>,
+    /// `unregistration-complete-timestamp` is already set.
+    pub unregistration_complete: bool,
+    /// `runner-completion-wait-start-timestamp` is set: an ephemeral runner was found busy and we
+    /// are waiting for it to finish its job.
+    pub completion_wait_started: bool,
+    /// The runner container has restarted (restartCount > 0).
+    pub runner_restarted: bool,
+}
+
+/// Why unregistration is finished without (another) delete call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finished {
+    /// It was already marked complete.
+    AlreadyComplete,
+    /// The pod never ran, so its runner never registered.
+    NeverStarted,
+    /// The pod stopped or outlived the registration window without a runner ID. If a runner did
+    /// register under this name, it is offline now and GitHub removes offline ephemeral runners.
+    NoRunnerId,
+    /// The runner process stopped; an ephemeral runner removes itself when it exits.
+    RunnerStopped,
+    /// An ephemeral runner we were waiting for restarted: its job is over.
+    RestartedAfterJob,
+    /// GitHub confirmed the runner is gone (204, 404) or refused to say (403, treated as gone).
+    Removed,
+}
+
+/// The next thing to do for a pod whose unregistration was requested.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Mark `unregistration-complete-timestamp`.
+    Finish(Finished),
+    /// Check again after the delay; the runner may still be registering.
+    WaitForRegistration {
+        /// Re-check delay.
+        recheck_after: Duration,
+    },
+    /// Call DELETE on the runner.
+    Delete {
+        /// GitHub runner ID.
+        runner_id: u64,
+    },
+}
+
+/// Decides the next step for a pod whose unregistration was requested.
+pub fn next_step(pod: &PodState, now: SystemTime) -> Step {
+    if pod.unregistration_complete {
+        return Step::Finish(Finished::AlreadyComplete);
+    }
+    let stopped = pod.runner_stopped || matches!(pod.phase, PodPhase::Succeeded | PodPhase::Failed);
+    let Some(runner_id) = pod.runner_id else {
+        if pod.phase == PodPhase::Pending {
+            // Never started: nothing registered. Releasing it at once also avoids a dead-lock on
+            // volumes that can only be provisioned once the pod is gone.
+            return Step::Finish(Finished::NeverStarted);
+        }
+        let window_start = pod.ready_since.or(pod.started);
+        let in_window = window_start
+            .is_none_or(|t| now.duration_since(t).unwrap_or_default() < REGISTRATION_TIMEOUT);
+        if !stopped && in_window {
+            // A runner that registers right now could be handed a job and then killed: wait.
+            return Step::WaitForRegistration {
+                recheck_after: RETRY_DELAY,
+            };
+        }
+        return Step::Finish(Finished::NoRunnerId);
+    };
+    if stopped {
+        return Step::Finish(Finished::RunnerStopped);
+    }
+    if pod.completion_wait_started && pod.runner_restarted {
+        return Step::Finish(Finished::RestartedAfterJob);
+    }
+    Step::Delete { runner_id }
+}
+
+/// GitHub's answer to DELETE runner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    /// 204: removed.
+    Removed,
+    /// 404: no such runner (already removed).
+    NotFound,
+    /// 403: the credential may not manage runners here; treated as unregistered, as ARC does,
+    /// so a misconfigured credential cannot block a scale-down forever.
+    Forbidden,
+    /// 422 "still running a job".
+    Busy,
+    /// Primary or secondary rate limit; `retry_after` when GitHub said.
+    RateLimited {
+        /// GitHub's retry-after or the time until the reset.
+        retry_after: Option<Duration>,
+    },
+    /// Any other failure (network, 5xx): retried.
+    Failed,
+}
+
+/// What to do after the delete call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AfterDelete {
+    /// Mark `unregistration-complete-timestamp`.
+    Finish(Finished),
+    /// The runner is running a job. Annotate `unregistration-failure-message` (counted as busy by
+    /// the autoscaler); for ephemeral runners also `runner-completion-wait-start-timestamp`, and
+    /// wait for the runner to finish by itself; static runners are asked again later.
+    Busy {
+        /// Set the completion-wait annotation.
+        start_completion_wait: bool,
+        /// Re-check delay.
+        recheck_after: Duration,
+    },
+    /// Try the call again after the delay.
+    Retry {
+        /// Delay before the retry.
+        after: Duration,
+    },
+}
+
+/// Interprets the delete call's outcome.
+pub fn after_delete(outcome: DeleteOutcome, ephemeral: bool) -> AfterDelete {
+    match outcome {
+        DeleteOutcome::Removed | DeleteOutcome::NotFound | DeleteOutcome::Forbidden => {
+            AfterDelete::Finish(Finished::Removed)
+        }
+        DeleteOutcome::Busy => AfterDelete::Busy {
+            start_completion_wait: ephemeral,
+            recheck_after: RETRY_DELAY,
+        },
+        DeleteOutcome::RateLimited { retry_after } => AfterDelete::Retry {
+            after: retry_after.unwrap_or(RATE_LIMIT_RETRY_DELAY),
+        },
+        DeleteOutcome::Failed => AfterDelete::Retry { after: RETRY_DELAY },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(mins: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(5_000_000 + mins * 60)
+    }
+
+    /// A Running, Ready (since minute 0), registered, idle runner pod.
+    fn idle() -> PodState {
+        PodState {
+            runner_id: Some(42),
+            phase: PodPhase::Running,
+            runner_stopped: false,
+            ready_since: Some(at(0)),
+            started: Some(at(0)),
+            unregistration_complete: false,
+            completion_wait_started: false,
+            runner_restarted: false,
+        }
+    }
+
+    #[test]
+    fn registered_running_runner_is_deleted_on_github() {
+        assert_eq!(next_step(&idle(), at(1)), Step::Delete { runner_id: 42 });
+    }
+
+    #[test]
+    fn already_complete_is_finished() {
+        let pod = PodState {
+            unregistration_complete: true,
+            ..idle()
+        };
+        assert_eq!(
+            next_step(&pod, at(1)),
+            Step::Finish(Finished::AlreadyComplete)
+        );
+    }
+
+    #[test]
+    fn pending_pod_without_id_is_released_at_once() {
+        let pod = PodState {
+            runner_id: None,
+            phase: PodPhase::Pending,
+            ready_since: None,
+            ..idle()
+        };
+        assert_eq!(next_step(&pod, at(1)), Step::Finish(Finished::NeverStarted));
+    }
+
+    #[test]
+    fn running_pod_without_id_waits_within_the_registration_window() {
+        let pod = PodState {
+            runner_id: None,
+            ..idle()
+        };
+        assert_eq!(
+            next_step(&pod, at(9)),
+            Step::WaitForRegistration {
+                recheck_after: RETRY_DELAY
+            }
+        );
+    }
+
+    #[test]
+    fn running_but_never_ready_pod_waits_from_its_start_time() {
+        let pod = PodState {
+            runner_id: None,
+            ready_since: None,
+            ..idle()
+        };
+        assert!(matches!(
+            next_step(&pod, at(5)),
+            Step::WaitForRegistration { .. }
+        ));
+        assert_eq!(next_step(&pod, at(11)), Step::Finish(Finished::NoRunnerId));
+    }
+
+    #[test]
+    fn running_pod_without_id_is_released_after_the_window() {
+        let pod = PodState {
+            runner_id: None,
+            ..idle()
+        };
+        assert_eq!(next_step(&pod, at(11)), Step::Finish(Finished::NoRunnerId));
+    }
+
+    #[test]
+    fn stopped_pod_without_id_is_released() {
+        let pod = PodState {
+            runner_id: None,
+            runner_stopped: true,
+            ..idle()
+        };
+        assert_eq!(next_step(&pod, at(1)), Step::Finish(Finished::NoRunnerId));
+    }
+
+    #[test]
+    fn stopped_runner_with_id_needs_no_api_call() {
+        for pod in [
+            PodState {
+                runner_stopped: true,
+                ..idle()
+            },
+            PodState {
+                phase: PodPhase::Succeeded,
+                ..idle()
+            },
+            PodState {
+                phase: PodPhase::Failed,
+                ..idle()
+            },
+        ] {
+            assert_eq!(
+                next_step(&pod, at(1)),
+                Step::Finish(Finished::RunnerStopped),
+                "{pod:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn restarted_runner_after_completion_wait_is_finished() {
+        let pod = PodState {
+            completion_wait_started: true,
+            runner_restarted: true,
+            ..idle()
+        };
+        assert_eq!(
+            next_step(&pod, at(1)),
+            Step::Finish(Finished::RestartedAfterJob)
+        );
+        // A restart alone (without having waited for a job) proves nothing: ask GitHub.
+        let pod = PodState {
+            runner_restarted: true,
+            ..idle()
+        };
+        assert_eq!(next_step(&pod, at(1)), Step::Delete { runner_id: 42 });
+    }
+
+    #[test]
+    fn delete_outcomes() {
+        use AfterDelete as A;
+        use DeleteOutcome as D;
+        let cases = [
+            (D::Removed, true, A::Finish(Finished::Removed)),
+            (D::NotFound, false, A::Finish(Finished::Removed)),
+            (D::Forbidden, false, A::Finish(Finished::Removed)),
+            (
+                D::Busy,
+                true,
+                A::Busy {
+                    start_completion_wait: true,
+                    recheck_after: RETRY_DELAY,
+                },
+            ),
+            (
+                D::Busy,
+                false,
+                A::Busy {
+                    start_completion_wait: false,
+                    recheck_after: RETRY_DELAY,
+                },
+            ),
+            (
+                D::RateLimited { retry_after: None },
+                true,
+                A::Retry {
+                    after: RATE_LIMIT_RETRY_DELAY,
+                },
+            ),
+            (
+                D::RateLimited {
+                    retry_after: Some(Duration::from_secs(7)),
+                },
+                true,
+                A::Retry {
+                    after: Duration::from_secs(7),
+                },
+            ),
+            (D::Failed, false, A::Retry { after: RETRY_DELAY }),
+        ];
+        for (outcome, ephemeral, want) in cases {
+            assert_eq!(
+                after_delete(outcome, ephemeral),
+                want,
+                "{outcome:?} ephemeral={ephemeral}"
+            );
+        }
+    }
+}
