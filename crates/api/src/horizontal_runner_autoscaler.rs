@@ -15,47 +15,15 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::runner_config::GitHubApiCredentialsFrom;
-
-/// CEL rule on the spec: `maxReplicas` is not below `minReplicas`.
-pub(crate) const RULE_MAX_NOT_BELOW_MIN: &str =
-    "!has(self.minReplicas) || !has(self.maxReplicas) || self.maxReplicas >= self.minReplicas";
-/// Message of [`RULE_MAX_NOT_BELOW_MIN`].
-pub const MESSAGE_MAX_NOT_BELOW_MIN: &str =
-    "maxReplicas must be greater than or equal to minReplicas";
-
-/// CEL rule on the spec: two metrics come as PercentageRunnersBusy, then
-/// TotalNumberOfQueuedAndInProgressWorkflowRuns (the fallback used when the first suggests 0).
-pub(crate) const RULE_METRIC_ORDER: &str = "!has(self.metrics) || size(self.metrics) < 2 || \
-     (has(self.metrics[0].type) && self.metrics[0].type == 'PercentageRunnersBusy' && \
-     has(self.metrics[1].type) && \
-     self.metrics[1].type == 'TotalNumberOfQueuedAndInProgressWorkflowRuns')";
-/// Message of [`RULE_METRIC_ORDER`].
-pub const MESSAGE_METRIC_ORDER: &str = "with two metrics, the first must be PercentageRunnersBusy \
-     and the second TotalNumberOfQueuedAndInProgressWorkflowRuns";
-
-/// CEL rule on a metric: not both scaleUpFactor and scaleUpAdjustment. As in ARC, an empty
-/// factor or a zero adjustment counts as unset.
-pub(crate) const RULE_SCALE_UP_EXCLUSIVE: &str = "!(has(self.scaleUpFactor) && \
-     self.scaleUpFactor != '' && has(self.scaleUpAdjustment) && self.scaleUpAdjustment != 0)";
-/// Message of [`RULE_SCALE_UP_EXCLUSIVE`].
-pub const MESSAGE_SCALE_UP_EXCLUSIVE: &str =
-    "scaleUpFactor and scaleUpAdjustment are mutually exclusive: set only one of them";
-
-/// CEL rule on a metric: not both scaleDownFactor and scaleDownAdjustment.
-pub(crate) const RULE_SCALE_DOWN_EXCLUSIVE: &str = "!(has(self.scaleDownFactor) && \
-     self.scaleDownFactor != '' && has(self.scaleDownAdjustment) && self.scaleDownAdjustment != 0)";
-/// Message of [`RULE_SCALE_DOWN_EXCLUSIVE`].
-pub const MESSAGE_SCALE_DOWN_EXCLUSIVE: &str =
-    "scaleDownFactor and scaleDownAdjustment are mutually exclusive: set only one of them";
-
-/// Pattern of a Go duration as ARC parses it: "0" or a sequence of decimal numbers with units,
-/// e.g. "30s", "5m", "1h30m".
-pub const DURATION_PATTERN: &str = r"^(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$";
-
-/// Pattern of a non-negative decimal number written as a string, e.g. "0.75" or "2".
-pub const DECIMAL_PATTERN: &str = r"^\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?$";
+use crate::validation::{
+    DECIMAL_PATTERN, DURATION_PATTERN, MESSAGE_MAX_NOT_BELOW_MIN, MESSAGE_METRIC_ORDER,
+    MESSAGE_SCALE_DOWN_EXCLUSIVE, MESSAGE_SCALE_UP_EXCLUSIVE, RULE_MAX_NOT_BELOW_MIN,
+    RULE_METRIC_ORDER, RULE_SCALE_DOWN_EXCLUSIVE, RULE_SCALE_UP_EXCLUSIVE,
+};
 
 /// Desired state of a HorizontalRunnerAutoscaler.
+// Printer columns repeat `type_ = ...` by design; clippy reads that as a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, KubeSchema, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "actions.summerwind.dev",

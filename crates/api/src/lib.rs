@@ -11,6 +11,17 @@
 //!   patterns), so no webhook is needed to reject a bad manifest;
 //! - defaults are documented, never written into the schema: stored objects hold exactly what
 //!   the user wrote, and controllers apply defaults when they read them.
+//!
+//! Where Hangar's schema differs from ARC's CRDs:
+//! - it accepts more: a RunnerSet may omit `selector` (the controller then selects its pods by
+//!   the `runnerset-name` label), `workVolumeClaimTemplate.storageClassName` may be omitted (the
+//!   cluster's default StorageClass), and a RunnerDeployment keeps the `minReplicas`,
+//!   `maxReplicas` and `autoscaling` fields of ARC's 2020 autoscaling design (stored, ignored);
+//! - it rejects at admission what ARC rejected in its webhook (scope, work volume, access modes)
+//!   or only noticed at run time: unknown metric types, more than two metrics or two in the
+//!   wrong order, a factor together with an adjustment, `maxReplicas` below `minReplicas`,
+//!   malformed durations and decimal strings, negative counts. [`validation`] lists the rules
+//!   and their messages.
 
 pub mod horizontal_runner_autoscaler;
 pub mod labels;
@@ -20,6 +31,7 @@ pub mod runner_deployment;
 pub mod runner_replica_set;
 pub mod runner_set;
 mod schema;
+pub mod validation;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -15,13 +15,16 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::runner_config::{
+use crate::runner_config::{RunnerConfig, RunnerPodSpec};
+use crate::validation::{
     MESSAGE_EXACTLY_ONE_SCOPE, MESSAGE_KUBERNETES_MODE_NEEDS_WORK_VOLUME, RULE_EXACTLY_ONE_SCOPE,
-    RULE_KUBERNETES_MODE_NEEDS_WORK_VOLUME, RunnerConfig, RunnerPodSpec,
+    RULE_KUBERNETES_MODE_NEEDS_WORK_VOLUME,
 };
 
 /// Desired state of a runner: what it is ([`RunnerConfig`]) and how its pod looks
 /// ([`RunnerPodSpec`]). Both are inlined: their fields sit directly under `spec`.
+// Printer columns repeat `type_ = ...` by design; clippy reads that as a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, KubeSchema, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "actions.summerwind.dev",

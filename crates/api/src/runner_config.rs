@@ -24,24 +24,9 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// CEL rule (on the object holding both scope fields and `workVolumeClaimTemplate`): exactly one
-/// of the three scope fields is set.
-pub(crate) const RULE_EXACTLY_ONE_SCOPE: &str = "(has(self.enterprise) ? 1 : 0) + \
-     (has(self.organization) ? 1 : 0) + (has(self.repository) ? 1 : 0) == 1";
-/// Message of [`RULE_EXACTLY_ONE_SCOPE`].
-pub const MESSAGE_EXACTLY_ONE_SCOPE: &str =
-    "exactly one of enterprise, organization or repository must be set";
-
-/// CEL rule: kubernetes container mode needs a work volume claim template.
-pub(crate) const RULE_KUBERNETES_MODE_NEEDS_WORK_VOLUME: &str = "!has(self.containerMode) || self.containerMode != 'kubernetes' || \
-     has(self.workVolumeClaimTemplate)";
-/// Message of [`RULE_KUBERNETES_MODE_NEEDS_WORK_VOLUME`].
-pub const MESSAGE_KUBERNETES_MODE_NEEDS_WORK_VOLUME: &str = "containerMode: kubernetes requires workVolumeClaimTemplate (the volume shared by the \
-     runner and its job pods)";
-
-/// Message of the CEL rule on `repository`.
-pub const MESSAGE_REPOSITORY_FORMAT: &str =
-    "repository must have the form owner/name, e.g. octo-org/octo-repo";
+use crate::validation::{
+    MESSAGE_REPOSITORY_FORMAT, NAME_PATTERN, REPOSITORY_PATTERN, RULE_REPOSITORY_FORMAT,
+};
 
 /// What a runner is: where it registers at GitHub, how it is labelled, which image it runs and
 /// how docker is provided to its jobs.
@@ -50,20 +35,20 @@ pub const MESSAGE_REPOSITORY_FORMAT: &str =
 pub struct RunnerConfig {
     /// Register the runner at this GitHub enterprise (its slug). Exactly one of enterprise,
     /// organization or repository must be set.
-    #[schemars(pattern(r"^[^/]+$"))]
+    #[schemars(pattern(NAME_PATTERN))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub enterprise: Option<String>,
 
     /// Register the runner at this GitHub organization. Exactly one of enterprise,
     /// organization or repository must be set.
-    #[schemars(pattern(r"^[^/]+$"))]
+    #[schemars(pattern(NAME_PATTERN))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub organization: Option<String>,
 
     /// Register the runner at this repository, written owner/name (e.g. octo-org/octo-repo).
     /// Exactly one of enterprise, organization or repository must be set.
-    #[schemars(pattern(r"^[^/]+/[^/]+$"), length(max = 256))]
-    #[x_kube(validation = Rule::new("self.matches('^[^/]+/[^/]+$')").message(MESSAGE_REPOSITORY_FORMAT))]
+    #[schemars(pattern(REPOSITORY_PATTERN), length(max = 256))]
+    #[x_kube(validation = Rule::new(RULE_REPOSITORY_FORMAT).message(MESSAGE_REPOSITORY_FORMAT))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repository: Option<String>,
 
@@ -109,7 +94,7 @@ pub struct RunnerConfig {
     #[serde(rename = "dockerMTU", skip_serializing_if = "Option::is_none")]
     pub docker_mtu: Option<i64>,
 
-    /// Registry mirror for the docker daemon, e.g. https://mirror.gcr.io. Defaults to the
+    /// Registry mirror for the docker daemon, e.g. `https://mirror.gcr.io`. Defaults to the
     /// controller's configured mirror, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub docker_registry_mirror: Option<String>,

@@ -18,6 +18,8 @@ use serde::{Deserialize, Serialize};
 use crate::runner::RunnerTemplate;
 
 /// Desired state of a RunnerDeployment.
+// Printer columns repeat `type_ = ...` by design; clippy reads that as a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "actions.summerwind.dev",
@@ -91,7 +93,7 @@ pub struct RunnerDeploymentSpec {
     pub effective_time: Option<Time>,
 
     /// Label query selecting the RunnerReplicaSets and Runners of this deployment. Defaults to
-    /// runner-deployment-name=<name of this deployment>.
+    /// `runner-deployment-name=<name of this deployment>`.
     #[schemars(extend("nullable" = true))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub selector: Option<LabelSelector>,

@@ -15,6 +15,8 @@ use serde::{Deserialize, Serialize};
 use crate::runner::RunnerTemplate;
 
 /// Desired state of a RunnerReplicaSet.
+// Printer columns repeat `type_ = ...` by design; clippy reads that as a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "actions.summerwind.dev",

@@ -18,12 +18,15 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::runner_config::{
+use crate::runner_config::{RunnerConfig, WorkVolumeClaimTemplate};
+use crate::validation::{
     MESSAGE_EXACTLY_ONE_SCOPE, MESSAGE_KUBERNETES_MODE_NEEDS_WORK_VOLUME, RULE_EXACTLY_ONE_SCOPE,
-    RULE_KUBERNETES_MODE_NEEDS_WORK_VOLUME, RunnerConfig, WorkVolumeClaimTemplate,
+    RULE_KUBERNETES_MODE_NEEDS_WORK_VOLUME,
 };
 
 /// Desired state of a RunnerSet.
+// Printer columns repeat `type_ = ...` by design; clippy reads that as a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, KubeSchema, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "actions.summerwind.dev",

@@ -3,11 +3,11 @@
 //! Contract: everything here only reshapes schemas so that they read and validate like ARC's
 //! CRDs; none of it changes how the Rust types (de)serialize.
 //!
-//! - [`conventions`] is applied to every spec and status: optional fields are not nullable (as
-//!   in ARC's CRDs, the apiserver then prunes an explicit `null`, e.g. `organization:` rendered
-//!   empty by Helm, instead of storing it, so CEL rules never see nulls and `has()` means "set");
-//!   doc comments are reflowed into paragraphs for `kubectl explain`; map values lose the
-//!   multi-kilobyte type description k8s-openapi repeats for every resource quantity.
+//! - [`conventions`] is applied to every spec and status: optional fields are not nullable, as
+//!   in ARC's CRDs, so an explicit `null` is rejected exactly where ARC rejects it and CEL rules
+//!   never see a null (`has()` means "set"); doc comments are reflowed into paragraphs for
+//!   `kubectl explain`; map values lose the multi-kilobyte type description k8s-openapi repeats
+//!   for every resource quantity.
 //! - [`embedded_object_meta`] is the `metadata` of a pod or runner template: the five fields
 //!   ARC's CRDs allow there (name, namespace, labels, annotations, finalizers).
 //! - [`preserved_object`] is an object whose content is kept as written, unvalidated.
@@ -97,18 +97,28 @@ pub(crate) fn embedded_object_meta(_: &mut SchemaGenerator) -> Schema {
         "description": "Metadata given to every object created from this template. Only name, \
             namespace, labels, annotations and finalizers are kept.",
         "properties": {
-            "name": { "type": "string" },
-            "namespace": { "type": "string" },
+            "name": {
+                "type": "string",
+                "description": "Name. In volumeClaimTemplates, the name volumeMounts refer to; in \
+                    pod and runner templates the owner names what it creates."
+            },
+            "namespace": {
+                "type": "string",
+                "description": "Namespace. Objects are always created in the owner's namespace."
+            },
             "labels": {
                 "type": "object",
+                "description": "Labels of the created object.",
                 "additionalProperties": { "type": "string" }
             },
             "annotations": {
                 "type": "object",
+                "description": "Annotations of the created object.",
                 "additionalProperties": { "type": "string" }
             },
             "finalizers": {
                 "type": "array",
+                "description": "Finalizers of the created object.",
                 "items": { "type": "string" }
             }
         }
@@ -131,44 +141,49 @@ pub(crate) fn preserved_object(_: &mut SchemaGenerator) -> Schema {
 /// - the `metadata` of the pod template and of the volume claim templates accepts the same five
 ///   fields as ARC's CRD (see [`embedded_object_meta`]).
 pub(crate) fn stateful_set_spec(generator: &mut SchemaGenerator) -> Schema {
-    let mut schema = generator.subschema_for::<StatefulSetSpec>();
+    let mut schema = generator.subschema_for::<StatefulSetSpec>().to_value();
     let meta = embedded_object_meta(generator).to_value();
-    if let Some(obj) = schema.as_object_mut() {
-        if let Some(Value::Array(required)) = obj.get_mut("required") {
-            required.retain(|r| r != "selector");
-        }
-        if let Some(Value::Object(props)) = obj.get_mut("properties") {
-            if let Some(template_meta) = props
-                .get_mut("template")
-                .and_then(|t| property_mut(t, "metadata"))
-            {
-                replace_keeping_description(template_meta, &meta);
-            }
-            if let Some(claim) = props
-                .get_mut("volumeClaimTemplates")
-                .and_then(|v| v.get_mut("items"))
-            {
-                // k8s-openapi marks a PVC's metadata required; in a template ARC does not.
-                if let Some(Value::Object(claim)) = Some(&mut *claim) {
-                    let required = claim.get_mut("required").and_then(Value::as_array_mut);
-                    if let Some(required) = required {
-                        required.retain(|r| r != "metadata");
-                        if required.is_empty() {
-                            claim.remove("required");
-                        }
-                    }
-                }
-                if let Some(claim_meta) = property_mut(claim, "metadata") {
-                    replace_keeping_description(claim_meta, &meta);
-                }
-            }
+    drop_required(&mut schema, "selector");
+    if let Some(selector) = property_mut(&mut schema, &["selector"]) {
+        selector["description"] = Value::from(
+            "Label query over the runner pods; it must match the pod template's labels. \
+             Optional in Hangar (ARC requires it): when omitted, the pods are selected by the \
+             runnerset-name label the controller adds to each of them.",
+        );
+    }
+    if let Some(template_meta) = property_mut(&mut schema, &["template", "metadata"]) {
+        replace_keeping_description(template_meta, &meta);
+    }
+    if let Some(claim) = property_mut(&mut schema, &["volumeClaimTemplates"])
+        .and_then(|claims| claims.get_mut("items"))
+    {
+        // k8s-openapi marks a PVC's metadata required; in a claim template ARC does not.
+        drop_required(claim, "metadata");
+        if let Some(claim_meta) = property_mut(claim, &["metadata"]) {
+            replace_keeping_description(claim_meta, &meta);
         }
     }
-    schema
+    Schema::try_from(schema).expect("the StatefulSetSpec schema is an object")
 }
 
-fn property_mut<'a>(schema: &'a mut Value, name: &str) -> Option<&'a mut Value> {
-    schema.get_mut("properties")?.get_mut(name)
+/// Removes `name` from the schema's `required` list (and the list when it becomes empty).
+fn drop_required(schema: &mut Value, name: &str) {
+    let Some(obj) = schema.as_object_mut() else {
+        return;
+    };
+    if let Some(required) = obj.get_mut("required").and_then(Value::as_array_mut) {
+        required.retain(|r| r != name);
+        if required.is_empty() {
+            obj.remove("required");
+        }
+    }
+}
+
+/// The schema of the property at `path` (property names, descending).
+fn property_mut<'a>(schema: &'a mut Value, path: &[&str]) -> Option<&'a mut Value> {
+    path.iter().try_fold(schema, |node, name| {
+        node.get_mut("properties")?.get_mut(*name)
+    })
 }
 
 fn replace_keeping_description(target: &mut Value, replacement: &Value) {
@@ -176,5 +191,48 @@ fn replace_keeping_description(target: &mut Value, replacement: &Value) {
     *target = replacement.clone();
     if let (Some(description), Some(obj)) = (description, target.as_object_mut()) {
         obj.insert("description".into(), description);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reflow_joins_wrapped_lines_but_keeps_paragraphs_and_lists() {
+        assert_eq!(reflow("one\ntwo\n\nthree"), "one two\n\nthree");
+        assert_eq!(reflow("items:\n- a\n- b"), "items:\n- a\n- b");
+        assert_eq!(reflow("code:\n    indented"), "code:\n    indented");
+        assert_eq!(reflow("single line"), "single line");
+    }
+
+    #[test]
+    fn conventions_drop_null_alternatives_unless_marked_nullable() {
+        let mut schema = Schema::try_from(serde_json::json!({
+            "type": "object",
+            "properties": {
+                "plain": { "type": ["integer", "null"] },
+                "kept": { "type": ["string", "null"], "nullable": true },
+                "choice": { "type": ["string", "null"], "enum": ["a", null] },
+                "quantity": {
+                    "description": "mine",
+                    "anyOf": [
+                        { "x-kubernetes-int-or-string": true, "description": "theirs" },
+                        { "type": "null" }
+                    ]
+                }
+            }
+        }))
+        .unwrap();
+        conventions(&mut schema);
+        assert_eq!(
+            schema.to_value()["properties"],
+            serde_json::json!({
+                "plain": { "type": "integer" },
+                "kept": { "type": "string", "nullable": true },
+                "choice": { "type": "string", "enum": ["a"] },
+                "quantity": { "description": "mine", "x-kubernetes-int-or-string": true }
+            })
+        );
     }
 }

@@ -1,1 +1,0 @@
-//! ghsim, a GitHub simulator (work in progress).

@@ -1,3 +1,0 @@
-//! The `ghsim` binary (work in progress).
-
-fn main() {}
