@@ -10,10 +10,12 @@
 //!   never killing a busy runner.
 //! - [`scope`]: where a runner registers on GitHub (enterprise, organization or repository) and
 //!   the rules a RunnerConfig must satisfy to name exactly one such scope.
+//! - [`template_hash`]: stable short hashes naming template versions.
 //! - [`unregistration`]: unregister-before-delete, the state machine that waits out busy runners.
 
 pub mod owner_sync;
 pub mod scope;
+pub mod template_hash;
 pub mod unregistration;
 
 pub use scope::{RunnerScope, ScopeError};

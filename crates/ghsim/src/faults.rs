@@ -1,0 +1,114 @@
+//! Fault injection: what ghsim does wrong on purpose, configurable at start (CLI flags) and at
+//! run time (`PUT /_ghsim/faults`, which merges the given fields into the current settings).
+//! Rates are probabilities per request or per delivery, drawn from ghsim's seeded RNG.
+
+use serde::{Deserialize, Serialize};
+
+/// Fault settings. All zero (the default) is a well-behaved GitHub.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Faults {
+    /// Share of REST requests answered `502 Server Error`.
+    pub server_error_rate: f64,
+    /// Share of REST requests answered with a secondary rate limit (403).
+    pub secondary_limit_rate: f64,
+    /// `retry-after` of secondary limits, seconds; `None` sends no header (clients must then
+    /// wait at least a minute).
+    pub secondary_retry_after_secs: Option<u64>,
+    /// Primary budget per credential per hour (GitHub: 5,000 for PATs).
+    pub primary_budget: u64,
+    /// Share of webhook deliveries never sent.
+    pub webhook_drop_rate: f64,
+    /// Share of deliveries sent twice (same delivery id).
+    pub webhook_duplicate_rate: f64,
+    /// Share of deliveries held back and sent after the next one.
+    pub webhook_reorder_rate: f64,
+    /// Extra delay of each delivery, uniformly random up to this many milliseconds.
+    pub webhook_max_delay_ms: u64,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Self {
+            server_error_rate: 0.0,
+            secondary_limit_rate: 0.0,
+            secondary_retry_after_secs: Some(60),
+            primary_budget: 5000,
+            webhook_drop_rate: 0.0,
+            webhook_duplicate_rate: 0.0,
+            webhook_reorder_rate: 0.0,
+            webhook_max_delay_ms: 0,
+        }
+    }
+}
+
+/// Why a fault update was rejected.
+#[derive(Debug, thiserror::Error)]
+pub enum FaultsError {
+    /// Not a JSON object of known fields with the right types.
+    #[error("invalid fault settings: {0}")]
+    Invalid(#[from] serde_json::Error),
+    /// A rate outside 0..=1.
+    #[error("{0} must be between 0 and 1")]
+    Rate(&'static str),
+}
+
+impl Faults {
+    /// The settings with the fields of `patch` (a JSON object) replaced.
+    pub fn merged(&self, patch: serde_json::Value) -> Result<Self, FaultsError> {
+        let mut current = serde_json::to_value(self)?;
+        if let (Some(current), serde_json::Value::Object(patch)) = (current.as_object_mut(), patch)
+        {
+            current.extend(patch);
+        }
+        let merged: Self = serde_json::from_value(current)?;
+        merged.validate()?;
+        Ok(merged)
+    }
+
+    fn validate(&self) -> Result<(), FaultsError> {
+        for (name, rate) in [
+            ("server_error_rate", self.server_error_rate),
+            ("secondary_limit_rate", self.secondary_limit_rate),
+            ("webhook_drop_rate", self.webhook_drop_rate),
+            ("webhook_duplicate_rate", self.webhook_duplicate_rate),
+            ("webhook_reorder_rate", self.webhook_reorder_rate),
+        ] {
+            if !(0.0..=1.0).contains(&rate) {
+                return Err(FaultsError::Rate(name));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_replaces_only_given_fields() {
+        let f = Faults::default()
+            .merged(
+                serde_json::json!({"server_error_rate": 0.5, "secondary_retry_after_secs": null}),
+            )
+            .unwrap();
+        assert_eq!(f.server_error_rate, 0.5);
+        assert_eq!(f.secondary_retry_after_secs, None);
+        assert_eq!(f.primary_budget, 5000);
+    }
+
+    #[test]
+    fn merge_rejects_nonsense() {
+        assert!(
+            Faults::default()
+                .merged(serde_json::json!({"server_error_rate": 2.0}))
+                .is_err()
+        );
+        assert!(
+            Faults::default()
+                .merged(serde_json::json!({"typo_rate": 0.1}))
+                .is_err()
+        );
+    }
+}

@@ -1,0 +1,69 @@
+//! Strings that must never be printed.
+//!
+//! Tokens, private keys, webhook secrets and JIT configs travel through the client as
+//! [`Secret`]. Its `Debug` prints a fixed placeholder and it has no `Display`, so a secret cannot
+//! reach a log line or an error message by accident; code that really needs the value (to build
+//! an `Authorization` header, to sign) calls [`Secret::expose`] and the call site shows it.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// A secret string: credentials, tokens, keys. `Debug` prints `Secret(..)`.
+#[derive(Clone, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret value. Every call site is a place where the secret leaves its box: keep them
+    /// few and never pass the result to a logger.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether the secret is the empty string (e.g. an unset key in a Kubernetes Secret).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+impl From<String> for Secret {
+    fn from(value: String) -> Self {
+        Self(value)
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(value: &str) -> Self {
+        Self(value.to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_the_value() {
+        let secret = Secret::new("ghp_supersecret");
+        assert_eq!(format!("{secret:?}"), "Secret(..)");
+        assert_eq!(format!("{:#?}", Some(&secret)), "Some(\n    Secret(..),\n)");
+    }
+
+    #[test]
+    fn deserializes_from_a_plain_string() {
+        let secret: Secret = serde_json::from_str("\"abc\"").unwrap();
+        assert_eq!(secret.expose(), "abc");
+    }
+}

@@ -1,0 +1,201 @@
+//! The reconcilers, and the observations they share.
+//!
+//! Every reconciler is a driver: it *observes* (reflector stores, GitHub through the cached
+//! client), asks a pure function in `hangar-core` to *decide*, *applies* the plan with
+//! idempotent API calls, and writes *status*. Successful runs requeue after the sync period as a
+//! safety net; nothing depends on seeing every event.
+//!
+//! - [`runner`]: Runner → registration Secret + pod; status mirrors the pod and registration.
+//! - [`runner_pod`]: runner pods → GitHub runner ID, unregister-before-delete, finalizer.
+//! - [`runner_replica_set`]: RunnerReplicaSet → Runners, through `owner_sync`.
+//! - [`runner_deployment`]: RunnerDeployment → RunnerReplicaSets per template, surge rollout.
+
+pub mod runner;
+pub mod runner_deployment;
+pub mod runner_pod;
+pub mod runner_replica_set;
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use hangar_core::RunnerScope;
+use hangar_core::owner_sync::{PodPhase, PodView};
+use hangar_github::Scope;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+use crate::runner_pod::RUNNER_CONTAINER;
+
+/// Formats a time the way ARC's timestamp annotations are written (RFC 3339, seconds).
+pub fn rfc3339(t: SystemTime) -> String {
+    jiff::Timestamp::try_from(t)
+        .map(|ts| ts.round(jiff::Unit::Second).unwrap_or(ts).to_string())
+        .unwrap_or_default()
+}
+
+/// Parses an RFC 3339 annotation value.
+pub fn parse_time(s: &str) -> Option<SystemTime> {
+    s.parse::<jiff::Timestamp>().ok().map(SystemTime::from)
+}
+
+/// Converts a k8s-openapi time.
+pub fn k8s_time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> SystemTime {
+    SystemTime::from(t.0)
+}
+
+/// The GitHub scope of a validated runner scope.
+pub fn github_scope(scope: &RunnerScope) -> Scope {
+    match scope {
+        RunnerScope::Enterprise(e) => Scope::enterprise(e),
+        RunnerScope::Organization(o) => Scope::org(o),
+        RunnerScope::Repository { owner, name } => Scope::repo(owner, name),
+    }
+}
+
+/// The scope a runner pod registers at, read from its runner container's environment (the
+/// only source that exists for pods of every owner kind).
+pub fn pod_scope(pod: &Pod) -> Option<RunnerScope> {
+    let runner = pod
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == RUNNER_CONTAINER)?;
+    let env: BTreeMap<&str, &str> = runner
+        .env
+        .iter()
+        .flatten()
+        .filter_map(|e| Some((e.name.as_str(), e.value.as_deref()?)))
+        .collect();
+    RunnerScope::from_fields(
+        env.get("RUNNER_ENTERPRISE").copied(),
+        env.get("RUNNER_ORG").copied(),
+        env.get("RUNNER_REPO").copied(),
+    )
+    .ok()
+}
+
+/// Whether the pod's runner is ephemeral (`RUNNER_EPHEMERAL`, default true).
+pub fn pod_is_ephemeral(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|c| c.name == RUNNER_CONTAINER))
+        .and_then(|c| {
+            c.env
+                .as_ref()?
+                .iter()
+                .find(|e| e.name == "RUNNER_EPHEMERAL")?
+                .value
+                .clone()
+        })
+        .is_none_or(|v| v != "false")
+}
+
+/// An annotation's value.
+pub fn annotation<'a>(obj: &'a impl ResourceExt, key: &str) -> Option<&'a str> {
+    obj.annotations().get(key).map(String::as_str)
+}
+
+/// The pod's phase.
+pub fn pod_phase(pod: &Pod) -> PodPhase {
+    match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+        Some("Running") => PodPhase::Running,
+        Some("Succeeded") => PodPhase::Succeeded,
+        Some("Failed") => PodPhase::Failed,
+        Some("Unknown") => PodPhase::Unknown,
+        _ => PodPhase::Pending,
+    }
+}
+
+/// The runner container's status.
+fn runner_status(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::ContainerStatus> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == RUNNER_CONTAINER)
+}
+
+/// The runner container has terminated.
+pub fn runner_stopped(pod: &Pod) -> bool {
+    runner_status(pod).is_some_and(|s| s.state.as_ref().is_some_and(|st| st.terminated.is_some()))
+}
+
+/// The runner container has restarted at least once.
+pub fn runner_restarted(pod: &Pod) -> bool {
+    runner_status(pod).is_some_and(|s| s.restart_count > 0)
+}
+
+/// When the pod's Ready condition became True, if it is True.
+pub fn ready_since(pod: &Pod) -> Option<SystemTime> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == "True")
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(k8s_time)
+}
+
+/// The GitHub runner ID recorded on the pod.
+pub fn runner_id(pod: &Pod) -> Option<u64> {
+    annotation(pod, hangar_api::annotation::RUNNER_ID)?
+        .parse()
+        .ok()
+}
+
+/// The pod as owner sync sees it.
+pub fn pod_view(pod: &Pod) -> PodView {
+    use hangar_api::annotation as a;
+    PodView {
+        name: pod.name_any(),
+        phase: pod_phase(pod),
+        runner_stopped: runner_stopped(pod),
+        deleting: pod.metadata.deletion_timestamp.is_some(),
+        registered: runner_id(pod).is_some(),
+        ready_since: ready_since(pod),
+        unregistration_requested: annotation(pod, a::UNREGISTRATION_REQUEST_TIMESTAMP).is_some(),
+        unregistration_complete: annotation(pod, a::UNREGISTRATION_COMPLETE_TIMESTAMP).is_some(),
+    }
+}
+
+/// `namespace/name` for messages.
+pub fn object_name(obj: &impl ResourceExt) -> String {
+    format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_round_trip_at_second_precision() {
+        let t = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+        let s = rfc3339(t);
+        assert_eq!(s, "2023-11-14T22:13:20Z");
+        assert_eq!(parse_time(&s), Some(t));
+    }
+
+    #[test]
+    fn pod_scope_reads_the_runner_env() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "runner", "env": [
+                {"name": "RUNNER_ORG", "value": ""},
+                {"name": "RUNNER_REPO", "value": "octo/app"},
+                {"name": "RUNNER_EPHEMERAL", "value": "false"}
+            ]}]}
+        }))
+        .unwrap();
+        assert_eq!(
+            pod_scope(&pod),
+            Some(RunnerScope::Repository {
+                owner: "octo".into(),
+                name: "app".into()
+            })
+        );
+        assert!(!pod_is_ephemeral(&pod));
+    }
+}

@@ -1,0 +1,314 @@
+//! Runner-pod controller: learns each runner pod's GitHub runner ID, unregisters runners before
+//! their pods go, and cleans up after direct pod deletions.
+//!
+//! Observe: the pod; the runner list of its scope (one cached `GET …/runners` per scope, shared
+//! by every pod of that scope through the client's ETag cache). Decide: `hangar_core::
+//! unregistration`. Apply: annotations with ARC's names, the finalizer
+//! `actions.summerwind.dev/runner-pod`, DELETE runner on GitHub.
+//!
+//! - Not deleting, no `actions-runner/id`: look the runner up by pod name; annotate the ID once
+//!   found (re-check every `registration_check_interval`).
+//! - `unregistration-request-timestamp` present: run the state machine until
+//!   `unregistration-complete-timestamp` can be set; owner sync then deletes the owner.
+//! - Deleting (a user deleted the pod): delete the parent Runner so it is not recreated, run the
+//!   state machine, then drop the finalizer. A pod still present a minute after its deletion
+//!   began (unreachable node) is force-deleted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use hangar_api::{Runner, annotation as ann, finalizer};
+use hangar_core::unregistration::{self, AfterDelete, DeleteOutcome, PodState, Step};
+use hangar_github::{GitHubError, RunnerId};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::{Controller, watcher};
+use kube::{Api, ResourceExt};
+use tracing::{info, warn};
+
+use super::{
+    annotation, github_scope, object_name, pod_is_ephemeral, pod_phase, pod_scope, ready_since,
+    rfc3339, runner_id, runner_restarted, runner_stopped,
+};
+use crate::context::Context;
+use crate::error::{Error, github_err, kube_err};
+
+/// How long a deleting pod may linger before it is force-deleted (ARC: 1 minute).
+pub const FORCE_DELETE_AFTER: Duration = Duration::from_secs(60);
+
+/// Runs the controller until the stream ends.
+pub async fn run(ctx: Arc<Context>, pods: Api<Pod>) {
+    Controller::new(
+        pods,
+        watcher::Config::default().labels(hangar_api::label::ACTIONS_RUNNER),
+    )
+    .run(reconcile, error_policy, ctx)
+    .for_each(|_| async {})
+    .await;
+}
+
+async fn annotate(pod: &Pod, ctx: &Context, pairs: &[(&str, Option<String>)]) -> Result<(), Error> {
+    let mut map = serde_json::Map::new();
+    for (k, v) in pairs {
+        map.insert(
+            (*k).to_owned(),
+            v.clone()
+                .map_or(serde_json::Value::Null, serde_json::Value::String),
+        );
+    }
+    let patch = serde_json::json!({ "metadata": { "annotations": map } });
+    Api::<Pod>::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default())
+        .patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map(drop)
+        .map_err(kube_err("annotate pod", object_name(pod)))
+}
+
+async fn set_finalizers(pod: &Pod, ctx: &Context, finalizers: Vec<String>) -> Result<(), Error> {
+    // The resourceVersion makes this a compare-and-swap: a concurrent change fails and retries.
+    let patch = serde_json::json!({ "metadata": {
+        "finalizers": finalizers, "resourceVersion": pod.resource_version(),
+    }});
+    Api::<Pod>::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default())
+        .patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map(drop)
+        .or_else(|e| match e {
+            kube::Error::Api(ref s) if s.code == 404 => Ok(()),
+            e => Err(e),
+        })
+        .map_err(kube_err("update finalizers of pod", object_name(pod)))
+}
+
+/// Reconciles one runner pod.
+pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let now = ctx.now();
+    let Some(scope) = pod_scope(&pod) else {
+        // Not a runner pod we can act for (no scope in its env): leave it alone.
+        return Ok(Action::await_change());
+    };
+    let gh_scope = github_scope(&scope);
+    let has_finalizer = pod.finalizers().iter().any(|f| f == finalizer::RUNNER_POD);
+    let deleting = pod.metadata.deletion_timestamp.is_some();
+
+    if deleting {
+        if has_finalizer {
+            delete_parent_runner(&pod, &ctx).await?;
+            match unregister(&pod, &ctx, &gh_scope, now).await? {
+                Some(wait) => return Ok(Action::requeue(wait)),
+                None => {
+                    let rest: Vec<String> = pod
+                        .finalizers()
+                        .iter()
+                        .filter(|f| *f != finalizer::RUNNER_POD)
+                        .cloned()
+                        .collect();
+                    set_finalizers(&pod, &ctx, rest).await?;
+                }
+            }
+        }
+        let since = pod
+            .metadata
+            .deletion_timestamp
+            .as_ref()
+            .map(super::k8s_time)
+            .unwrap_or(now);
+        let lingering = now.duration_since(since).unwrap_or_default();
+        if lingering >= FORCE_DELETE_AFTER {
+            info!(pod = %object_name(pod.as_ref()), "force-deleting pod stuck terminating");
+            Api::<Pod>::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default())
+                .delete(&pod.name_any(), &DeleteParams::default().grace_period(0))
+                .await
+                .map(drop)
+                .or_else(|e| match e {
+                    kube::Error::Api(ref s) if s.code == 404 => Ok(()),
+                    e => Err(e),
+                })
+                .map_err(kube_err("force-delete pod", object_name(pod.as_ref())))?;
+            return Ok(Action::await_change());
+        }
+        return Ok(Action::requeue(
+            FORCE_DELETE_AFTER - lingering + Duration::from_secs(1),
+        ));
+    }
+
+    if !has_finalizer {
+        let mut all = pod.finalizers().to_vec();
+        all.push(finalizer::RUNNER_POD.to_owned());
+        set_finalizers(&pod, &ctx, all).await?;
+        return Ok(Action::requeue(Duration::from_millis(100)));
+    }
+
+    let mut requeue = ctx.settings.sync_period;
+    if runner_id(&pod).is_none() && pod_phase(&pod) == hangar_core::owner_sync::PodPhase::Running {
+        let runners = ctx
+            .github
+            .list_runners(&gh_scope)
+            .await
+            .map_err(github_err("list runners", &scope))?;
+        match runners.iter().find(|r| r.name == pod.name_any()) {
+            Some(r) => {
+                annotate(&pod, &ctx, &[(ann::RUNNER_ID, Some(r.id.0.to_string()))]).await?;
+                info!(pod = %object_name(pod.as_ref()), runner_id = r.id.0, "runner registered");
+            }
+            None => requeue = ctx.settings.registration_check_interval,
+        }
+    }
+
+    if annotation(pod.as_ref(), ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_some()
+        && annotation(pod.as_ref(), ann::UNREGISTRATION_COMPLETE_TIMESTAMP).is_none()
+        && let Some(wait) = unregister(&pod, &ctx, &gh_scope, now).await?
+    {
+        requeue = requeue.min(wait);
+    }
+    Ok(Action::requeue(requeue))
+}
+
+/// Deletes the Runner that owns `pod`, so a pod deleted by a user is not resurrected.
+async fn delete_parent_runner(pod: &Pod, ctx: &Context) -> Result<(), Error> {
+    let ns = pod.namespace().unwrap_or_default();
+    let Some(owner) = pod
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "Runner" && o.controller == Some(true))
+    else {
+        return Ok(());
+    };
+    let runners: Api<Runner> = Api::namespaced(ctx.client.clone(), &ns);
+    let object_ref = kube::runtime::reflector::ObjectRef::<Runner>::new(&owner.name).within(&ns);
+    if ctx
+        .stores
+        .runners
+        .get(&object_ref)
+        .is_some_and(|r| r.metadata.deletion_timestamp.is_some())
+    {
+        return Ok(());
+    }
+    runners
+        .delete(&owner.name, &DeleteParams::background())
+        .await
+        .map(drop)
+        .or_else(|e| match e {
+            kube::Error::Api(ref s) if s.code == 404 => Ok(()),
+            e => Err(e),
+        })
+        .map_err(kube_err(
+            "delete runner of deleted pod",
+            format!("{ns}/{}", owner.name),
+        ))
+}
+
+/// One step of unregistration. `Ok(None)` when complete, `Ok(Some(delay))` to check again.
+async fn unregister(
+    pod: &Pod,
+    ctx: &Context,
+    gh_scope: &hangar_github::Scope,
+    now: std::time::SystemTime,
+) -> Result<Option<Duration>, Error> {
+    let scope_name = gh_scope.config_path();
+    if annotation(pod, ann::UNREGISTRATION_START_TIMESTAMP).is_none() {
+        annotate(
+            pod,
+            ctx,
+            &[(ann::UNREGISTRATION_START_TIMESTAMP, Some(rfc3339(now)))],
+        )
+        .await?;
+    }
+    let mut id = runner_id(pod);
+    if id.is_none() && pod_phase(pod) != hangar_core::owner_sync::PodPhase::Pending {
+        let runners = ctx
+            .github
+            .list_runners(gh_scope)
+            .await
+            .map_err(github_err("list runners", &scope_name))?;
+        id = runners
+            .iter()
+            .find(|r| r.name == pod.name_any())
+            .map(|r| r.id.0);
+    }
+    let state = PodState {
+        runner_id: id,
+        phase: pod_phase(pod),
+        runner_stopped: runner_stopped(pod),
+        ready_since: ready_since(pod),
+        started: pod
+            .status
+            .as_ref()
+            .and_then(|s| s.start_time.as_ref())
+            .map(super::k8s_time),
+        unregistration_complete: annotation(pod, ann::UNREGISTRATION_COMPLETE_TIMESTAMP).is_some(),
+        completion_wait_started: annotation(pod, ann::RUNNER_COMPLETION_WAIT_START_TIMESTAMP)
+            .is_some(),
+        runner_restarted: runner_restarted(pod),
+    };
+    let finished = match unregistration::next_step(&state, now) {
+        Step::Finish(why) => why,
+        Step::WaitForRegistration { recheck_after } => return Ok(Some(recheck_after)),
+        Step::Delete { runner_id } => {
+            let outcome = match ctx
+                .github
+                .delete_runner(gh_scope, RunnerId(runner_id))
+                .await
+            {
+                Ok(()) => DeleteOutcome::Removed,
+                Err(GitHubError::NotFound { .. }) => DeleteOutcome::NotFound,
+                Err(GitHubError::Forbidden { .. }) => DeleteOutcome::Forbidden,
+                Err(GitHubError::RunnerBusy { .. }) => DeleteOutcome::Busy,
+                Err(GitHubError::RateLimited { .. }) => {
+                    DeleteOutcome::RateLimited { retry_after: None }
+                }
+                Err(e) => {
+                    warn!(pod = %object_name(pod), error = %e, "delete runner failed");
+                    DeleteOutcome::Failed
+                }
+            };
+            match unregistration::after_delete(outcome, pod_is_ephemeral(pod)) {
+                AfterDelete::Finish(why) => why,
+                AfterDelete::Busy {
+                    start_completion_wait,
+                    recheck_after,
+                } => {
+                    let mut pairs = vec![(
+                        ann::UNREGISTRATION_FAILURE_MESSAGE,
+                        Some("runner is still running a job".to_owned()),
+                    )];
+                    if start_completion_wait
+                        && state.completion_wait_started.then_some(()).is_none()
+                    {
+                        pairs.push((
+                            ann::RUNNER_COMPLETION_WAIT_START_TIMESTAMP,
+                            Some(rfc3339(now)),
+                        ));
+                    }
+                    annotate(pod, ctx, &pairs).await?;
+                    return Ok(Some(recheck_after));
+                }
+                AfterDelete::Retry { after } => return Ok(Some(after)),
+            }
+        }
+    };
+    info!(pod = %object_name(pod), reason = ?finished, "runner unregistered");
+    annotate(
+        pod,
+        ctx,
+        &[(ann::UNREGISTRATION_COMPLETE_TIMESTAMP, Some(rfc3339(now)))],
+    )
+    .await?;
+    Ok(None)
+}
+
+/// Transient errors back off; there are no permanent ones for pods.
+pub fn error_policy(pod: Arc<Pod>, error: &Error, _ctx: Arc<Context>) -> Action {
+    warn!(pod = %object_name(pod.as_ref()), %error, "reconcile failed");
+    Action::requeue(Duration::from_secs(10))
+}

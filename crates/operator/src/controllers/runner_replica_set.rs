@@ -1,0 +1,289 @@
+//! RunnerReplicaSet controller: keeps `replicas` Runners, through owner sync.
+//!
+//! Observe: the set's Runners and their pods from the stores (no LIST per reconcile). Decide:
+//! `hangar_core::owner_sync::plan`. Apply: create Runners (`generateName: <set>-`, labels from the
+//! template plus the template hash, `sync-time`), annotate retiring pods and Runners, delete
+//! Runners whose runners are unregistered or finished. Status: replicas, ready, available.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use hangar_api::{Runner, RunnerReplicaSet, annotation as ann, label};
+use hangar_core::owner_sync::{self, Action as PlanAction, OwnerView, Wait};
+use hangar_core::template_hash::template_hash;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Resource, ResourceExt};
+use tracing::{info, warn};
+
+use super::{annotation, k8s_time, object_name, parse_time, pod_view, rfc3339};
+use crate::context::Context;
+use crate::error::{Error, kube_err};
+
+/// Runs the controller until the stream ends.
+pub async fn run(ctx: Arc<Context>, sets: Api<RunnerReplicaSet>, runners: Api<Runner>) {
+    let pods = ctx.stores.clone();
+    Controller::new(sets, watcher::Config::default())
+        .owns(runners, watcher::Config::default())
+        // A pod change (ready, registered, completed) matters to the set owning its Runner.
+        .watches(
+            Api::<Pod>::all(ctx.client.clone()),
+            watcher::Config::default().labels(label::ACTIONS_RUNNER),
+            move |pod: Pod| {
+                let ns = pod.namespace()?;
+                let runner_owner = pod.owner_references().iter().find(|o| o.kind == "Runner")?;
+                let runner = pods
+                    .runners
+                    .get(&ObjectRef::new(&runner_owner.name).within(&ns))?;
+                let set = runner
+                    .owner_references()
+                    .iter()
+                    .find(|o| o.kind == "RunnerReplicaSet")?;
+                Some(ObjectRef::new(&set.name).within(&ns))
+            },
+        )
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| async {})
+        .await;
+}
+
+/// The template hash of a set: the `runner-template-hash` label its template carries (set by
+/// the RunnerDeployment), else a hash of the template.
+pub fn desired_hash(set: &RunnerReplicaSet) -> String {
+    set.spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.as_ref())
+        .and_then(|l| l.get(label::RUNNER_TEMPLATE_HASH))
+        .cloned()
+        .unwrap_or_else(|| {
+            template_hash(&serde_json::to_vec(&set.spec.template).unwrap_or_default())
+        })
+}
+
+/// Reconciles one RunnerReplicaSet.
+pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if set.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let ns = set.namespace().unwrap_or_default();
+    let uid = set.uid().unwrap_or_default();
+    let now = ctx.now();
+    let runners: Vec<Arc<Runner>> = ctx
+        .stores
+        .runners
+        .state()
+        .into_iter()
+        .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|r| r.owner_references().iter().any(|o| o.uid == uid))
+        .collect();
+    let owners: Vec<OwnerView> = runners
+        .iter()
+        .map(|r| {
+            let pod = ctx
+                .stores
+                .pods
+                .get(&ObjectRef::<Pod>::new(&r.name_any()).within(&ns));
+            OwnerView {
+                name: r.name_any(),
+                created: r
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(k8s_time)
+                    .unwrap_or(now),
+                template_hash: r.labels().get(label::RUNNER_TEMPLATE_HASH).cloned(),
+                sync_time: annotation(r.as_ref(), ann::SYNC_TIME).and_then(parse_time),
+                deleting: r.metadata.deletion_timestamp.is_some(),
+                unregistration_requested: annotation(
+                    r.as_ref(),
+                    ann::UNREGISTRATION_REQUEST_TIMESTAMP,
+                )
+                .is_some(),
+                unregistration_complete: annotation(
+                    r.as_ref(),
+                    ann::UNREGISTRATION_COMPLETE_TIMESTAMP,
+                )
+                .is_some(),
+                // A Runner has created its pod once its status has a phase.
+                settled: r.status.as_ref().and_then(|s| s.phase.as_ref()).is_some()
+                    || pod.is_some(),
+                pods: pod.iter().map(|p| pod_view(p)).collect(),
+            }
+        })
+        .collect();
+
+    let ephemeral = set.spec.template.spec.config.ephemeral.unwrap_or(true);
+    let input = owner_sync::Input {
+        desired: u32::try_from(set.spec.replicas.unwrap_or(1).max(0)).unwrap_or(0),
+        desired_template_hash: desired_hash(&set),
+        effective_time: set.spec.effective_time.as_ref().map(k8s_time),
+        ephemeral,
+        owners,
+        now,
+    };
+    let plan = owner_sync::plan(&input);
+    for action in &plan.actions {
+        apply(&set, &ctx, action, &input.desired_template_hash).await?;
+    }
+
+    let mut status = serde_json::Map::new();
+    let total = runners
+        .iter()
+        .filter(|r| r.metadata.deletion_timestamp.is_none())
+        .count();
+    let ready = runners
+        .iter()
+        .filter(|r| r.status.as_ref().and_then(|s| s.ready).unwrap_or(false))
+        .count();
+    status.insert("replicas".into(), total.into());
+    status.insert("readyReplicas".into(), ready.into());
+    status.insert("availableReplicas".into(), ready.into());
+    let current = serde_json::to_value(&set.status).unwrap_or_default();
+    if ["replicas", "readyReplicas", "availableReplicas"]
+        .iter()
+        .any(|k| current.get(k) != status.get(*k))
+    {
+        Api::<RunnerReplicaSet>::namespaced(ctx.client.clone(), &ns)
+            .patch_status(
+                &set.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&serde_json::json!({ "status": status })),
+            )
+            .await
+            .map_err(kube_err(
+                "patch status of runnerreplicaset",
+                object_name(set.as_ref()),
+            ))?;
+    }
+
+    let requeue = match plan.wait {
+        Some(Wait::RecreationDelay { until }) => {
+            until.duration_since(now).unwrap_or_default() + Duration::from_secs(1)
+        }
+        Some(ref w) => {
+            if matches!(w, Wait::OwnerWithoutTemplateHash(_) | Wait::Inconsistent(_)) {
+                warn!(set = %object_name(set.as_ref()), wait = ?w, "owner sync cannot proceed");
+            }
+            Duration::from_secs(10)
+        }
+        None => ctx.settings.sync_period,
+    };
+    Ok(Action::requeue(requeue.min(ctx.settings.sync_period)))
+}
+
+async fn apply(
+    set: &RunnerReplicaSet,
+    ctx: &Context,
+    action: &PlanAction,
+    hash: &str,
+) -> Result<(), Error> {
+    let ns = set.namespace().unwrap_or_default();
+    let runners: Api<Runner> = Api::namespaced(ctx.client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let now = rfc3339(ctx.now());
+    let annotate = |key: &'static str| serde_json::json!({ "metadata": { "annotations": { key: now.clone() } } });
+    match action {
+        PlanAction::Create { count } => {
+            for _ in 0..*count {
+                let runner = new_runner(set, hash, &now);
+                runners
+                    .create(&PostParams::default(), &runner)
+                    .await
+                    .map_err(kube_err("create runner for", object_name(set)))?;
+            }
+            info!(set = %object_name(set), count, "created runners");
+        }
+        PlanAction::Delete { owner, reason } => {
+            runners
+                .delete(owner, &DeleteParams::background())
+                .await
+                .map(drop)
+                .or_else(|e| match e {
+                    kube::Error::Api(ref s) if s.code == 404 => Ok(()),
+                    e => Err(e),
+                })
+                .map_err(kube_err("delete runner", format!("{ns}/{owner}")))?;
+            info!(set = %object_name(set), runner = owner, ?reason, "deleted runner");
+        }
+        PlanAction::RequestUnregistration {
+            owner,
+            pods: pod_names,
+            reason,
+        } => {
+            // Pods first: the owner's annotation means "all my pods were asked".
+            for pod in pod_names {
+                pods.patch(
+                    pod,
+                    &PatchParams::default(),
+                    &Patch::Merge(&annotate(ann::UNREGISTRATION_REQUEST_TIMESTAMP)),
+                )
+                .await
+                .map_err(kube_err(
+                    "request unregistration of pod",
+                    format!("{ns}/{pod}"),
+                ))?;
+            }
+            runners
+                .patch(
+                    owner,
+                    &PatchParams::default(),
+                    &Patch::Merge(&annotate(ann::UNREGISTRATION_REQUEST_TIMESTAMP)),
+                )
+                .await
+                .map_err(kube_err(
+                    "request unregistration of runner",
+                    format!("{ns}/{owner}"),
+                ))?;
+            info!(set = %object_name(set), runner = owner, ?reason, "retiring runner");
+        }
+        PlanAction::MarkUnregistrationComplete { owner } => {
+            runners
+                .patch(
+                    owner,
+                    &PatchParams::default(),
+                    &Patch::Merge(&annotate(ann::UNREGISTRATION_COMPLETE_TIMESTAMP)),
+                )
+                .await
+                .map_err(kube_err(
+                    "mark runner unregistered",
+                    format!("{ns}/{owner}"),
+                ))?;
+        }
+    }
+    Ok(())
+}
+
+/// A new Runner for the set: the template, named `<set>-<random>`, labelled with the template
+/// hash and stamped with its sync time.
+pub fn new_runner(set: &RunnerReplicaSet, hash: &str, now: &str) -> Runner {
+    let template_meta = set.spec.template.metadata.clone().unwrap_or_default();
+    let mut labels: BTreeMap<String, String> = template_meta.labels.unwrap_or_default();
+    labels.insert(label::RUNNER_TEMPLATE_HASH.into(), hash.into());
+    let mut annotations = template_meta.annotations.unwrap_or_default();
+    annotations.insert(ann::SYNC_TIME.into(), now.into());
+    let mut runner = Runner::new("", set.spec.template.spec.clone());
+    runner.metadata = ObjectMeta {
+        name: None,
+        generate_name: Some(format!("{}-", set.name_any())),
+        namespace: set.namespace(),
+        labels: Some(labels),
+        annotations: Some(annotations),
+        owner_references: set.controller_owner_ref(&()).map(|o| vec![o]),
+        ..Default::default()
+    };
+    runner
+}
+
+/// Transient errors back off.
+pub fn error_policy(set: Arc<RunnerReplicaSet>, error: &Error, _ctx: Arc<Context>) -> Action {
+    warn!(set = %object_name(set.as_ref()), %error, "reconcile failed");
+    Action::requeue(Duration::from_secs(10))
+}

@@ -1,0 +1,158 @@
+//! Runner lifecycle against the real control plane and ghsim: RunnerDeployment → RunnerReplicaSet
+//! → Runners → pods with registration Secrets; scale-down and direct pod deletion.
+//! (Pods stay Pending here: no node simulator runs in this file.)
+
+mod support;
+
+use std::time::Duration;
+
+use hangar_api::{Runner, RunnerReplicaSet};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::ResourceExt;
+use kube::api::{DeleteParams, ListParams};
+use support::{Harness, eventually};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn deployment(name: &str, replicas: i32, label: &str) -> String {
+    format!(
+        "apiVersion: actions.summerwind.dev/v1alpha1\nkind: RunnerDeployment\nmetadata:\n  name: {name}\nspec:\n  replicas: {replicas}\n  template:\n    spec:\n      repository: octo/app\n      labels: [{label}]\n"
+    )
+}
+
+async fn pods(h: &Harness) -> Vec<Pod> {
+    h.api::<Pod>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
+#[tokio::test]
+async fn runner_deployment_creates_runner_pods_with_secret_sourced_tokens() {
+    let h = Harness::start("rd-create").await;
+    h.apply(&deployment("web", 2, "linux"));
+
+    let pods = eventually("two runner pods", WAIT, || async {
+        let p = pods(&h).await;
+        (p.len() == 2).then_some(p)
+    })
+    .await;
+    let sets = h
+        .api::<RunnerReplicaSet>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(sets.len(), 1);
+    assert!(
+        sets[0].name_any().starts_with("web-"),
+        "{}",
+        sets[0].name_any()
+    );
+
+    for pod in &pods {
+        let spec = pod.spec.as_ref().unwrap();
+        let names: Vec<&str> = spec.containers.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["runner", "docker"]);
+        let runner = &spec.containers[0];
+        let token = runner
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|e| e.name == "RUNNER_TOKEN")
+            .unwrap();
+        assert!(
+            token.value.is_none(),
+            "a literal token leaked into the pod spec"
+        );
+        let secret_name = &token
+            .value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap()
+            .name;
+        let secret = h.api::<Secret>().get(secret_name).await.unwrap();
+        let issued = String::from_utf8(secret.data.unwrap()["runner_token"].0.clone()).unwrap();
+        assert!(!issued.is_empty());
+        // The token is a real one from (simulated) GitHub: registration with it succeeds.
+        let runner_name = pod.name_any();
+        let request: ghsim::world::RegisterRunner = serde_json::from_value(serde_json::json!({
+            "url": format!("{}octo/app", h.url), "token": issued, "name": runner_name,
+            "labels": ["linux"], "ephemeral": true,
+        }))
+        .unwrap();
+        let registered = h
+            .sim
+            .update(|w, now| w.register_runner(request, now).is_ok());
+        assert!(registered, "ghsim refused the token Hangar obtained");
+    }
+    // Runners report Pending until GitHub knows them.
+    let runners = h
+        .api::<Runner>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(runners.len(), 2);
+}
+
+#[tokio::test]
+async fn scaling_to_zero_releases_pending_runners() {
+    let h = Harness::start("rd-zero").await;
+    h.apply(&deployment("zero", 2, "linux"));
+    eventually("two pods", WAIT, || async {
+        (pods(&h).await.len() == 2).then_some(())
+    })
+    .await;
+
+    h.apply(&deployment("zero", 0, "linux"));
+    eventually("no runners and no pods", WAIT, || async {
+        let runners = h
+            .api::<Runner>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        (runners.is_empty() && pods(&h).await.is_empty()).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_pod_deleted_by_a_user_is_replaced_by_a_new_runner() {
+    let h = Harness::start("pod-delete").await;
+    h.apply(&deployment("del", 1, "linux"));
+    let first = eventually("a pod", WAIT, || async {
+        pods(&h).await.into_iter().next()
+    })
+    .await;
+    let first_name = first.name_any();
+    h.api::<Pod>()
+        .delete(&first_name, &DeleteParams::default())
+        .await
+        .unwrap();
+
+    let replacement = eventually("a replacement pod", WAIT, || async {
+        pods(&h)
+            .await
+            .into_iter()
+            .find(|p| p.name_any() != first_name && p.metadata.deletion_timestamp.is_none())
+    })
+    .await;
+    // The old Runner is gone, not resurrected.
+    let runners = h
+        .api::<Runner>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert!(
+        runners.iter().all(|r| r.name_any() != first_name),
+        "runner {first_name} was resurrected"
+    );
+    assert_ne!(replacement.name_any(), first_name);
+}
