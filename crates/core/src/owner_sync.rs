@@ -430,3 +430,6 @@ fn count(owner: &OwnerView, now: SystemTime) -> Counts {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod properties;

@@ -21,7 +21,9 @@ pub fn fnv1a32(data: &[u8]) -> u32 {
 
 /// Encodes each decimal digit-byte of `s` through the safe alphabet, as Kubernetes does.
 fn safe_encode(s: &str) -> String {
-    s.bytes().map(|b| ALPHABET[usize::from(b) % ALPHABET.len()] as char).collect()
+    s.bytes()
+        .map(|b| ALPHABET[usize::from(b) % ALPHABET.len()] as char)
+        .collect()
 }
 
 /// The template hash of a canonical serialization (callers serialize with sorted keys).

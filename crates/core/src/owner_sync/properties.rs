@@ -1,0 +1,154 @@
+//! Properties of owner sync over random situations: the invariants the whole design rests on.
+
+use std::time::{Duration, SystemTime};
+
+use proptest::prelude::*;
+
+use super::*;
+
+fn t(mins: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(2_000_000 + mins * 60)
+}
+
+fn phase() -> impl Strategy<Value = PodPhase> {
+    prop_oneof![
+        Just(PodPhase::Pending),
+        Just(PodPhase::Running),
+        Just(PodPhase::Running),
+        Just(PodPhase::Succeeded),
+        Just(PodPhase::Failed),
+    ]
+}
+
+prop_compose! {
+    fn pod_view(i: usize)(
+        phase in phase(),
+        runner_stopped in proptest::bool::weighted(0.1),
+        deleting in proptest::bool::weighted(0.1),
+        registered in proptest::bool::weighted(0.8),
+        ready_at in proptest::option::of(0u64..30),
+        requested in proptest::bool::weighted(0.2),
+        complete in proptest::bool::weighted(0.1),
+    ) -> PodView {
+        PodView {
+            name: format!("pod-{i}"),
+            phase,
+            runner_stopped,
+            deleting,
+            registered,
+            ready_since: ready_at.map(t),
+            unregistration_requested: requested || complete,
+            unregistration_complete: complete,
+        }
+    }
+}
+
+prop_compose! {
+    fn owner_view(i: usize)(
+        created in 0u64..30,
+        outdated in proptest::bool::weighted(0.2),
+        deleting in proptest::bool::weighted(0.05),
+        requested in proptest::bool::weighted(0.15),
+        complete in proptest::bool::weighted(0.05),
+        settled in proptest::bool::weighted(0.9),
+        pods in proptest::collection::vec(pod_view(i), 0..3),
+    ) -> OwnerView {
+        OwnerView {
+            name: format!("owner-{i}"),
+            created: t(created),
+            template_hash: Some(if outdated { "old".into() } else { "new".into() }),
+            sync_time: Some(t(created)),
+            deleting,
+            unregistration_requested: requested || complete,
+            unregistration_complete: complete,
+            settled,
+            pods,
+        }
+    }
+}
+
+fn owners() -> impl Strategy<Value = Vec<OwnerView>> {
+    (0usize..8).prop_flat_map(|n| (0..n).map(owner_view).collect::<Vec<_>>())
+}
+
+prop_compose! {
+    fn situation()(
+        desired in 0u32..6,
+        owners in owners(),
+        effective in proptest::option::of(0u64..40),
+        ephemeral in any::<bool>(),
+        now in 30u64..60,
+    ) -> Input {
+        Input {
+            desired,
+            desired_template_hash: "new".into(),
+            effective_time: effective.map(t),
+            ephemeral,
+            owners,
+            now: t(now),
+        }
+    }
+}
+
+/// A pod whose runner may be running a job: running, not stopped, and not yet unregistered.
+fn may_be_busy(pod: &PodView) -> bool {
+    pod.phase == PodPhase::Running && !pod.runner_stopped && !pod.unregistration_complete
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// Deleting an owner deletes its pods; that must never happen to a runner that may be busy
+    /// unless GitHub confirmed it unregistered (then it cannot be holding a job).
+    #[test]
+    fn never_deletes_an_owner_with_a_possibly_busy_runner(input in situation()) {
+        let plan = plan(&input);
+        for action in &plan.actions {
+            if let Action::Delete { owner, .. } = action {
+                let o = input.owners.iter().find(|o| &o.name == owner).unwrap();
+                prop_assert!(
+                    o.unregistration_complete || !o.pods.iter().any(may_be_busy),
+                    "plan deletes {owner} holding a possibly busy runner: {o:?}"
+                );
+            }
+        }
+    }
+
+    /// Creation only fills the gap to `desired`; it never overshoots.
+    #[test]
+    fn never_creates_beyond_desired(input in situation()) {
+        let plan = plan(&input);
+        let created: u32 = plan.actions.iter().map(|a| match a {
+            Action::Create { count } => *count,
+            _ => 0,
+        }).sum();
+        prop_assert!(plan.counts.running + plan.counts.pending + created <= input.desired.max(plan.counts.running + plan.counts.pending));
+    }
+
+    /// When every up-to-date runner runs and there are at least `desired` of them, nothing is
+    /// created.
+    #[test]
+    fn nothing_is_created_when_enough_runners_run(input in situation()) {
+        let plan = plan(&input);
+        if plan.counts.running >= input.desired {
+            let creates = plan.actions.iter().any(|a| matches!(a, Action::Create { .. }));
+            prop_assert!(!creates, "created with {} running: {:?}", plan.counts.running, plan.actions);
+        }
+    }
+
+    /// Each owner gets at most one action per pass.
+    #[test]
+    fn at_most_one_action_per_owner(input in situation()) {
+        let plan = plan(&input);
+        let mut seen = std::collections::BTreeSet::new();
+        for action in &plan.actions {
+            let owner = match action {
+                Action::Create { .. } => continue,
+                Action::Delete { owner, .. }
+                | Action::RequestUnregistration { owner, .. }
+                | Action::MarkUnregistrationComplete { owner } => owner,
+            };
+            prop_assert!(seen.insert(owner.clone()), "two actions for {owner}: {:?}", plan.actions);
+        }
+    }
+}
