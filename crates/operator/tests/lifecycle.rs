@@ -156,3 +156,59 @@ async fn a_pod_deleted_by_a_user_is_replaced_by_a_new_runner() {
     );
     assert_ne!(replacement.name_any(), first_name);
 }
+
+#[tokio::test]
+async fn jit_mode_registers_each_runner_with_one_call_and_no_token_in_pods() {
+    let h = Harness::start("jit").await;
+    h.apply(
+        "apiVersion: actions.summerwind.dev/v1alpha1\nkind: RunnerDeployment\nmetadata:\n  name: jit\nspec:\n  replicas: 2\n  template:\n    metadata:\n      annotations:\n        hangar.dev/registration: jit\n    spec:\n      repository: octo/app\n      labels: [linux]\n",
+    );
+    let pods = eventually("two JIT runner pods", WAIT, || async {
+        let p = pods(&h).await;
+        (p.len() == 2).then_some(p)
+    })
+    .await;
+    for pod in &pods {
+        let runner = &pod.spec.as_ref().unwrap().containers[0];
+        let names: Vec<&str> = runner
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|e| e.name.as_str())
+            .collect();
+        assert!(
+            names.contains(&"ACTIONS_RUNNER_INPUT_JITCONFIG"),
+            "{names:?}"
+        );
+        assert!(
+            !names.contains(&"RUNNER_TOKEN"),
+            "a reusable token reached a JIT pod"
+        );
+    }
+    // JIT registers the runner on the spot: GitHub already knows both (offline) runners.
+    let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+    let known = h.sim.read(|w, _| {
+        w.runners
+            .values()
+            .filter(|r| names.contains(&r.name))
+            .count()
+    });
+    assert_eq!(known, 2);
+}
+
+#[tokio::test]
+async fn github_server_errors_delay_but_do_not_prevent_runner_creation() {
+    let h = Harness::start("faults").await;
+    h.sim.set_faults(ghsim::Faults {
+        server_error_rate: 0.5,
+        ..ghsim::Faults::default()
+    });
+    h.apply(&deployment("flaky", 3, "linux"));
+    eventually(
+        "three runner pods despite 5xx",
+        Duration::from_secs(120),
+        || async { (pods(&h).await.len() == 3).then_some(()) },
+    )
+    .await;
+}
