@@ -129,4 +129,33 @@ impl Context {
     pub fn now(&self) -> SystemTime {
         self.clock.now()
     }
+
+    /// Publishes a Kubernetes Event about `object` in the background: events are for humans
+    /// and must never fail or slow a reconcile.
+    pub fn event(
+        &self,
+        object: k8s_openapi::api::core::v1::ObjectReference,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
+        use kube::runtime::events::{Event, EventType};
+        let ev = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: reason.to_owned(),
+            secondary: None,
+        };
+        let recorder = self.recorder.clone();
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&ev, &object).await {
+                tracing::debug!(error = %e, "could not publish event");
+            }
+        });
+    }
 }

@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::{Controller, watcher};
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::{
@@ -160,6 +160,12 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error
             Some(r) => {
                 annotate(&pod, &ctx, &[(ann::RUNNER_ID, Some(r.id.0.to_string()))]).await?;
                 info!(pod = %object_name(pod.as_ref()), runner_id = r.id.0, "runner registered");
+                ctx.event(
+                    pod.object_ref(&()),
+                    false,
+                    "RunnerRegistered",
+                    format!("registered on GitHub as runner {}", r.id.0),
+                );
             }
             None => requeue = ctx.settings.registration_check_interval,
         }
@@ -291,6 +297,12 @@ async fn unregister(
                         ));
                     }
                     annotate(pod, ctx, &pairs).await?;
+                    ctx.event(
+                        pod.object_ref(&()),
+                        false,
+                        "WaitingForBusyRunner",
+                        "runner is running a job; it is unregistered once the job ends".into(),
+                    );
                     return Ok(Some(recheck_after));
                 }
                 AfterDelete::Retry { after } => return Ok(Some(after)),
@@ -298,6 +310,12 @@ async fn unregister(
         }
     };
     info!(pod = %object_name(pod), reason = ?finished, "runner unregistered");
+    ctx.event(
+        pod.object_ref(&()),
+        false,
+        "RunnerUnregistered",
+        format!("unregistered from GitHub ({finished:?})"),
+    );
     annotate(
         pod,
         ctx,

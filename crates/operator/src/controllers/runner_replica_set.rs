@@ -200,6 +200,12 @@ async fn apply(
                     .map_err(kube_err("create runner for", object_name(set)))?;
             }
             info!(set = %object_name(set), count, "created runners");
+            ctx.event(
+                set.object_ref(&()),
+                false,
+                "CreatedRunners",
+                format!("created {count} runner(s)"),
+            );
         }
         PlanAction::Delete { owner, reason } => {
             runners
@@ -212,6 +218,12 @@ async fn apply(
                 })
                 .map_err(kube_err("delete runner", format!("{ns}/{owner}")))?;
             info!(set = %object_name(set), runner = owner, ?reason, "deleted runner");
+            ctx.event(
+                set.object_ref(&()),
+                false,
+                "DeletedRunner",
+                format!("deleted runner {owner} ({reason:?})"),
+            );
         }
         PlanAction::RequestUnregistration {
             owner,
@@ -243,6 +255,12 @@ async fn apply(
                     format!("{ns}/{owner}"),
                 ))?;
             info!(set = %object_name(set), runner = owner, ?reason, "retiring runner");
+            ctx.event(
+                set.object_ref(&()),
+                false,
+                "UnregisteringRunner",
+                format!("unregistering runner {owner} from GitHub before deleting it ({reason:?})"),
+            );
         }
         PlanAction::MarkUnregistrationComplete { owner } => {
             runners
