@@ -15,6 +15,7 @@
 //! - [`runner_api`]: the runner protocol under `/_ghsim/runner/`; [`runner`]: its client.
 //! - [`control`]: the control API under `/_ghsim/`.
 //! - [`webhooks`], [`faults`], [`scenario`], [`accounting`].
+//! - [`conformance`]: fetches GitHub's OpenAPI description and webhook examples for tests.
 //!
 //! # Starting one in a test
 //! ```no_run
@@ -33,6 +34,7 @@
 #![recursion_limit = "256"]
 
 pub mod accounting;
+pub mod conformance;
 pub mod control;
 pub mod faults;
 pub mod http;

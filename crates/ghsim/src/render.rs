@@ -303,7 +303,13 @@ pub fn run(world: &World, run: &Run) -> Value {
 pub fn installation(world: &World, inst: &Installation) -> Value {
     let b = base(world);
     let app = &world.apps[&inst.app_id];
-    let account = user(world, &inst.account);
+    let mut account = user(world, &inst.account);
+    // The description's list-installations schema demands `allOf [simple-user, enterprise]`
+    // for the account, so it also carries the enterprise fields.
+    account["name"] = json!(inst.account);
+    account["slug"] = json!(inst.account);
+    account["created_at"] = json!(ts(inst.created_at));
+    account["updated_at"] = json!(ts(inst.created_at));
     let target_type = account["type"].clone();
     json!({
         "id": inst.id,

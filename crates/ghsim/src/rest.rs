@@ -88,6 +88,44 @@ pub fn router(sim: Sim) -> Router {
         .with_state(sim)
 }
 
+/// The endpoints [`router`] serves, as `(method, OpenAPI path template)`. The conformance
+/// tests check each against GitHub's OpenAPI description.
+pub fn endpoints() -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    for prefix in [
+        "/repos/{owner}/{repo}",
+        "/orgs/{org}",
+        "/enterprises/{enterprise}",
+    ] {
+        let runners = format!("{prefix}/actions/runners");
+        out.extend([
+            ("GET", runners.clone()),
+            ("POST", format!("{runners}/registration-token")),
+            ("POST", format!("{runners}/remove-token")),
+            ("POST", format!("{runners}/generate-jitconfig")),
+            ("GET", format!("{runners}/{{runner_id}}")),
+            ("DELETE", format!("{runners}/{{runner_id}}")),
+            ("GET", format!("{runners}/{{runner_id}}/labels")),
+        ]);
+    }
+    for (method, path) in [
+        ("GET", "/orgs/{org}/actions/runner-groups"),
+        ("GET", "/enterprises/{enterprise}/actions/runner-groups"),
+        ("GET", "/repos/{owner}/{repo}/actions/runs"),
+        ("GET", "/repos/{owner}/{repo}/actions/runs/{run_id}"),
+        ("GET", "/repos/{owner}/{repo}/actions/runs/{run_id}/jobs"),
+        ("GET", "/repos/{owner}/{repo}/actions/jobs/{job_id}"),
+        ("GET", "/app/installations"),
+        ("POST", "/app/installations/{installation_id}/access_tokens"),
+        ("GET", "/orgs/{org}/installation"),
+        ("GET", "/repos/{owner}/{repo}/installation"),
+        ("GET", "/rate_limit"),
+    ] {
+        out.push((method, path.to_owned()));
+    }
+    out
+}
+
 /// Unknown routes: GitHub's 404 body.
 pub async fn not_found() -> ApiError {
     ApiError::not_found()
@@ -146,13 +184,15 @@ fn rate_headers(response: &mut Response, limit: u64, used: u64, reset: i64) {
 pub async fn github_layer(
     State(sim): State<Sim>,
     matched: MatchedPath,
-    mut request: Request,
+    request: Request,
     next: Next,
 ) -> Response {
     let method = request.method().clone();
     let endpoint = format!("{method} {}", matched.as_str());
     let now = sim.now();
-    let app_route = matched.as_str().starts_with("/app/");
+    // Endpoints that take the App's JWT rather than a token.
+    let app_route =
+        matched.as_str().starts_with("/app/") || matched.as_str().ends_with("/installation");
     let free = matched.as_str() == "/rate_limit";
 
     // 1. Who is calling.
@@ -218,7 +258,28 @@ pub async fn github_layer(
         return response;
     }
 
-    // 3. The endpoint.
+    // 3. The endpoint (the request is logged first, body included, for conformance checks).
+    let (parts, body) = request.into_parts();
+    let body = axum::body::to_bytes(body, 1 << 20)
+        .await
+        .unwrap_or_default();
+    let query = parts
+        .uri
+        .query()
+        .map(|q| {
+            url::form_urlencoded::parse(q.as_bytes())
+                .map(|(k, _)| k.into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let recorded = crate::world::RecordedRequest {
+        method: method.to_string(),
+        template: matched.as_str().to_owned(),
+        query,
+        body: serde_json::from_slice(&body).ok(),
+    };
+    sim.update_quiet(|w| w.record_request(recorded));
+    let mut request = Request::from_parts(parts, Body::from(body));
     let conditional = request.headers().clone();
     request.extensions_mut().insert(identity);
     let response = next.run(request).await;

@@ -7,7 +7,7 @@
 //! - a runner takes one job at a time.
 //!
 //! Which runners may serve which repository (scope and runner-group visibility) is the
-//! caller's knowledge, passed in as [`Candidate::level`] = `None` for "not eligible". Jobs are
+//! caller's knowledge, passed to [`route`] as a function returning `None` for "not eligible". Jobs are
 //! served oldest first; among equally ranked runners the lowest id wins, so routing is
 //! deterministic.
 

@@ -452,6 +452,22 @@ pub struct CallStats {
     pub errors: u64,
 }
 
+/// One REST request as received (for checking clients against the API description).
+#[derive(Clone, Debug, Serialize)]
+pub struct RecordedRequest {
+    /// HTTP method.
+    pub method: String,
+    /// Route template, e.g. `/orgs/{org}/actions/runners`.
+    pub template: String,
+    /// Query parameter names.
+    pub query: Vec<String>,
+    /// JSON body, if any.
+    pub body: Option<Value>,
+}
+
+/// How many recent requests [`World::requests`] keeps.
+pub const REQUEST_LOG: usize = 10_000;
+
 /// A webhook event produced by a transition, rendered when it happened.
 #[derive(Clone, Debug)]
 pub struct Emitted {
@@ -601,6 +617,8 @@ pub struct World {
     pub calls: BTreeMap<(String, String), CallStats>,
     /// Runners removed although they never connected.
     pub removed_never_connected: u64,
+    /// The latest [`REQUEST_LOG`] REST requests.
+    pub requests: std::collections::VecDeque<RecordedRequest>,
     run_numbers: HashMap<u64, u64>,
     outbox: Vec<Emitted>,
     /// Bumped whenever a job is assigned or a session ends: what long-polling runners wait for.
@@ -630,6 +648,7 @@ impl World {
             budgets: BTreeMap::new(),
             calls: BTreeMap::new(),
             removed_never_connected: 0,
+            requests: std::collections::VecDeque::new(),
             run_numbers: HashMap::new(),
             outbox: Vec::new(),
             wake_generation: 0,
@@ -991,6 +1010,14 @@ impl World {
         }
         budget.limit = limit;
         budget
+    }
+
+    /// Logs one request (bounded).
+    pub fn record_request(&mut self, request: RecordedRequest) {
+        if self.requests.len() >= REQUEST_LOG {
+            self.requests.pop_front();
+        }
+        self.requests.push_back(request);
     }
 
     /// Counts one call.

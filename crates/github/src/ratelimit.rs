@@ -5,7 +5,7 @@
 //! 403/429 with `x-ratelimit-remaining: 0` (wait for `x-ratelimit-reset`); a secondary limit
 //! answers 403/429 with `retry-after` seconds, or with neither header, in which case GitHub asks
 //! for at least a minute. "Continuing to make requests while you are rate limited may result in
-//! the banning of your integration", so [`Gate`] remembers the block and the client sends
+//! the banning of your integration", so the gate remembers the block and the client sends
 //! nothing for that credential until it ends.
 
 use std::time::Duration;

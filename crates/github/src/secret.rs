@@ -7,10 +7,12 @@
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-/// A secret string: credentials, tokens, keys. `Debug` prints `Secret(..)`.
-#[derive(Clone, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]
+/// A secret string: credentials, tokens, keys. `Debug` prints `Secret(..)`. It deserializes
+/// (tokens arrive in JSON) but deliberately does not serialize, so it cannot be written into
+/// a log line or a status object by accident.
+#[derive(Clone, PartialEq, Eq, Hash, Default, Deserialize)]
 #[serde(transparent)]
 pub struct Secret(String);
 

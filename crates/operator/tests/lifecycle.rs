@@ -143,16 +143,25 @@ async fn a_pod_deleted_by_a_user_is_replaced_by_a_new_runner() {
             .find(|p| p.name_any() != first_name && p.metadata.deletion_timestamp.is_none())
     })
     .await;
-    // The old Runner is gone, not resurrected.
-    let runners = h
-        .api::<Runner>()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
+    // The old Runner is deleted (a terminating pod is not counted, so the replacement may come
+    // first), and its pod is not resurrected.
+    eventually("the old runner to be deleted", WAIT, || async {
+        let runners = h
+            .api::<Runner>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        runners
+            .iter()
+            .all(|r| r.name_any() != first_name)
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
-        runners.iter().all(|r| r.name_any() != first_name),
-        "runner {first_name} was resurrected"
+        pods(&h).await.iter().all(|p| p.name_any() != first_name),
+        "pod {first_name} was resurrected"
     );
     assert_ne!(replacement.name_any(), first_name);
 }

@@ -4,8 +4,8 @@
 //! private key, issued 60 seconds in the past to allow for clock drift, and valid for at most
 //! 10 minutes; `iss` is the App id or client id. It is exchanged at
 //! `POST /app/installations/{id}/access_tokens` for an installation token that expires after
-//! one hour. [`TokenSlot`] keeps that token and hands out a new one only when less than the
-//! refresh margin remains; the slot's async mutex makes concurrent callers wait for one
+//! one hour. The client keeps that token in a slot and hands out a new one only when less than
+//! the refresh margin remains; the slot's async mutex makes concurrent callers wait for one
 //! exchange instead of each starting their own.
 
 use std::fmt;

@@ -1,0 +1,251 @@
+//! The control API, accounting, Prometheus text, scenarios, GitHub's error bodies.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ghsim::{Sim, SimConfig};
+use hangar_github::ManualClock;
+use serde_json::{Value, json};
+
+async fn start(clock: &ManualClock) -> ghsim::Running {
+    let sim = Sim::new(SimConfig {
+        clock: Arc::new(clock.clone()),
+        ..SimConfig::default()
+    });
+    ghsim::spawn(sim).await.unwrap()
+}
+
+fn http() -> reqwest::Client {
+    hangar_github::client::http_builder()
+        .unwrap()
+        .build()
+        .unwrap()
+}
+
+async fn post(gh: &ghsim::Running, path: &str, body: Value) -> (u16, Value) {
+    let response = http()
+        .post(gh.url.join(path).unwrap())
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn get(
+    gh: &ghsim::Running,
+    path: &str,
+    token: Option<&str>,
+) -> (u16, reqwest::header::HeaderMap, String) {
+    let mut request = http().get(gh.url.join(path).unwrap());
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    (status, headers, response.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn world_is_built_and_inspected_over_http() {
+    let clock = ManualClock::at_epoch_2026();
+    let gh = start(&clock).await;
+    assert_eq!(
+        post(&gh, "_ghsim/enterprises", json!({"slug": "big"}))
+            .await
+            .0,
+        201
+    );
+    assert_eq!(
+        post(
+            &gh,
+            "_ghsim/orgs",
+            json!({"login": "acme", "enterprise": "big"})
+        )
+        .await
+        .0,
+        201
+    );
+    assert_eq!(
+        post(&gh, "_ghsim/repos", json!({"full_name": "acme/app"}))
+            .await
+            .0,
+        201
+    );
+    assert_eq!(
+        post(
+            &gh,
+            "_ghsim/tokens",
+            json!({"token": "ghp_x", "label": "ops"})
+        )
+        .await
+        .0,
+        201
+    );
+    let (status, group) = post(
+        &gh,
+        "_ghsim/runner-groups",
+        json!({"owner": "acme", "name": "gpu", "visibility": "selected", "selected": ["acme/app"]}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    assert_eq!(group["visibility"], "selected");
+    let (status, jobs) = post(
+        &gh,
+        "_ghsim/jobs",
+        json!({"repository": "acme/app", "count": 3, "labels": ["self-hosted"]}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    assert_eq!(jobs["job_ids"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        post(&gh, "_ghsim/jobs", json!({"repository": "acme/nope"}))
+            .await
+            .0,
+        404
+    );
+    let (_, _, state) = get(&gh, "_ghsim/state", None).await;
+    let state: Value = serde_json::from_str(&state).unwrap();
+    assert_eq!(state["jobs"].as_array().unwrap().len(), 3);
+    assert_eq!(state["orgs"][0]["enterprise"], "big");
+
+    let (status, _, body) = get(&gh, "orgs/acme/actions/runners", Some("ghp_x")).await;
+    assert_eq!(status, 200, "{body}");
+    let accounting: Value =
+        serde_json::from_str(&get(&gh, "_ghsim/accounting", None).await.2).unwrap();
+    assert_eq!(accounting["api_calls"][0]["credential"], "pat:ops");
+    assert_eq!(accounting["jobs_summary"]["queued"], 3);
+    let (status, headers, metrics) = get(&gh, "_ghsim/metrics", None).await;
+    assert_eq!(status, 200);
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    assert!(metrics.contains("ghsim_api_calls_total{endpoint=\"GET /orgs/{org}/actions/runners\",credential=\"pat:ops\"} 1"), "{metrics}");
+    assert!(metrics.contains("ghsim_jobs{status=\"queued\"} 3"));
+}
+
+#[tokio::test]
+async fn github_error_bodies_and_headers() {
+    let clock = ManualClock::at_epoch_2026();
+    let gh = start(&clock).await;
+    gh.sim.update(|w, _| {
+        w.add_pat("ghp_ok", "ok");
+        w.add_org("acme", None);
+    });
+    let (status, _, body) = get(&gh, "orgs/acme/actions/runners", None).await;
+    assert_eq!(status, 401);
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["message"], "Requires authentication");
+    assert_eq!(body["status"], "401");
+    let (status, _, body) = get(&gh, "orgs/acme/actions/runners", Some("ghp_bad")).await;
+    assert_eq!(
+        (
+            status,
+            serde_json::from_str::<Value>(&body).unwrap()["message"].clone()
+        ),
+        (401, json!("Bad credentials"))
+    );
+    let (status, _, body) = get(&gh, "no/such/route", Some("ghp_ok")).await;
+    assert_eq!(status, 404);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["documentation_url"],
+        "https://docs.github.com/rest"
+    );
+    let (status, _, _) = get(&gh, "orgs/ghost/actions/runners", Some("ghp_ok")).await;
+    assert_eq!(status, 404);
+
+    let (status, headers, _) = get(&gh, "orgs/acme/actions/runners", Some("ghp_ok")).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["cache-control"], "private, max-age=60, s-maxage=60");
+    assert_eq!(headers["x-ratelimit-limit"], "5000");
+    assert_eq!(
+        headers["x-ratelimit-remaining"], "4998",
+        "the 404 counted too"
+    );
+    assert_eq!(headers["x-ratelimit-resource"], "core");
+    let etag = headers["etag"].to_str().unwrap().to_owned();
+    assert!(etag.starts_with("W/\""));
+    let response = http()
+        .get(gh.url.join("orgs/acme/actions/runners").unwrap())
+        .bearer_auth("ghp_ok")
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 304);
+    assert_eq!(
+        response.headers()["x-ratelimit-remaining"],
+        "4998",
+        "a 304 is free"
+    );
+    assert_eq!(response.headers()["etag"].to_str().unwrap(), etag);
+}
+
+#[tokio::test]
+async fn faults_are_read_and_merged_at_run_time() {
+    let clock = ManualClock::at_epoch_2026();
+    let gh = start(&clock).await;
+    let response = http()
+        .put(gh.url.join("_ghsim/faults").unwrap())
+        .json(&json!({"server_error_rate": 0.25, "primary_budget": 10}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let faults: Value = serde_json::from_str(&get(&gh, "_ghsim/faults", None).await.2).unwrap();
+    assert_eq!(faults["server_error_rate"], 0.25);
+    assert_eq!(faults["secondary_retry_after_secs"], 60);
+    let bad = http()
+        .put(gh.url.join("_ghsim/faults").unwrap())
+        .json(&json!({"webhook_drop_rate": 7}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 422);
+}
+
+#[tokio::test]
+async fn scenario_replays_on_the_simulated_clock() {
+    let clock = ManualClock::at_epoch_2026();
+    let gh = start(&clock).await;
+    gh.sim.update(|w, _| {
+        w.add_repo("acme", "app", true);
+    });
+    let trace = "# two bursts an hour apart\n\
+        {\"at_ms\": 0, \"repository\": \"acme/app\", \"count\": 2, \"labels\": [\"self-hosted\"]}\n\
+        {\"at_ms\": 3600000, \"repository\": \"acme/app\", \"count\": 3, \"duration_ms\": 5000}\n";
+    let response = http()
+        .post(gh.url.join("_ghsim/scenario").unwrap())
+        .body(trace)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    for _ in 0..100 {
+        if gh.sim.read(|w, _| w.jobs.len()) == 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let times: Vec<i64> = gh
+        .sim
+        .read(|w, _| w.jobs.values().map(|j| j.created_at.as_second()).collect());
+    assert_eq!(times.len(), 5);
+    assert_eq!(
+        times[4] - times[0],
+        3600,
+        "the second burst came an hour of simulated time later"
+    );
+    let bad = http()
+        .post(gh.url.join("_ghsim/scenario").unwrap())
+        .body("{oops")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+}
