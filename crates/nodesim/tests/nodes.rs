@@ -1,0 +1,140 @@
+//! Simulated nodes against the real control plane: registration, heartbeats, failures,
+//! shutdown.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{container, phase, pod, start, wait_for, when};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::api::PostParams;
+use nodesim::NodeFailure;
+
+fn lease_renewed(lease: &Lease) -> k8s_openapi::jiff::Timestamp {
+    lease.spec.as_ref().unwrap().renew_time.clone().unwrap().0
+}
+
+#[tokio::test]
+async fn nodes_register_ready_with_capacity_taint_and_lease() {
+    let cluster = hangar_testkit::TestCluster::get();
+    let client = cluster.client().await;
+    let sim = start(client.clone(), "register", 3).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+
+    assert_eq!(sim.node_names().len(), 3);
+    for name in sim.node_names() {
+        let node = nodes.get(&name).await.unwrap();
+        let status = node.status.as_ref().unwrap();
+        let ready = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(ready.status, "True", "{name}");
+        assert_eq!(status.allocatable.as_ref().unwrap()["pods"].0, "110");
+        let taints = node.spec.as_ref().unwrap().taints.clone().unwrap();
+        assert!(
+            taints
+                .iter()
+                .any(|t| t.key == "nodesim.hangar.dev/simulated")
+        );
+        let lease = leases.get(&name).await.unwrap();
+        let owner = &lease.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str()),
+            ("Node", name.as_str())
+        );
+    }
+    sim.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn heartbeats_advance_the_lease_renew_time() {
+    let cluster = hangar_testkit::TestCluster::get();
+    let client = cluster.client().await;
+    let sim = start(client.clone(), "lease", 1).await;
+    let name = sim.node_names()[0].clone();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+
+    let first = lease_renewed(&leases.get(&name).await.unwrap());
+    // Timing::fast renews every second; never sleep for the real 40 s lease duration.
+    let later = wait_for(&leases, &name, "a renewal", |l: Option<&Lease>| {
+        l.is_some_and(|l| lease_renewed(l) > first)
+    })
+    .await;
+    assert!(lease_renewed(&later) > first);
+    sim.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_unresponsive_node_stops_renewing_and_stops_running_pods() {
+    let cluster = hangar_testkit::TestCluster::get();
+    let client = cluster.client().await;
+    let ns = hangar_testkit::TestNamespace::create(cluster, "nodesim").await;
+    let sim = start(client.clone(), "silent", 1).await;
+    let name = sim.node_names()[0].clone();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let pods: Api<Pod> = ns.api(client.clone());
+    pods.create(
+        &PostParams::default(),
+        &pod("p", &sim.placement(), vec![container("main", "busybox")]),
+    )
+    .await
+    .unwrap();
+    wait_for(&pods, "p", "Running", when(|p| phase(p) == Some("Running"))).await;
+
+    sim.fail_node(&name, NodeFailure::Unresponsive)
+        .await
+        .unwrap();
+    let stopped = lease_renewed(&leases.get(&name).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(lease_renewed(&leases.get(&name).await.unwrap()), stopped);
+
+    // Nobody finishes the deletion any more: the pod stays Terminating.
+    pods.delete("p", &Default::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let p = pods.get("p").await.unwrap();
+    assert!(p.metadata.deletion_timestamp.is_some());
+    sim.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_deleted_node_disappears_with_its_lease() {
+    let cluster = hangar_testkit::TestCluster::get();
+    let client = cluster.client().await;
+    let sim = start(client.clone(), "vanish", 2).await;
+    let victim = sim.node_names()[1].clone();
+
+    sim.fail_node(&victim, NodeFailure::Deleted).await.unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    assert!(nodes.get_opt(&victim).await.unwrap().is_none());
+    assert!(leases.get_opt(&victim).await.unwrap().is_none());
+    assert!(nodes.get_opt(&sim.node_names()[0]).await.unwrap().is_some());
+    assert!(
+        sim.fail_node("nonesuch", NodeFailure::Deleted)
+            .await
+            .is_err()
+    );
+    sim.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_deletes_the_nodes() {
+    let cluster = hangar_testkit::TestCluster::get();
+    let client = cluster.client().await;
+    let sim = start(client.clone(), "bye", 2).await;
+    let names = sim.node_names();
+    sim.shutdown().await.unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    for name in names {
+        assert!(
+            nodes.get_opt(&name).await.unwrap().is_none(),
+            "{name} still there"
+        );
+    }
+}
