@@ -6,6 +6,8 @@
 //! function from here, and apply the plan it returns.
 //!
 //! Modules:
+//! - [`autoscaler`]: the HorizontalRunnerAutoscaler's replica math, metrics, schedules, capacity
+//!   reservations and webhook rules (matching, dedup, batching).
 //! - [`owner_sync`]: how many runner-pod owners (Runners or StatefulSets) to create or retire,
 //!   never killing a busy runner.
 //! - [`scope`]: where a runner registers on GitHub (enterprise, organization or repository) and
@@ -13,6 +15,7 @@
 //! - [`template_hash`]: stable short hashes naming template versions.
 //! - [`unregistration`]: unregister-before-delete, the state machine that waits out busy runners.
 
+pub mod autoscaler;
 pub mod owner_sync;
 pub mod scope;
 pub mod template_hash;

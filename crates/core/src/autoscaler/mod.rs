@@ -1,0 +1,57 @@
+//! The HorizontalRunnerAutoscaler's decisions and the webhook server's rules, free of IO.
+//!
+//! The HRA controller and the webhook server are thin drivers around these functions:
+//! - [`metrics`]: what GitHub's state suggests (`PercentageRunnersBusy`,
+//!   `TotalNumberOfQueuedAndInProgressWorkflowRuns`, the fallback order), as a protocol that
+//!   asks the driver for exactly the observations it needs;
+//! - [`schedule`]: which scheduled override is in force (Daily/Weekly/Monthly/Yearly, UTC);
+//! - [`desired`]: the replica count from the suggestion, the reservations, `[min, max]` and
+//!   the scale-down delay, plus the target's `effectiveTime`;
+//! - [`reservations`]: capacity reservations and how a batch of webhook operations changes
+//!   them;
+//! - [`webhook`]: which `workflow_job` deliveries scale, which autoscaler they scale, and
+//!   whether an autoscaler takes part;
+//! - [`labels`]: the job-label rule both the webhook and the metric use;
+//! - [`dedup`] and [`batch`]: remembering deliveries and batching writes, with `now` injected.
+//!
+//! Time is always a `SystemTime` parameter; nothing here reads a clock or keeps state between
+//! calls except the explicit [`dedup::Dedup`] and [`batch::Batcher`] values.
+//!
+//! Each module documents where it departs from actions-runner-controller on purpose.
+
+mod civil;
+
+pub mod batch;
+pub mod dedup;
+pub mod desired;
+pub mod labels;
+pub mod metrics;
+pub mod reservations;
+pub mod schedule;
+pub mod webhook;
+
+pub use batch::{Batch, Batcher, QueueFull};
+pub use dedup::{Dedup, Seen};
+pub use desired::{
+    DEFAULT_MIN_REPLICAS, DEFAULT_SCALE_DOWN_DELAY, Decision, DecisionError, DesiredInput,
+    desired_replicas,
+};
+pub use labels::{SELF_HOSTED, job_labels_match, label_eq};
+pub use metrics::{
+    Evaluation, Metric, MetricError, MetricKind, Needed, Observations, Suggestion, suggest_replicas,
+};
+pub use reservations::{
+    DEFAULT_RESERVATION_DURATION, Reservation, ReservationUpdate, ScaleOp, apply_scale_operations,
+    reserved_replicas,
+};
+pub use schedule::{
+    Frequency, Recurrence, ScheduleError, ScheduledOverride, ScheduledWindow, Window,
+    active_override, schedule_summary, upcoming_override,
+};
+pub use webhook::{
+    JobOrigin, JobOutcome, TargetCandidate, TriggerView, job_trigger_duration, select_target,
+    workflow_job_operation,
+};
+
+#[cfg(test)]
+mod tests;
