@@ -16,7 +16,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tracing::info;
 
-use crate::context::{Context, Settings, Stores};
+use crate::context::{Clock, Context, Settings, Stores, SystemClock};
 use crate::controllers;
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -54,6 +54,18 @@ pub async fn run(
     settings: Settings,
     namespace: Option<String>,
 ) {
+    run_with_clock(client, github, settings, namespace, Arc::new(SystemClock)).await;
+}
+
+/// [`run`] with an injected clock, so tests can move time past the 10-minute timers
+/// (registration timeout, recreation delay) without waiting.
+pub async fn run_with_clock(
+    client: Client,
+    github: Arc<dyn GitHubApi>,
+    settings: Settings,
+    namespace: Option<String>,
+    clock: Arc<dyn Clock>,
+) {
     let ns = namespace.as_deref();
     let stores = Stores {
         pods: spawn_store(
@@ -82,7 +94,9 @@ pub async fn run(
         namespace = ns.unwrap_or("<all>"),
         "caches synced; starting controllers"
     );
-    let ctx = Arc::new(Context::new(client.clone(), github, settings, stores));
+    let mut ctx = Context::new(client.clone(), github, settings, stores);
+    ctx.clock = clock;
+    let ctx = Arc::new(ctx);
     tokio::join!(
         controllers::runner::run(ctx.clone(), api(&client, ns), api(&client, ns)),
         controllers::runner_pod::run(ctx.clone(), api(&client, ns)),

@@ -21,6 +21,8 @@ pub struct Harness {
     pub sim: ghsim::Sim,
     pub github: Arc<dyn GitHubApi>,
     pub url: String,
+    /// The controllers' clock: `clock.advance(..)` jumps past long timers.
+    pub clock: Arc<hangar::context::OffsetClock>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -64,11 +66,13 @@ impl Harness {
             ..Settings::default()
         };
         settings.pod_defaults.github_url = url.clone();
-        let controllers = tokio::spawn(hangar::manager::run(
+        let clock = Arc::new(hangar::context::OffsetClock::default());
+        let controllers = tokio::spawn(hangar::manager::run_with_clock(
             client.clone(),
             github.clone(),
             settings,
             Some(ns.name().to_owned()),
+            clock.clone(),
         ));
         Harness {
             cluster,
@@ -77,6 +81,7 @@ impl Harness {
             sim,
             github,
             url,
+            clock,
             tasks: vec![server, controllers],
         }
     }
