@@ -78,3 +78,11 @@ pub fn github_err(
         source,
     }
 }
+
+/// Treats "not found" as success: deleting something already gone is the goal reached.
+pub fn ignore_not_found(e: kube::Error) -> Result<(), kube::Error> {
+    match e {
+        kube::Error::Api(ref s) if s.code == 404 => Ok(()),
+        e => Err(e),
+    }
+}

@@ -32,7 +32,7 @@ use tracing::{info, warn};
 
 use super::{github_scope, object_name, pod_phase, runner_id};
 use crate::context::Context;
-use crate::error::{Error, github_err, kube_err};
+use crate::error::{Error, github_err, ignore_not_found, kube_err};
 use crate::runner_pod::{self, JIT_CONFIG_KEY, TOKEN_KEY};
 
 /// Field manager for everything this controller writes.
@@ -129,13 +129,6 @@ pub async fn reconcile(runner: Arc<Runner>, ctx: Arc<Context>) -> Result<Action,
             patch_status(&runner, &ctx, status_from_pod(&pod)).await?;
             Ok(Action::requeue(ctx.settings.sync_period))
         }
-    }
-}
-
-fn ignore_not_found(e: kube::Error) -> Result<(), kube::Error> {
-    match e {
-        kube::Error::Api(ref s) if s.code == 404 => Ok(()),
-        e => Err(e),
     }
 }
 

@@ -24,7 +24,7 @@ use tracing::{info, warn};
 
 use super::object_name;
 use crate::context::Context;
-use crate::error::{Error, kube_err};
+use crate::error::{Error, ignore_not_found, kube_err};
 
 /// Field manager for RunnerReplicaSets.
 pub const MANAGER: &str = "hangar-runnerdeployment";
@@ -148,10 +148,7 @@ pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<A
             api.delete(&old_name, &DeleteParams::background())
                 .await
                 .map(drop)
-                .or_else(|e| match e {
-                    kube::Error::Api(ref s) if s.code == 404 => Ok(()),
-                    e => Err(e),
-                })
+                .or_else(ignore_not_found)
                 .map_err(kube_err(
                     "delete old runnerreplicaset",
                     format!("{ns}/{old_name}"),

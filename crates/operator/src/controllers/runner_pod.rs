@@ -33,7 +33,7 @@ use super::{
     rfc3339, runner_id, runner_restarted, runner_stopped,
 };
 use crate::context::Context;
-use crate::error::{Error, github_err, kube_err};
+use crate::error::{Error, github_err, ignore_not_found, kube_err};
 
 /// How long a deleting pod may linger before it is force-deleted (ARC: 1 minute).
 pub const FORCE_DELETE_AFTER: Duration = Duration::from_secs(60);
@@ -83,10 +83,7 @@ async fn set_finalizers(pod: &Pod, ctx: &Context, finalizers: Vec<String>) -> Re
         )
         .await
         .map(drop)
-        .or_else(|e| match e {
-            kube::Error::Api(ref s) if s.code == 404 => Ok(()),
-            e => Err(e),
-        })
+        .or_else(ignore_not_found)
         .map_err(kube_err("update finalizers of pod", object_name(pod)))
 }
 
@@ -130,10 +127,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error
                 .delete(&pod.name_any(), &DeleteParams::default().grace_period(0))
                 .await
                 .map(drop)
-                .or_else(|e| match e {
-                    kube::Error::Api(ref s) if s.code == 404 => Ok(()),
-                    e => Err(e),
-                })
+                .or_else(ignore_not_found)
                 .map_err(kube_err("force-delete pod", object_name(pod.as_ref())))?;
             return Ok(Action::await_change());
         }
@@ -204,10 +198,7 @@ async fn delete_parent_runner(pod: &Pod, ctx: &Context) -> Result<(), Error> {
         .delete(&owner.name, &DeleteParams::background())
         .await
         .map(drop)
-        .or_else(|e| match e {
-            kube::Error::Api(ref s) if s.code == 404 => Ok(()),
-            e => Err(e),
-        })
+        .or_else(ignore_not_found)
         .map_err(kube_err(
             "delete runner of deleted pod",
             format!("{ns}/{}", owner.name),

@@ -24,7 +24,7 @@ use tracing::{info, warn};
 
 use super::{annotation, k8s_time, object_name, parse_time, pod_view, rfc3339};
 use crate::context::Context;
-use crate::error::{Error, kube_err};
+use crate::error::{Error, ignore_not_found, kube_err};
 
 /// Runs the controller until the stream ends.
 pub async fn run(ctx: Arc<Context>, sets: Api<RunnerReplicaSet>, runners: Api<Runner>) {
@@ -212,10 +212,7 @@ async fn apply(
                 .delete(owner, &DeleteParams::background())
                 .await
                 .map(drop)
-                .or_else(|e| match e {
-                    kube::Error::Api(ref s) if s.code == 404 => Ok(()),
-                    e => Err(e),
-                })
+                .or_else(ignore_not_found)
                 .map_err(kube_err("delete runner", format!("{ns}/{owner}")))?;
             info!(set = %object_name(set), runner = owner, ?reason, "deleted runner");
             ctx.event(
