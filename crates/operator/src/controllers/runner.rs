@@ -92,6 +92,35 @@ pub async fn reconcile(runner: Arc<Runner>, ctx: Arc<Context>) -> Result<Action,
             if retiring {
                 return Ok(Action::requeue(ctx.settings.sync_period));
             }
+            // A Runner of a set whose pod existed and vanished (force-deleted, node lost) is not
+            // resurrected: it is deleted and the set replaces it with a fresh runner. The store
+            // may lag behind our own create, so the API has the last word (a GET, rarely).
+            let had_pod = runner
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_ref())
+                .is_some();
+            if had_pod && !runner.owner_references().is_empty() {
+                let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+                let exists = pods
+                    .get_opt(&name)
+                    .await
+                    .map_err(kube_err("get pod", format!("{ns}/{name}")))?
+                    .is_some();
+                if exists {
+                    return Ok(Action::requeue(Duration::from_secs(1)));
+                }
+                Api::<Runner>::namespaced(ctx.client.clone(), &ns)
+                    .delete(&name, &DeleteParams::background())
+                    .await
+                    .map(drop)
+                    .or_else(ignore_not_found)
+                    .map_err(kube_err(
+                        "delete runner whose pod vanished",
+                        format!("{ns}/{name}"),
+                    ))?;
+                return Ok(Action::await_change());
+            }
             create_pod(&runner, &scope, &ctx).await?;
             patch_status(
                 &runner,
@@ -276,6 +305,21 @@ async fn create_pod(runner: &Runner, scope: &RunnerScope, ctx: &Context) -> Resu
     defaults.jit = jit;
     let mut pod = runner_pod::build(&name, &ns, runner.labels(), &runner.spec, &defaults);
     pod.metadata.owner_references = owner_reference(runner).map(|o| vec![o]);
+    // The pod carries the runner-pod finalizer from birth: a pod deleted by a user before the
+    // pod controller first saw it must still be unregistered and must take its Runner along.
+    pod.metadata.finalizers = Some(vec![hangar_api::finalizer::RUNNER_POD.to_owned()]);
+    // ARC gives the pod its Runner's annotations: that is how a RunnerDeployment's template
+    // annotations (cluster-autoscaler's safe-to-evict, scrape settings, ...) reach runner
+    // pods. The `actions-runner/` keys are per-object unregistration state, not copied.
+    let annotations: BTreeMap<String, String> = runner
+        .annotations()
+        .iter()
+        .filter(|(k, _)| !k.starts_with("actions-runner/"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if !annotations.is_empty() {
+        pod.metadata.annotations = Some(annotations);
+    }
     match Api::<Pod>::namespaced(ctx.client.clone(), &ns)
         .create(&PostParams::default(), &pod)
         .await
