@@ -43,6 +43,13 @@ enum Cmd {
         #[arg(long, default_value = "hangar-demo")]
         namespace: String,
     },
+    /// Start and stop the control plane repeatedly; write start-up times to
+    /// bench/results/control-plane-start.json.
+    BenchCluster {
+        /// How many start/stop cycles.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+    },
     /// Check formatting and lints, then run every test against a fresh control plane.
     Test {
         /// Skip `cargo fmt --check` and `cargo clippy`.
@@ -119,6 +126,7 @@ async fn run(cmd: Cmd) -> Result<ExitCode> {
             no_lint,
             cargo_args,
         } => test(no_lint, &cargo_args).await,
+        Cmd::BenchCluster { runs } => bench_cluster(runs).await.map(|()| ExitCode::SUCCESS),
     }
 }
 
@@ -241,6 +249,7 @@ fn must(cmd: &mut Command) -> Result<()> {
 }
 
 async fn demo(namespace: &str) -> Result<()> {
+    let root = workspace_root();
     let dir = default_cluster_dir();
     let kubeconfig = up(&dir).await?;
     let binaries = Binaries::configured();
@@ -250,35 +259,260 @@ async fn demo(namespace: &str) -> Result<()> {
         .map_err(anyhow::Error::msg)?;
     eprintln!("xtask: CRDs installed");
 
-    let ns_yaml = format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n");
-    let ns_file = dir.join("demo-namespace.yaml");
-    std::fs::write(&ns_file, ns_yaml)?;
+    // 1. The ARC examples, unchanged, in a namespace of their own (they name real GitHub
+    //    organizations, so the operator below does not watch it).
+    let examples_ns = format!("{namespace}-examples");
+    for ns in [namespace, examples_ns.as_str()] {
+        let file = dir.join(format!("namespace-{ns}.yaml"));
+        std::fs::write(
+            &file,
+            format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"),
+        )?;
+        must(
+            kubectl(&binaries, &kubeconfig)
+                .args(["apply", "--server-side", "-f"])
+                .arg(&file),
+        )?;
+    }
     must(
         kubectl(&binaries, &kubeconfig)
-            .args(["apply", "--server-side", "-f"])
-            .arg(&ns_file),
-    )?;
-    must(
-        kubectl(&binaries, &kubeconfig)
-            .args(["apply", "--server-side", "-n", namespace, "-f"])
-            .arg(workspace_root().join("examples")),
+            .args(["apply", "--server-side", "-n", &examples_ns, "-f"])
+            .arg(root.join("examples")),
     )?;
     for kind in [
-        "runners",
-        "runnerreplicasets",
         "runnerdeployments",
         "runnersets",
         "horizontalrunnerautoscalers",
     ] {
-        println!("\n$ kubectl get {kind} -n {namespace}");
-        must(kubectl(&binaries, &kubeconfig).args(["get", kind, "-n", namespace]))?;
+        println!("\n$ kubectl get {kind} -n {examples_ns}");
+        must(kubectl(&binaries, &kubeconfig).args(["get", kind, "-n", &examples_ns]))?;
     }
+
+    // 2. Hangar for real: ghsim plays GitHub, nodesim plays kubelets and the runners.
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    must(Command::new(&cargo).current_dir(&root).args([
+        "build",
+        "--quiet",
+        "-p",
+        "hangar",
+        "-p",
+        "hangar-ghsim",
+        "-p",
+        "hangar-nodesim",
+    ]))?;
+    let bin = |name: &str| root.join("target").join("debug").join(name);
+    let port = hangar_testkit::control_plane::free_port()?;
+    let url = format!("http://127.0.0.1:{port}/");
+    let listen = format!("127.0.0.1:{port}");
+    let kc = kubeconfig.display().to_string();
+    ControlPlane::spawn_recorded(
+        &dir,
+        "ghsim",
+        &bin("ghsim"),
+        &["--listen", &listen, "--org", "octo", "--repo", "octo/app"],
+        &[],
+    )?;
+    ControlPlane::spawn_recorded(
+        &dir,
+        "nodesim",
+        &bin("nodesim"),
+        &[
+            "--kubeconfig",
+            &kc,
+            "--nodes",
+            "2",
+            "--node-prefix",
+            "demo",
+            "--runner",
+            "--no-taint",
+        ],
+        &[],
+    )?;
+    ControlPlane::spawn_recorded(
+        &dir,
+        "hangar",
+        &bin("hangar"),
+        &[
+            "run",
+            "--github-url",
+            &url,
+            "--github-api-url",
+            &url,
+            "--watch-namespace",
+            namespace,
+            "--sync-period",
+            "10s",
+        ],
+        &[
+            ("KUBECONFIG", &kc),
+            ("GITHUB_TOKEN", "ghp_ghsim"),
+            ("RUST_LOG", "info,kube=warn"),
+        ],
+    )?;
+    eprintln!(
+        "xtask: ghsim at {url}, nodesim (2 nodes) and hangar started (logs in {})",
+        dir.join("logs").display()
+    );
+
+    let deployment = "apiVersion: actions.summerwind.dev/v1alpha1\nkind: RunnerDeployment\nmetadata:\n  name: demo\nspec:\n  replicas: 2\n  template:\n    spec:\n      repository: octo/app\n      labels: [linux]\n";
+    let file = dir.join("demo-runnerdeployment.yaml");
+    std::fs::write(&file, deployment)?;
+    must(
+        kubectl(&binaries, &kubeconfig)
+            .args(["apply", "--server-side", "-n", namespace, "-f"])
+            .arg(&file),
+    )?;
+
+    wait_for(
+        "2 registered runners",
+        std::time::Duration::from_secs(120),
+        || {
+            let out = kubectl(&binaries, &kubeconfig)
+                .args([
+                    "get",
+                    "runners",
+                    "-n",
+                    namespace,
+                    "-o",
+                    "jsonpath={.items[*].status.phase}",
+                ])
+                .output()
+                .ok()?;
+            let phases = String::from_utf8_lossy(&out.stdout).to_string();
+            (phases
+                .split_whitespace()
+                .filter(|p| *p == "Running")
+                .count()
+                >= 2)
+                .then_some(())
+        },
+    )?;
+    println!("\n$ kubectl get runnerdeployments,runners -n {namespace}");
+    must(kubectl(&binaries, &kubeconfig).args([
+        "get",
+        "runnerdeployments,runners",
+        "-n",
+        namespace,
+    ]))?;
+
+    println!("\n$ ghsim submit --repository octo/app --count 3 --labels linux --duration-ms 3000");
+    must(Command::new(bin("ghsim")).args([
+        "submit",
+        "--url",
+        &url,
+        "--repository",
+        "octo/app",
+        "--count",
+        "3",
+        "--labels",
+        "linux",
+        "--duration-ms",
+        "3000",
+    ]))?;
+    let summary = wait_for(
+        "3 completed jobs",
+        std::time::Duration::from_secs(120),
+        || {
+            let body = http_get(port, "/_ghsim/accounting")?;
+            let value: serde_json::Value = serde_json::from_str(&body).ok()?;
+            let jobs = value.get("jobs_summary")?.clone();
+            (jobs.get("completed")?.as_u64()? >= 3).then_some(jobs)
+        },
+    )?;
+    println!(
+        "\nghsim: {} jobs completed, {} interrupted, {} API calls in all",
+        summary["completed"],
+        summary["interrupted"],
+        http_get(port, "/_ghsim/accounting")
+            .and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
+            .map(|v| v["api_calls_total"].to_string())
+            .unwrap_or_default()
+    );
+    println!("\n$ kubectl get runners,pods -n {namespace}");
+    must(kubectl(&binaries, &kubeconfig).args(["get", "runners,pods", "-n", namespace]))?;
+
     println!(
         "\nThe cluster keeps running. Explore it with:\n  export KUBECONFIG={}",
         kubeconfig.display()
     );
+    println!("  kubectl get runners -n {namespace} -w");
+    println!(
+        "  {} submit --url {url} --repository octo/app --count 5 --labels linux",
+        bin("ghsim").display()
+    );
     println!("  kubectl explain runnerdeployment.spec.template.spec");
-    println!("Stop it with: cargo xtask cluster down");
+    println!("Stop everything with: cargo xtask cluster down");
+    Ok(())
+}
+
+/// Polls `check` every 500 ms until it yields, or fails after `timeout`.
+fn wait_for<T>(
+    what: &str,
+    timeout: std::time::Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> Result<T> {
+    let until = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check() {
+            return Ok(v);
+        }
+        if Instant::now() > until {
+            bail!(
+                "timed out after {timeout:?} waiting for {what}; see the logs in .hangar/cluster/logs"
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
+/// A plain HTTP/1.0 GET on loopback (ghsim's control API); the body, if the answer is 200.
+fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let ok = head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200");
+    ok.then(|| body.to_owned())
+}
+
+async fn bench_cluster(runs: usize) -> Result<()> {
+    let binaries = build_binaries()?;
+    let dir = workspace_root().join("target").join("bench-cluster");
+    let mut ready = vec![];
+    let mut stop = vec![];
+    for i in 0..runs {
+        let plane = ControlPlane::start(StartOptions::new(&dir, binaries.clone())).await?;
+        ready.push(plane.state().ready_after_secs);
+        let t = Instant::now();
+        ControlPlane::stop(plane.dir())?;
+        stop.push(t.elapsed().as_secs_f64());
+        eprintln!(
+            "run {}: ready in {:.2}s, stopped in {:.2}s",
+            i + 1,
+            ready[i],
+            stop[i]
+        );
+    }
+    let stats = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        serde_json::json!({ "min": v[0], "median": v[v.len() / 2], "max": v[v.len() - 1] })
+    };
+    let result = serde_json::json!({
+        "what": "etcd + kube-apiserver from start call to /readyz 200 (incl. PKI), then stop of all four components",
+        "kubernetes": KUBERNETES_VERSION,
+        "etcd": ETCD_VERSION,
+        "runs": runs,
+        "ready_seconds": stats(&mut ready),
+        "stop_seconds": stats(&mut stop),
+    });
+    let out = workspace_root().join("bench").join("results");
+    std::fs::create_dir_all(&out)?;
+    let file = out.join("control-plane-start.json");
+    std::fs::write(&file, serde_json::to_string_pretty(&result)? + "\n")?;
+    println!("{result:#}");
+    eprintln!("xtask: wrote {}", file.display());
     Ok(())
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Taint;
 
 use crate::annotations::TAINT_KEY;
-use crate::program::Programs;
+use crate::program::{Programs, RunnerProgram};
 
 /// Everything [`NodeSim::start`](crate::NodeSim::start) needs besides a client.
 #[derive(Clone, Debug)]
@@ -180,6 +180,13 @@ impl NodeSimConfig {
     pub fn with_programs(mut self, programs: Programs) -> Self {
         self.programs = Arc::new(programs);
         self
+    }
+
+    /// Replaces the programs with the actions/runner simulation for containers named `runner`
+    /// (and the `runner(...)` factory for annotations); everything else, such as the `docker`
+    /// sidecar, sleeps until SIGTERM. See [`Programs::with_runner`].
+    pub fn with_runner_program(self, runner: RunnerProgram) -> Self {
+        self.with_programs(Programs::new().with_runner(runner))
     }
 
     /// Binds pods with `spec.schedulerName: <name>` itself.

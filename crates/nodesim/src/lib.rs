@@ -10,7 +10,8 @@
 //!   crash-loop back-off; graceful deletion with SIGTERM, grace period and a final delete;
 //! - what runs inside a container is a [`ContainerProgram`] chosen per container by annotation
 //!   or rule ([`program`]); built-ins cover sleeping sidecars, exits, crashes, OOM kills and
-//!   image pulls that never succeed, and the actions/runner simulation plugs in the same way;
+//!   image pulls that never succeed, and [`program::runner`] simulates actions/runner against
+//!   ghsim in `runner` containers ([`Programs::with_runner`]);
 //! - faults can be injected while running ([`NodeSimHandle::inject`],
 //!   [`NodeSimHandle::fail_node`], or [`annotations`]).
 //!

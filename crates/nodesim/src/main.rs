@@ -1,7 +1,7 @@
 //! `nodesim`: run simulated nodes against a cluster until interrupted.
 //!
 //! ```sh
-//! nodesim --kubeconfig .hangar/cluster/kubeconfig --nodes 3 --node-prefix sim
+//! nodesim --kubeconfig .hangar/cluster/kubeconfig --nodes 3 --node-prefix sim --runner
 //! ```
 
 use std::path::PathBuf;
@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 use nodesim::annotations::parse_duration;
-use nodesim::program::{ContainerSelector, ProgramRule, ProgramSpec};
+use nodesim::program::{ContainerSelector, ProgramRule, ProgramSpec, RunnerProgram};
 use nodesim::{NodeSim, NodeSimConfig, Programs, Timing};
 
 /// Simulated kubelets: registers nodes, runs the pods bound to them, finishes deletions.
@@ -51,7 +51,22 @@ struct Args {
     /// Bind pods whose spec.schedulerName is NAME to these nodes (instead of kube-scheduler).
     #[arg(long, value_name = "NAME")]
     scheduler_name: Option<String>,
-    /// Program for containers named CONTAINER, e.g. `runner=exit(0, 30s)` (repeatable).
+    /// Run the actions/runner simulation in containers named `runner`: it registers with the
+    /// GitHub at the pod's GITHUB_URL (ghsim), takes jobs and unregisters on SIGTERM. Pods
+    /// can pick failure modes by annotation, e.g. `runner(registration=never)`.
+    #[arg(long)]
+    runner: bool,
+    /// A PAT the simulated runners use to mint remove tokens when ghsim refuses their
+    /// registration token for `config.sh remove` (see the runner program's docs).
+    #[arg(
+        long,
+        env = "NODESIM_RUNNER_GITHUB_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    runner_github_token: Option<String>,
+    /// Program for containers named CONTAINER, e.g. `runner=exit(0, 30s)` (repeatable; these
+    /// rules take precedence over `--runner`).
     #[arg(long = "program", value_name = "CONTAINER=SPEC", value_parser = key_value)]
     programs: Vec<(String, String)>,
     /// Leave the Node objects in place on exit.
@@ -97,10 +112,18 @@ async fn main() -> anyhow::Result<()> {
             .context("no kubeconfig given and no in-cluster config")?,
     };
 
-    let programs = Programs::new();
-    for (container, text) in &args.programs {
+    let mut programs = Programs::new();
+    if args.runner {
+        let mut runner = RunnerProgram::new();
+        if let Some(token) = &args.runner_github_token {
+            runner = runner.with_remove_credential(token.clone());
+        }
+        programs = programs.with_runner(runner);
+    }
+    // Explicit rules go first, in the order given, ahead of the runner rule.
+    for (container, text) in args.programs.iter().rev() {
         let spec: ProgramSpec = text.parse()?;
-        programs.push_rule(ProgramRule {
+        programs.push_rule_first(ProgramRule {
             selector: ContainerSelector::container(container),
             program: programs.build(&spec)?,
         });

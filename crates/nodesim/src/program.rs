@@ -19,6 +19,7 @@
 //! `run` future. `run` is called again for each restart.
 
 mod builtin;
+pub mod runner;
 mod select;
 mod spec;
 
@@ -31,6 +32,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use tokio::sync::watch;
 
 pub use builtin::{NeverStarts, OnTerm, Scripted};
+pub use runner::{Registration, RunnerProgram};
 pub use select::{ContainerSelector, ProgramFactory, ProgramRule, Programs};
 pub use spec::{ProgramSpec, SpecError};
 
@@ -38,7 +40,7 @@ pub use spec::{ProgramSpec, SpecError};
 ///
 /// Implement it for anything a test needs to run in a pod — the built-in [`Scripted`] and
 /// [`NeverStarts`] cover sleeping sidecars, exits, crashes, OOM kills and stuck image pulls;
-/// the actions/runner simulation is another implementation.
+/// the actions/runner simulation, [`RunnerProgram`], is another implementation.
 #[async_trait]
 pub trait ContainerProgram: Send + Sync + fmt::Debug {
     /// Pulls the image and creates the container. `Err` leaves the container `Waiting` with the

@@ -42,6 +42,10 @@ struct RunArgs {
     /// GitHub Enterprise Server URL; its API lives under /api/v3.
     #[arg(long, env = "GITHUB_ENTERPRISE_URL")]
     github_enterprise_url: Option<String>,
+    /// REST API base URL, overriding what `--github-url` implies (e.g. a GitHub simulator or an
+    /// API proxy that serves the API at its root).
+    #[arg(long, env = "GITHUB_API_URL")]
+    github_api_url: Option<String>,
     /// Personal access token (prefer the environment variable; flags show up in `ps`).
     #[arg(long, env = "GITHUB_TOKEN", hide_env_values = true)]
     github_token: Option<String>,
@@ -121,9 +125,10 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let endpoint = match &args.github_enterprise_url {
-        Some(url) => Endpoint::from_enterprise_url(url),
-        None => Endpoint::from_web_url(&args.github_url),
+    let endpoint = match (&args.github_api_url, &args.github_enterprise_url) {
+        (Some(api), _) => Endpoint::custom(api, &args.github_url),
+        (None, Some(url)) => Endpoint::from_enterprise_url(url),
+        (None, None) => Endpoint::from_web_url(&args.github_url),
     }
     .context("invalid GitHub URL")?;
     let token = args

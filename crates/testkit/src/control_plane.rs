@@ -193,6 +193,42 @@ impl ControlPlane {
             .collect())
     }
 
+    /// Starts `binary` detached (logs in `<dir>/logs/<name>.log`) and records it with the control
+    /// plane in `dir`, so that [`ControlPlane::stop`] ends it too. Used by the demo for ghsim,
+    /// nodesim and the operator.
+    pub fn spawn_recorded(
+        dir: &Path,
+        name: &str,
+        binary: &Path,
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Result<Component, ControlPlaneError> {
+        let mut state = Self::read_state(dir)?;
+        let log_path = dir.join("logs").join(format!("{name}.log"));
+        let log = std::fs::File::create(&log_path).map_err(io("create", &log_path))?;
+        let err_log = log.try_clone().map_err(io("open", &log_path))?;
+        let mut cmd = Command::new(binary);
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err_log);
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let child = cmd.spawn().map_err(io("start", binary))?;
+        let component = Component {
+            name: name.to_owned(),
+            pid: child.id(),
+            binary: binary.to_owned(),
+        };
+        state.components.push(component.clone());
+        let path = dir.join("state.json");
+        let json = serde_json::to_string_pretty(&state).unwrap_or_default();
+        std::fs::write(&path, json).map_err(io("write", &path))?;
+        Ok(component)
+    }
+
     /// Stops the control plane recorded in `dir`, newest component first: SIGTERM, then SIGKILL
     /// after 10 s. Returns the components that were signalled.
     pub fn stop(dir: &Path) -> Result<Vec<Component>, ControlPlaneError> {
@@ -484,7 +520,8 @@ fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Contr
     }
 }
 
-fn free_port() -> Result<u16, ControlPlaneError> {
+/// A free TCP port on 127.0.0.1 (free when asked; bind soon).
+pub fn free_port() -> Result<u16, ControlPlaneError> {
     let listener =
         TcpListener::bind("127.0.0.1:0").map_err(io("bind", Path::new("127.0.0.1:0")))?;
     let port = listener

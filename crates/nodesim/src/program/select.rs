@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock};
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::builtin::Scripted;
+use super::runner::{self, RunnerProgram};
 use super::spec::{BUILTINS, ProgramSpec, SpecError, build_builtin};
 use super::{ContainerKind, ContainerProgram};
 use crate::annotations::program_key;
@@ -142,6 +143,18 @@ impl Programs {
             program: Arc::new(program),
         });
         self
+    }
+
+    /// Makes `runner` the program of containers named `runner` (a rule appended after the
+    /// existing ones) and registers the `runner` factory, so pods can pick a variant by
+    /// annotation, e.g. `program.nodesim.hangar.dev/runner: runner(registration=never)`. Other
+    /// containers, such as the `docker` sidecar, keep their programs.
+    pub fn with_runner(self, program: RunnerProgram) -> Self {
+        self.with_factory("runner", runner::factory(program.clone()))
+            .with_rule(
+                ContainerSelector::container(runner::RUNNER_CONTAINER),
+                program,
+            )
     }
 
     /// Replaces the default program.

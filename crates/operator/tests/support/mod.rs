@@ -86,6 +86,60 @@ impl Harness {
         }
     }
 
+    /// [`Harness::start`] with the controllers' GitHub client built from `options`. End-to-end
+    /// tests turn the response cache off: with it, a runner that registers right after a
+    /// List Runners call is only seen when the 60-second `max-age` runs out (as in ARC), and
+    /// every registration would wait for that.
+    pub async fn start_with(prefix: &str, options: ClientOptions) -> Self {
+        let cluster = TestCluster::get();
+        let client = cluster.client().await;
+        crds::install(&client).await;
+        let ns = TestNamespace::create(cluster, prefix).await;
+
+        let sim = ghsim::Sim::new(ghsim::SimConfig::default());
+        sim.update(|w, _| {
+            w.add_pat(TOKEN, "test");
+            w.add_org("octo", None);
+            w.add_repo("octo", "app", true);
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        let server = tokio::spawn({
+            let sim = sim.clone();
+            async move {
+                let _ = ghsim::serve(listener, sim, std::future::pending()).await;
+            }
+        });
+        let endpoint = Endpoint::custom(&url, &url).unwrap();
+        let github: Arc<dyn GitHubApi> = ClientRegistry::new(endpoint, options)
+            .client(Credentials::Token(Secret::new(TOKEN)))
+            .unwrap();
+        let mut settings = Settings {
+            sync_period: Duration::from_secs(5),
+            registration_check_interval: Duration::from_secs(1),
+            ..Settings::default()
+        };
+        settings.pod_defaults.github_url = url.clone();
+        let clock = Arc::new(hangar::context::OffsetClock::default());
+        let controllers = tokio::spawn(hangar::manager::run_with_clock(
+            client.clone(),
+            github.clone(),
+            settings,
+            Some(ns.name().to_owned()),
+            clock.clone(),
+        ));
+        Harness {
+            cluster,
+            ns,
+            client,
+            sim,
+            github,
+            url,
+            clock,
+            tasks: vec![server, controllers],
+        }
+    }
+
     /// `kubectl apply --server-side` of a YAML document into the test namespace.
     pub fn apply(&self, yaml: &str) {
         let file =

@@ -1,0 +1,683 @@
+//! End to end: RunnerDeployments whose runner pods actually run — on simulated nodes
+//! (nodesim), with the actions/runner simulation registering them on ghsim and taking jobs.
+//!
+//! Each test starts ghsim and the controllers for a fresh namespace ([`Harness`]) and two
+//! simulated nodes of its own pool; the deployment's pod template selects that pool and
+//! tolerates its taint, so pods never land on another test's nodes. What is asserted is what a
+//! user would see: Runner phases, GitHub's runner list, and ghsim's job accounting — above all
+//! that scale-down and rollouts interrupt no job. The 10-minute timers are crossed with
+//! `h.clock.advance`, never by sleeping.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, SystemTime};
+
+use ghsim::world::{JobStatus, SubmitJobs};
+use hangar_api::{Runner, RunnerReplicaSet};
+use hangar_github::ClientOptions;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::ListParams;
+use nodesim::program::RunnerProgram;
+use nodesim::{NodeSim, NodeSimConfig, NodeSimHandle, Timing};
+use serde_json::json;
+use support::Harness;
+
+const WAIT: Duration = Duration::from_secs(45);
+static POOLS: AtomicU32 = AtomicU32::new(0);
+/// The simulated runners' own PAT in ghsim.
+const RUNNER_PAT: &str = "ghp_nodesim_runner";
+
+/// The controllers and ghsim ([`Harness`]) plus simulated nodes running runner pods.
+struct E2e {
+    h: Harness,
+    nodes: NodeSimHandle,
+}
+
+impl E2e {
+    async fn start(prefix: &str) -> Self {
+        // RUST_LOG=hangar=debug,nodesim=info shows what the controllers and runners did.
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .try_init();
+        let options = ClientOptions {
+            cache: false,
+            ..ClientOptions::default()
+        };
+        let h = Harness::start_with(prefix, options).await;
+        // Pool names are unique per test process and test, so concurrent tests (and test
+        // binaries) never share nodes.
+        let pool = format!(
+            "e2e-{prefix}-{}-{}",
+            std::process::id(),
+            POOLS.fetch_add(1, Ordering::Relaxed)
+        );
+        // GitHub takes the registration token for `config.sh remove`; ghsim wants a remove
+        // token, which the simulated runners mint with a PAT of their own (see nodesim's
+        // runner program). Without it a runner stopped outside the controllers' unregistration
+        // (e.g. a pod released as never started that did start) would stay registered.
+        h.sim.update(|w, _| w.add_pat(RUNNER_PAT, "nodesim-runner"));
+        let runner = RunnerProgram::new().with_remove_credential(RUNNER_PAT);
+        let config = NodeSimConfig::new(pool, 2)
+            .with_timing(Timing::fast())
+            .with_runner_program(runner);
+        let nodes = NodeSim::start(h.client.clone(), config).await.unwrap();
+        Self { h, nodes }
+    }
+
+    /// Applies RunnerDeployment `rd`, placed on this test's nodes.
+    fn apply(&self, rd: &Deployment) {
+        self.h.apply(&rd.render(&self.nodes));
+    }
+
+    async fn runners(&self) -> Vec<Runner> {
+        self.h
+            .api::<Runner>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+    }
+
+    async fn pods(&self) -> Vec<Pod> {
+        self.h
+            .api::<Pod>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+    }
+
+    async fn replica_sets(&self) -> Vec<RunnerReplicaSet> {
+        self.h
+            .api::<RunnerReplicaSet>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// Names of the Runners whose status says Running (registered on GitHub).
+    async fn running(&self) -> BTreeSet<String> {
+        self.runners()
+            .await
+            .into_iter()
+            .filter(|r| phase(r) == Some("Running"))
+            .map(|r| r.name_any())
+            .collect()
+    }
+
+    /// Waits until exactly `n` Runners exist, all Running, each online on GitHub; returns
+    /// their names.
+    async fn wait_running(&self, n: usize) -> BTreeSet<String> {
+        eventually(
+            self,
+            &format!("{n} registered, online runners"),
+            WAIT,
+            || async {
+                let runners = self.runners().await;
+                let running = self.running().await;
+                let online = self.online();
+                let ok = runners.len() == n
+                    && running.len() == n
+                    && running.iter().all(|name| online.contains(name));
+                ok.then_some(running)
+            },
+        )
+        .await
+    }
+
+    /// Names of the runners online on GitHub.
+    fn online(&self) -> BTreeSet<String> {
+        self.h.sim.read(|w, _| {
+            w.runners
+                .values()
+                .filter(|r| r.online())
+                .map(|r| r.name.clone())
+                .collect()
+        })
+    }
+
+    /// Names of the runners registered on GitHub.
+    fn registered(&self) -> BTreeSet<String> {
+        self.h
+            .sim
+            .read(|w, _| w.runners.values().map(|r| r.name.clone()).collect())
+    }
+
+    /// Names of the runners running a job on GitHub.
+    fn busy(&self) -> BTreeSet<String> {
+        self.h.sim.read(|w, _| {
+            w.runners
+                .values()
+                .filter(|r| r.busy())
+                .map(|r| r.name.clone())
+                .collect()
+        })
+    }
+
+    /// Queues `count` jobs of `duration` for runners labelled `label` (and self-hosted unless
+    /// `custom_only`).
+    fn submit(&self, count: u32, label: &str, duration: Duration, custom_only: bool) -> Vec<u64> {
+        let mut labels = vec![label.to_owned()];
+        if !custom_only {
+            labels.insert(0, "self-hosted".to_owned());
+        }
+        self.h.sim.update(|w, now| {
+            let request = SubmitJobs {
+                repository: "octo/app".into(),
+                count,
+                labels,
+                duration_ms: duration.as_millis() as u64,
+                conclusion: Some("success".into()),
+                workflow: None,
+                job_name: None,
+            };
+            w.submit_jobs(&request, now).unwrap().1
+        })
+    }
+
+    /// (status, conclusion, interrupted) of each job.
+    fn jobs(&self, ids: &[u64]) -> Vec<(JobStatus, Option<String>, bool)> {
+        self.h.sim.read(|w, _| {
+            ids.iter()
+                .map(|id| {
+                    let j = &w.jobs[id];
+                    (j.status, j.conclusion.clone(), j.interrupted)
+                })
+                .collect()
+        })
+    }
+
+    fn all_succeeded(&self, ids: &[u64]) -> bool {
+        self.jobs(ids)
+            .iter()
+            .all(|(status, conclusion, interrupted)| {
+                *status == JobStatus::Completed
+                    && conclusion.as_deref() == Some("success")
+                    && !interrupted
+            })
+    }
+
+    /// Jobs ghsim counts as interrupted (their runner vanished mid-job).
+    fn interrupted(&self) -> u64 {
+        ghsim::accounting::snapshot(&self.h.sim)
+            .jobs_summary
+            .interrupted
+    }
+
+    /// Fails if a runner that is running a job has a pod that is being deleted: the invariant
+    /// every scale-down and rollout must keep.
+    async fn assert_no_busy_runner_pod_deleting(&self) {
+        let busy = self.busy();
+        for pod in self.pods().await {
+            assert!(
+                !(busy.contains(&pod.name_any()) && pod.metadata.deletion_timestamp.is_some()),
+                "pod {} is being deleted while its runner runs a job",
+                pod.name_any()
+            );
+        }
+    }
+
+    /// What a failing test should print: Runners, pods and GitHub's runners.
+    async fn describe(&self) -> String {
+        let mut out = String::new();
+        for r in self.runners().await {
+            let st = r.status.clone().unwrap_or_default();
+            out += &format!(
+                "runner {} phase={:?} reason={:?} ready={:?} deleting={} annotations={:?}\n",
+                r.name_any(),
+                st.phase,
+                st.reason,
+                st.ready,
+                r.metadata.deletion_timestamp.is_some(),
+                r.annotations()
+            );
+        }
+        for p in self.pods().await {
+            let st = p.status.clone().unwrap_or_default();
+            let containers: Vec<String> = st
+                .container_statuses
+                .iter()
+                .flatten()
+                .map(|c| format!("{}:{:?}", c.name, c.state))
+                .collect();
+            out += &format!(
+                "pod {} phase={:?} node={:?} deleting={} annotations={:?} containers={containers:?}\n",
+                p.name_any(),
+                st.phase,
+                p.spec.as_ref().and_then(|s| s.node_name.clone()),
+                p.metadata.deletion_timestamp.is_some(),
+                p.annotations()
+            );
+        }
+        let gh = self.h.sim.read(|w, _| {
+            w.runners
+                .values()
+                .map(|r| {
+                    format!(
+                        "github runner {} id={} online={} busy={}\n",
+                        r.name,
+                        r.id,
+                        r.online(),
+                        r.busy()
+                    )
+                })
+                .collect::<String>()
+        });
+        out + &gh
+    }
+
+    async fn shutdown(self) {
+        self.nodes.shutdown().await.unwrap();
+    }
+}
+
+/// Polls `check` every 200 ms until it returns `Some`; on timeout, panics with `what` and the
+/// state of the test's objects.
+async fn eventually<T, F, Fut>(e: &E2e, what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let until = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if tokio::time::Instant::now() >= until {
+            panic!(
+                "timed out after {timeout:?} waiting for {what}\n{}",
+                e.describe().await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn phase(r: &Runner) -> Option<&str> {
+    r.status.as_ref()?.phase.as_deref()
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    jiff::Timestamp::try_from(t)
+        .unwrap()
+        .round(jiff::Unit::Second)
+        .unwrap()
+        .to_string()
+}
+
+/// A RunnerDeployment for repository `octo/app`.
+#[derive(Clone, Debug)]
+struct Deployment {
+    name: String,
+    replicas: i32,
+    labels: Vec<String>,
+    annotations: BTreeMap<String, String>,
+    env: Vec<(String, String)>,
+    effective_time: Option<SystemTime>,
+    termination_grace_seconds: Option<i64>,
+}
+
+impl Deployment {
+    fn new(name: &str, replicas: i32, label: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            replicas,
+            labels: vec![label.to_owned()],
+            annotations: BTreeMap::new(),
+            env: vec![],
+            effective_time: None,
+            termination_grace_seconds: None,
+        }
+    }
+
+    fn replicas(mut self, replicas: i32) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
+    fn annotation(mut self, key: &str, value: &str) -> Self {
+        self.annotations.insert(key.to_owned(), value.to_owned());
+        self
+    }
+
+    /// The deployment as YAML (JSON is YAML), its pods placed on `nodes`.
+    fn render(&self, nodes: &NodeSimHandle) -> String {
+        let placement = nodes.placement();
+        let mut spec = json!({
+            "repository": "octo/app",
+            "labels": self.labels,
+            "nodeSelector": placement.node_selector,
+            "tolerations": placement.tolerations,
+        });
+        if !self.env.is_empty() {
+            spec["env"] = self
+                .env
+                .iter()
+                .map(|(k, v)| json!({"name": k, "value": v}))
+                .collect();
+        }
+        if let Some(grace) = self.termination_grace_seconds {
+            spec["terminationGracePeriodSeconds"] = json!(grace);
+        }
+        let mut rd = json!({
+            "apiVersion": "actions.summerwind.dev/v1alpha1",
+            "kind": "RunnerDeployment",
+            "metadata": {"name": self.name},
+            "spec": {
+                "replicas": self.replicas,
+                "template": {"metadata": {"annotations": self.annotations}, "spec": spec},
+            },
+        });
+        if let Some(t) = self.effective_time {
+            rd["spec"]["effectiveTime"] = json!(rfc3339(t));
+        }
+        rd.to_string()
+    }
+}
+
+#[tokio::test]
+async fn scale_from_zero_to_three_and_back_registers_and_removes_every_runner() {
+    let e = E2e::start("e2e-scale").await;
+    let rd = Deployment::new("scale", 0, "scale");
+    e.apply(&rd);
+    e.apply(&rd.clone().replicas(3));
+
+    let names = e.wait_running(3).await;
+    let pods = e.pods().await;
+    let pods_ok = pods.len() == 3
+        && pods.iter().all(|p| {
+            let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+            running && p.annotations().contains_key("actions-runner/id")
+        });
+    if e.registered() != names || !pods_ok {
+        panic!(
+            "expected GitHub to know exactly {names:?}, each with a running, registered pod\n{}",
+            e.describe().await
+        );
+    }
+
+    e.apply(&rd.clone().replicas(0));
+    eventually(
+        &e,
+        "no runners, pods or GitHub registrations",
+        WAIT,
+        || async {
+            let gone = e.runners().await.is_empty()
+                && e.pods().await.is_empty()
+                && e.registered().is_empty();
+            gone.then_some(())
+        },
+    )
+    .await;
+    assert_eq!(e.interrupted(), 0);
+    e.shutdown().await;
+}
+
+#[tokio::test]
+async fn scale_down_while_jobs_run_interrupts_no_job() {
+    let e = E2e::start("e2e-busy").await;
+    let rd = Deployment::new("busy", 3, "busy");
+    e.apply(&rd);
+    let names = e.wait_running(3).await;
+
+    let jobs = e.submit(3, "busy", Duration::from_secs(8), false);
+    eventually(&e, "all three runners busy", WAIT, || async {
+        (e.busy() == names).then_some(())
+    })
+    .await;
+    e.apply(&rd.clone().replicas(0));
+
+    // Until everything is gone, no pod of a busy runner may be on its way out.
+    eventually(&e, "scale-down to finish", WAIT, || async {
+        e.assert_no_busy_runner_pod_deleting().await;
+        let gone =
+            e.runners().await.is_empty() && e.pods().await.is_empty() && e.registered().is_empty();
+        gone.then_some(())
+    })
+    .await;
+    assert!(e.all_succeeded(&jobs), "{:?}", e.jobs(&jobs));
+    assert_eq!(e.interrupted(), 0, "scale-down interrupted a job");
+    e.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_completed_ephemeral_runner_is_replaced() {
+    let e = E2e::start("e2e-replace").await;
+    e.apply(&Deployment::new("replace", 1, "replace"));
+    let first = e.wait_running(1).await;
+
+    let jobs = e.submit(1, "replace", Duration::from_secs(1), false);
+    let second = eventually(&e, "a new runner after the job", WAIT, || async {
+        let running = e.running().await;
+        let replaced = running.len() == 1
+            && running.is_disjoint(&first)
+            && e.online().is_superset(&running)
+            && e.runners().await.len() == 1;
+        replaced.then_some(running)
+    })
+    .await;
+    assert!(e.all_succeeded(&jobs));
+    assert_eq!(e.registered(), second, "the finished runner left GitHub");
+    assert_eq!(e.interrupted(), 0);
+    e.shutdown().await;
+}
+
+#[tokio::test]
+async fn effective_time_holds_back_recreation_until_newer_demand_or_the_delay() {
+    let e = E2e::start("e2e-effective").await;
+    // Demand was last raised a minute ago: every runner is synced after it.
+    let mut rd = Deployment::new("guarded", 2, "guarded");
+    rd.effective_time = Some(SystemTime::now() - Duration::from_secs(60));
+    e.apply(&rd);
+    let before = e.wait_running(2).await;
+
+    // One runner finishes its job: it is not recreated while the set is synced after the
+    // effective time (ARC's guard against recreating completed ephemeral runners).
+    let jobs = e.submit(1, "guarded", Duration::from_millis(500), false);
+    eventually(&e, "the finished runner deleted", WAIT, || async {
+        (e.all_succeeded(&jobs) && e.runners().await.len() == 1).then_some(())
+    })
+    .await;
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            e.runners().await.len(),
+            1,
+            "recreated despite effectiveTime"
+        );
+    }
+
+    // Newer demand (an effectiveTime after the last sync) lifts the guard.
+    rd.effective_time = Some(SystemTime::now() - Duration::from_secs(2));
+    e.apply(&rd);
+    let after_demand = e.wait_running(2).await;
+    assert_eq!(
+        after_demand.intersection(&before).count(),
+        1,
+        "before {before:?}, after {after_demand:?}\n{}",
+        e.describe().await
+    );
+
+    // Again one finishes; the guard holds until the 10-minute delay has passed.
+    let jobs = e.submit(1, "guarded", Duration::from_millis(500), false);
+    eventually(&e, "the second finished runner deleted", WAIT, || async {
+        (e.all_succeeded(&jobs) && e.runners().await.len() == 1).then_some(())
+    })
+    .await;
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(e.runners().await.len(), 1, "recreated before the delay");
+    }
+    let remaining: BTreeSet<String> = e.runners().await.iter().map(|r| r.name_any()).collect();
+    e.h.clock.advance(Duration::from_secs(11 * 60));
+    eventually(&e, "a runner recreated after the delay", WAIT, || async {
+        let runners: BTreeSet<String> = e.runners().await.iter().map(|r| r.name_any()).collect();
+        (runners.len() == 2 && runners.is_superset(&remaining)).then_some(())
+    })
+    .await;
+    assert_eq!(e.interrupted(), 0);
+    e.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_template_change_rolls_out_without_interrupting_jobs() {
+    let e = E2e::start("e2e-rollout").await;
+    let rd = Deployment::new("roll", 2, "roll");
+    e.apply(&rd);
+    let old = e.wait_running(2).await;
+    let old_sets: Vec<String> = e
+        .replica_sets()
+        .await
+        .iter()
+        .map(|s| s.name_any())
+        .collect();
+    assert_eq!(old_sets.len(), 1);
+
+    let jobs = e.submit(2, "roll", Duration::from_secs(8), false);
+    eventually(&e, "both runners busy", WAIT, || async {
+        (e.busy() == old).then_some(())
+    })
+    .await;
+    let mut changed = rd.clone();
+    changed.labels.push("roll-v2".into());
+    changed.env.push(("ROLLOUT".into(), "v2".into()));
+    e.apply(&changed);
+
+    let new = eventually(&e, "the rollout to finish", WAIT, || async {
+        e.assert_no_busy_runner_pod_deleting().await;
+        let sets = e.replica_sets().await;
+        let done = sets.len() == 1 && !old_sets.contains(&sets[0].name_any());
+        let running = e.running().await;
+        let runners = e.runners().await.len();
+        (done && runners == 2 && running.len() == 2 && running.is_disjoint(&old)).then_some(running)
+    })
+    .await;
+    assert!(e.all_succeeded(&jobs), "{:?}", e.jobs(&jobs));
+    assert_eq!(e.interrupted(), 0, "the rollout interrupted a job");
+    let labels = e.h.sim.read(|w, _| {
+        w.runners
+            .values()
+            .filter(|r| new.contains(&r.name))
+            .all(|r| r.label_names().contains(&"roll-v2".to_owned()))
+    });
+    assert!(labels, "the new runners carry the new labels");
+    e.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_runner_that_never_registers_is_replaced_after_the_registration_timeout() {
+    let e = E2e::start("e2e-regtimeout").await;
+    let mut rd = Deployment::new("stuck", 1, "stuck").annotation(
+        "program.nodesim.hangar.dev/runner",
+        "runner(registration=never)",
+    );
+    // The stuck runner ignores SIGTERM until it registers (as graceful-stop.sh does): keep the
+    // kill short.
+    rd.termination_grace_seconds = Some(2);
+    e.apply(&rd);
+
+    let first = eventually(&e, "a ready, unregistered runner pod", WAIT, || async {
+        let pods = e.pods().await;
+        let pod = pods.first()?;
+        let ready = pod
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        ready.then(|| pod.name_any())
+    })
+    .await;
+    // The Runner reports its running pod as Pending until GitHub knows the runner.
+    eventually(
+        &e,
+        "the runner to report RegistrationPending",
+        WAIT,
+        || async {
+            let runners = e.runners().await;
+            let status = runners.first()?.status.clone()?;
+            let pending = runners[0].name_any() == first
+                && status.phase.as_deref() == Some("Pending")
+                && status.reason.as_deref() == Some("RegistrationPending");
+            pending.then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        e.runners()
+            .await
+            .iter()
+            .map(|r| r.name_any())
+            .collect::<Vec<_>>(),
+        vec![first.clone()],
+        "replaced before the registration timeout"
+    );
+    assert!(e.registered().is_empty());
+
+    e.h.clock.advance(Duration::from_secs(11 * 60));
+    eventually(&e, "the stuck runner replaced", WAIT, || async {
+        let names: Vec<String> = e.runners().await.iter().map(|r| r.name_any()).collect();
+        (!names.is_empty() && !names.contains(&first)).then_some(())
+    })
+    .await;
+    e.shutdown().await;
+}
+
+#[tokio::test]
+async fn jit_runners_take_and_finish_jobs() {
+    let e = E2e::start("e2e-jit").await;
+    e.apply(&Deployment::new("jit", 2, "jit").annotation("hangar.dev/registration", "jit"));
+    let first = e.wait_running(2).await;
+    for pod in e.pods().await {
+        let runner = &pod.spec.unwrap().containers[0];
+        let env: Vec<&str> = runner
+            .env
+            .iter()
+            .flatten()
+            .map(|v| v.name.as_str())
+            .collect();
+        assert!(env.contains(&"ACTIONS_RUNNER_INPUT_JITCONFIG"));
+        assert!(!env.contains(&"RUNNER_TOKEN"));
+    }
+    let jit = e.h.sim.read(|w, _| w.runners.values().all(|r| r.jit));
+    assert!(jit, "every runner registered by JIT configuration");
+
+    // JIT runners carry exactly the labels requested (no self-hosted/OS/arch defaults).
+    let jobs = e.submit(2, "jit", Duration::from_secs(1), true);
+    let second = eventually(
+        &e,
+        "both runners replaced after their jobs",
+        WAIT,
+        || async {
+            let running = e.running().await;
+            let done = e.all_succeeded(&jobs)
+                && running.len() == 2
+                && running.is_disjoint(&first)
+                && e.runners().await.len() == 2;
+            done.then_some(running)
+        },
+    )
+    .await;
+    if e.registered() != second {
+        let calls: Vec<String> = ghsim::accounting::snapshot(&e.h.sim)
+            .api_calls
+            .iter()
+            .map(|c| format!("{} {}", c.endpoint, c.calls))
+            .collect();
+        panic!(
+            "expected GitHub to know exactly {second:?}; calls {calls:?}\n{}",
+            e.describe().await
+        );
+    }
+    assert_eq!(e.interrupted(), 0);
+    let jit = e.h.sim.read(|w, _| w.runners.values().all(|r| r.jit));
+    assert!(jit);
+    e.shutdown().await;
+}
