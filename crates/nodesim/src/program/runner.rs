@@ -611,6 +611,12 @@ impl Runner<'_> {
                     tracing::info!(pod = %self.pod, "runner removed on SIGTERM");
                     return Exit::success();
                 }
+                // A job reached the runner while SIGTERM stopped the poll that fetched it.
+                Err(RunnerError::Status { status: 422, .. }) => {
+                    tracing::warn!(pod = %self.pod, "SIGTERM as a job arrived: cancelling it");
+                    let _ = client.disconnect().await;
+                    return Exit::code(EXIT_CANCELLED).with_message("job cancelled on arrival");
+                }
                 Err(e) => {
                     tracing::warn!(pod = %self.pod, error = %e, "removing the runner failed; going offline");
                 }

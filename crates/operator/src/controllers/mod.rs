@@ -91,6 +91,20 @@ pub fn pod_is_ephemeral(pod: &Pod) -> bool {
         .is_none_or(|v| v != "false")
 }
 
+/// Whether the pod's runner registers with a JIT configuration
+/// (`ACTIONS_RUNNER_INPUT_JITCONFIG`): its runner exists on GitHub before the pod starts.
+pub fn pod_uses_jit(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|c| c.name == RUNNER_CONTAINER))
+        .is_some_and(|c| {
+            c.env
+                .iter()
+                .flatten()
+                .any(|e| e.name == "ACTIONS_RUNNER_INPUT_JITCONFIG")
+        })
+}
+
 /// An annotation's value.
 pub fn annotation<'a>(obj: &'a impl ResourceExt, key: &str) -> Option<&'a str> {
     obj.annotations().get(key).map(String::as_str)
@@ -161,6 +175,37 @@ pub fn pod_view(pod: &Pod) -> PodView {
     }
 }
 
+/// How long a reconcile waits for objects it created to reach a store.
+const STORE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Waits (up to [`STORE_WAIT`]) until `store` holds `names` in `ns` — objects this reconcile
+/// just created. Reconciles are triggered by the controllers' own watches, not the stores'
+/// (see [`crate::manager`]); one that ran before the store caught up would take the objects
+/// for missing and create them again. Reconciles of one object never overlap, so waiting at
+/// the end of the one that created them is enough.
+pub async fn wait_until_stored<K>(
+    store: &kube::runtime::reflector::Store<K>,
+    ns: &str,
+    names: &[String],
+) where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    use kube::runtime::reflector::ObjectRef;
+    let deadline = tokio::time::Instant::now() + STORE_WAIT;
+    let stored = || {
+        names
+            .iter()
+            .all(|n| store.get(&ObjectRef::<K>::new(n).within(ns)).is_some())
+    };
+    while !stored() {
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!(namespace = ns, objects = ?names, "created objects not yet in the cache");
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// `namespace/name` for messages.
 pub fn object_name(obj: &impl ResourceExt) -> String {
     format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
@@ -197,5 +242,19 @@ mod tests {
             })
         );
         assert!(!pod_is_ephemeral(&pod));
+        assert!(!pod_uses_jit(&pod));
+    }
+
+    #[test]
+    fn jit_pods_are_recognized_by_their_runner_env() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "runner", "env": [
+                {"name": "ACTIONS_RUNNER_INPUT_JITCONFIG",
+                 "valueFrom": {"secretKeyRef": {"name": "p-registration", "key": "jit_config"}}}
+            ]}]}
+        }))
+        .unwrap();
+        assert!(pod_uses_jit(&pod));
     }
 }

@@ -326,12 +326,15 @@ async fn create_pod(runner: &Runner, scope: &RunnerScope, ctx: &Context) -> Resu
     {
         Ok(_) => {
             info!(runner = %object_name(runner), %scope, jit, "created runner pod");
-            Ok(())
         }
         // The store lags behind our own writes; the pod is there.
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(kube_err("create pod", format!("{ns}/{name}"))(e)),
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(kube_err("create pod", format!("{ns}/{name}"))(e)),
     }
+    // A reconcile that still missed the pod would fetch a new credential: for JIT, one that
+    // replaces the runner registration the running pod uses.
+    super::wait_until_stored(&ctx.stores.pods, &ns, std::slice::from_ref(&name)).await;
+    Ok(())
 }
 
 /// Permanent errors are reported on the object and wait for a change; transient ones back off.

@@ -29,8 +29,8 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::{
-    annotation, github_scope, object_name, pod_is_ephemeral, pod_phase, pod_scope, ready_since,
-    rfc3339, runner_id, runner_restarted, runner_stopped,
+    annotation, github_scope, object_name, pod_is_ephemeral, pod_phase, pod_scope, pod_uses_jit,
+    ready_since, rfc3339, runner_id, runner_restarted, runner_stopped,
 };
 use crate::context::Context;
 use crate::error::{Error, github_err, ignore_not_found, kube_err};
@@ -222,7 +222,11 @@ async fn unregister(
         .await?;
     }
     let mut id = runner_id(pod);
-    if id.is_none() && pod_phase(pod) != hangar_core::owner_sync::PodPhase::Pending {
+    // A pod that never ran registered nothing — unless it uses JIT, whose runner was
+    // registered with its configuration; left alone, it would stay on GitHub (offline).
+    let may_be_registered =
+        pod_phase(pod) != hangar_core::owner_sync::PodPhase::Pending || pod_uses_jit(pod);
+    if id.is_none() && may_be_registered {
         let runners = ctx
             .github
             .list_runners(gh_scope)

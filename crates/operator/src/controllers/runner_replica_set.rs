@@ -22,7 +22,7 @@ use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
-use super::{annotation, k8s_time, object_name, parse_time, pod_view, rfc3339};
+use super::{annotation, k8s_time, object_name, parse_time, pod_view, rfc3339, wait_until_stored};
 use crate::context::Context;
 use crate::error::{Error, ignore_not_found, kube_err};
 
@@ -202,7 +202,10 @@ async fn apply(
                 created.push(runner.name_any());
             }
             info!(set = %object_name(set), count, "created runners");
-            wait_until_stored(ctx, &ns, &created).await;
+            // The next reconcile is triggered by the controller's own watch of Runners, not by
+            // the store's: run before the store caught up, it would count these Runners as
+            // missing and create more (then retire the oldest as surplus).
+            wait_until_stored(&ctx.stores.runners, &ns, &created).await;
             ctx.event(
                 set.object_ref(&()),
                 false,
@@ -277,33 +280,6 @@ async fn apply(
         }
     }
     Ok(())
-}
-
-/// How long a reconcile waits for the Runners it created to reach the store.
-const STORE_WAIT: Duration = Duration::from_secs(5);
-
-/// Waits (up to [`STORE_WAIT`]) until the Runner store holds `names`. The next reconcile of
-/// the set is triggered by the controller's own watch of Runners, not by the store's: if it
-/// ran before the store caught up, it would count the new Runners as missing and create
-/// more (runners beyond `replicas`, then retire the oldest). Reconciles of one set never run
-/// concurrently, so waiting here is enough.
-async fn wait_until_stored(ctx: &Context, ns: &str, names: &[String]) {
-    let deadline = tokio::time::Instant::now() + STORE_WAIT;
-    let stored = || {
-        names.iter().all(|n| {
-            ctx.stores
-                .runners
-                .get(&ObjectRef::<Runner>::new(n).within(ns))
-                .is_some()
-        })
-    };
-    while !stored() {
-        if tokio::time::Instant::now() >= deadline {
-            warn!(namespace = ns, runners = ?names, "created runners not yet seen by the cache");
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// A new Runner for the set: the template, named `<set>-<random>`, labelled with the template
