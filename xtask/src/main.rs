@@ -5,6 +5,7 @@
 //!   the repository;
 //! - `crds [--check]`: regenerate `deploy/crds/` from the Rust types, or fail on drift;
 //! - `demo`: the README's run command — a local cluster with the CRDs and examples applied;
+//! - `bench-cluster`, `bench-lifecycle`, `bench-pods`: benchmarks writing `bench/results/`;
 //! - `test`: the README's test command — lint, then the whole test suite against a control plane
 //!   that lives exactly as long as the run.
 
@@ -49,6 +50,21 @@ enum Cmd {
         /// How many start/stop cycles.
         #[arg(long, default_value_t = 5)]
         runs: usize,
+    },
+    /// Build release binaries and scale a RunnerDeployment 0 -> N -> 0 in token and JIT modes
+    /// (private control planes, ghsim, nodesim, `hangar run`); writes
+    /// bench/results/lifecycle.json. Extra arguments go to the benchmark (`-- --runners 50`).
+    BenchLifecycle {
+        /// Arguments for the benchmark.
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// 1,000 runner pods on simulated nodes: Ready, registered in ghsim, deleted; writes
+    /// bench/results/nodesim-*.json. Uses the `cargo xtask cluster up` control plane.
+    BenchPods {
+        /// Arguments for the benchmark (`-- --runners --pods 1000`).
+        #[arg(last = true)]
+        args: Vec<String>,
     },
     /// Check formatting and lints, then run every test against a fresh control plane.
     Test {
@@ -127,7 +143,48 @@ async fn run(cmd: Cmd) -> Result<ExitCode> {
             cargo_args,
         } => test(no_lint, &cargo_args).await,
         Cmd::BenchCluster { runs } => bench_cluster(runs).await.map(|()| ExitCode::SUCCESS),
+        Cmd::BenchLifecycle { args } => {
+            build_binaries()?;
+            release_example("hangar", "bench-lifecycle", &["--bin", "hangar"], &args)
+        }
+        Cmd::BenchPods { args } => {
+            let kubeconfig = up(&default_cluster_dir()).await?;
+            let mut args = args;
+            args.extend(["--kubeconfig".to_owned(), kubeconfig.display().to_string()]);
+            release_example("hangar-nodesim", "bench-pods", &[], &args)
+        }
     }
+}
+
+/// `cargo run --release -p <package> --example <example> -- <args>`, after building `extra`
+/// targets of the package in release mode too.
+fn release_example(
+    package: &str,
+    example: &str,
+    extra: &[&str],
+    args: &[String],
+) -> Result<ExitCode> {
+    let root = workspace_root();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    if !extra.is_empty() {
+        must(
+            Command::new(&cargo)
+                .current_dir(&root)
+                .args(["build", "--release", "-p", package])
+                .args(extra),
+        )?;
+    }
+    let status = Command::new(&cargo)
+        .current_dir(&root)
+        .args(["run", "--release", "-p", package, "--example", example, "--"])
+        .args(args)
+        .status()
+        .context("failed to run cargo")?;
+    Ok(if status.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn build_binaries() -> Result<Binaries> {
