@@ -176,7 +176,15 @@ fn release_example(
     }
     let status = Command::new(&cargo)
         .current_dir(&root)
-        .args(["run", "--release", "-p", package, "--example", example, "--"])
+        .args([
+            "run",
+            "--release",
+            "-p",
+            package,
+            "--example",
+            example,
+            "--",
+        ])
         .args(args)
         .status()
         .context("failed to run cargo")?;

@@ -206,8 +206,8 @@ async fn bench(client: &Client, args: &Args, nodes: usize, mode: Binding) -> any
     let github = if args.runners {
         let github = start_github().await?;
         store_registration_token(client, &ns, &github).await?;
-        config = config
-            .with_runner_program(RunnerProgram::new().with_remove_credential(RUNNER_REMOVER));
+        config =
+            config.with_runner_program(RunnerProgram::new().with_remove_credential(RUNNER_REMOVER));
         Some(github)
     } else {
         None
