@@ -3,7 +3,8 @@
 //! - `cluster build|up|down|status`: the local control plane (real etcd, kube-apiserver,
 //!   kube-controller-manager, kube-scheduler on loopback), binaries cached per version outside
 //!   the repository;
-//! - `crds [--check]`: regenerate `deploy/crds/` from the Rust types, or fail on drift;
+//! - `crds [--check]`: regenerate `deploy/crds/` and the Helm chart's `crds/` from the Rust
+//!   types, or fail on drift;
 //! - `demo`: the README's run command — a local cluster with the CRDs and examples applied;
 //! - `bench-cluster`, `bench-lifecycle`, `bench-pods`: benchmarks writing `bench/results/`;
 //! - `test`: the README's test command — lint, then the whole test suite against a control plane
@@ -275,22 +276,29 @@ async fn up(dir: &Path) -> Result<PathBuf> {
 }
 
 fn crds(check: bool) -> Result<ExitCode> {
-    let dir = workspace_root().join("deploy").join("crds");
+    // The Helm chart carries its own copy (charts install `crds/` before templates).
+    let root = workspace_root();
+    let dirs = [
+        root.join("deploy").join("crds"),
+        root.join("deploy").join("helm").join("hangar").join("crds"),
+    ];
     let mut stale = vec![];
-    for (file, yaml) in hangar_api::crd_files() {
-        let path = dir.join(&file);
-        let current = std::fs::read_to_string(&path).unwrap_or_default();
-        if current != yaml {
-            stale.push(file.clone());
-            if !check {
-                std::fs::create_dir_all(&dir)?;
-                std::fs::write(&path, yaml)
-                    .with_context(|| format!("writing {}", path.display()))?;
+    for dir in &dirs {
+        for (file, yaml) in hangar_api::crd_files() {
+            let path = dir.join(&file);
+            let current = std::fs::read_to_string(&path).unwrap_or_default();
+            if current != yaml {
+                stale.push(path.strip_prefix(&root).unwrap_or(&path).to_owned());
+                if !check {
+                    std::fs::create_dir_all(dir)?;
+                    std::fs::write(&path, yaml)
+                        .with_context(|| format!("writing {}", path.display()))?;
+                }
             }
         }
     }
     if check && !stale.is_empty() {
-        eprintln!("deploy/crds is stale: {stale:?}; run `cargo xtask crds`");
+        eprintln!("CRD files are stale: {stale:?}; run `cargo xtask crds`");
         return Ok(ExitCode::FAILURE);
     }
     if !check {

@@ -10,7 +10,7 @@
 //! the workflow it is running. Unlike ARC, Hangar never stores the registration token in the
 //! status; the field exists so that objects written by ARC still deserialize.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -112,6 +112,15 @@ pub struct RunnerStatus {
     #[schemars(extend("nullable" = true))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_registration_check_time: Option<Time>,
+
+    /// The runner's state as conditions (Hangar only; ARC has none). Types: Registered (GitHub
+    /// knows the runner), Ready (registered and its pod is ready), CredentialsValid (the
+    /// GitHub credentials, the controller's or those of githubAPICredentialsFrom, were
+    /// found and accepted by GitHub). A False condition's reason and message say what is wrong
+    /// and what to do about it.
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<Condition>>,
 }
 
 /// Where a runner is registered at GitHub.

@@ -10,7 +10,7 @@
 //! (2020, before HorizontalRunnerAutoscaler) so that manifests of that time still apply; Hangar
 //! stores but does not act on them.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -119,7 +119,7 @@ pub struct RunnerDeploymentSpec {
 }
 
 /// Observed state of a RunnerDeployment, written by the controller.
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = crate::schema::conventions)]
 pub struct RunnerDeploymentStatus {
@@ -144,4 +144,12 @@ pub struct RunnerDeploymentStatus {
     /// Total number of runners, across all RunnerReplicaSets of this deployment.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
+
+    /// The deployment's state as conditions (Hangar only; ARC has none). Types: Available
+    /// (every wanted runner is registered and ready), Progressing (runners are being created
+    /// or retired, or a template change is rolling out). A False Available names a runner that
+    /// cannot start and why.
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<Condition>>,
 }

@@ -7,7 +7,7 @@
 //!
 //! Deleting a RunnerReplicaSet is not graceful (as in ARC): scale it to 0 first.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -64,7 +64,7 @@ pub struct RunnerReplicaSetSpec {
 }
 
 /// Observed state of a RunnerReplicaSet, written by the controller.
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = crate::schema::conventions)]
 pub struct RunnerReplicaSetStatus {
@@ -79,4 +79,11 @@ pub struct RunnerReplicaSetStatus {
     /// Number of those Runners that are available; currently the same as readyReplicas.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub available_replicas: Option<i32>,
+
+    /// The set's state as conditions (Hangar only; ARC has none). Types: Available (every
+    /// wanted runner is registered and ready), Progressing (runners are being created or
+    /// retired). A False Available names a runner that cannot start and why.
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<Condition>>,
 }

@@ -13,7 +13,7 @@
 //! it is for a StatefulSet.
 
 use k8s_openapi::api::apps::v1::StatefulSetSpec;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -96,7 +96,7 @@ pub struct RunnerSetSpec {
 }
 
 /// Observed state of a RunnerSet, written by the controller.
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = crate::schema::conventions)]
 pub struct RunnerSetStatus {
@@ -123,4 +123,11 @@ pub struct RunnerSetStatus {
     /// The pod selector in string form (e.g. runnerset-name=ci), for the scale subresource.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,
+
+    /// The set's state as conditions (Hangar only; ARC has none). Types: Available (every
+    /// wanted runner is registered and ready), Progressing (runners are being created or
+    /// retired).
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<Condition>>,
 }

@@ -8,6 +8,8 @@
 //! Modules:
 //! - [`autoscaler`]: the HorizontalRunnerAutoscaler's replica math, metrics, schedules, capacity
 //!   reservations and webhook rules (matching, dedup, batching).
+//! - [`leader`]: Lease-based leader election — acquire, renew, follow, and when a leader must
+//!   stop acting.
 //! - [`owner_sync`]: how many runner-pod owners (Runners or StatefulSets) to create or retire,
 //!   never killing a busy runner.
 //! - [`scope`]: where a runner registers on GitHub (enterprise, organization or repository) and
@@ -16,6 +18,7 @@
 //! - [`unregistration`]: unregister-before-delete, the state machine that waits out busy runners.
 
 pub mod autoscaler;
+pub mod leader;
 pub mod owner_sync;
 pub mod scope;
 pub mod template_hash;

@@ -140,8 +140,49 @@ pub struct ClientStats {
     pub installation_tokens: u64,
 }
 
+/// What one endpoint (`METHOD /template`) cost: requests sent and GETs the cache answered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct EndpointStats {
+    /// HTTP requests sent (including retries and revalidations).
+    pub requests: u64,
+    /// GETs answered from the cache without a request.
+    pub cache_hits: u64,
+    /// Revalidations answered `304 Not Modified` (free under the rate limit).
+    pub not_modified: u64,
+}
+
+/// `METHOD /template` of a REST path: owner, repository, organization, enterprise and numeric
+/// ids become placeholders, so metrics have a bounded label set.
+pub fn endpoint_template(method: &str, path: &str) -> String {
+    let mut out = String::from(method);
+    out.push(' ');
+    let mut previous = "";
+    let mut owner_next = 0;
+    for segment in path.trim_matches('/').split('/') {
+        out.push('/');
+        let placeholder = match previous {
+            "repos" => {
+                owner_next = 1;
+                Some("{owner}")
+            }
+            "orgs" => Some("{org}"),
+            "enterprises" => Some("{enterprise}"),
+            _ if owner_next == 1 => {
+                owner_next = 0;
+                Some("{repo}")
+            }
+            _ if !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit()) => Some("{id}"),
+            _ => None,
+        };
+        out.push_str(placeholder.unwrap_or(segment));
+        previous = segment;
+    }
+    out
+}
+
 #[derive(Debug, Default)]
 struct Counters {
+    by_endpoint: Mutex<HashMap<String, EndpointStats>>,
     requests: AtomicU64,
     cache_hits: AtomicU64,
     not_modified: AtomicU64,
@@ -153,6 +194,14 @@ struct Counters {
 impl Counters {
     fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn endpoint(&self, call: &Call, count: impl FnOnce(&mut EndpointStats)) {
+        let mut map = self.by_endpoint.lock().expect("endpoint counters lock");
+        count(
+            map.entry(endpoint_template(call.method, &call.path))
+                .or_default(),
+        );
     }
 
     fn snapshot(&self) -> ClientStats {
@@ -322,6 +371,19 @@ impl GitHubClient {
     /// What the client did so far.
     pub fn stats(&self) -> ClientStats {
         self.inner.counters.snapshot()
+    }
+
+    /// What the client did so far, by endpoint template (see [`endpoint_template`]).
+    pub fn endpoint_stats(&self) -> Vec<(String, EndpointStats)> {
+        let map = self
+            .inner
+            .counters
+            .by_endpoint
+            .lock()
+            .expect("endpoint counters lock");
+        let mut rows: Vec<_> = map.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        rows
     }
 
     fn now(&self) -> Timestamp {
@@ -495,6 +557,7 @@ impl GitHubClient {
                 && entry.is_fresh(self.now())
             {
                 Counters::bump(&counters.cache_hits);
+                counters.endpoint(&call, |e| e.cache_hits += 1);
                 return Ok(Response {
                     body: entry.body.clone(),
                     link: entry.link.clone(),
@@ -512,6 +575,7 @@ impl GitHubClient {
                 builder = builder.json(body);
             }
             Counters::bump(&counters.requests);
+            counters.endpoint(&call, |e| e.requests += 1);
             let result = match builder.send().await {
                 Ok(response) => {
                     let status = response.status();
@@ -566,6 +630,7 @@ impl GitHubClient {
                 && let Some(entry) = self.inner.cache.revalidated(&cache_key, freshness, now)
             {
                 Counters::bump(&counters.not_modified);
+                counters.endpoint(&call, |e| e.not_modified += 1);
                 return Ok(Response {
                     body: entry.body,
                     link: entry.link,
@@ -948,6 +1013,40 @@ pub fn next_link(header: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn endpoint_templates_hide_names_and_ids() {
+        let cases = [
+            (
+                "GET",
+                "/repos/octo/app/actions/runners",
+                "GET /repos/{owner}/{repo}/actions/runners",
+            ),
+            (
+                "DELETE",
+                "/orgs/acme/actions/runners/42",
+                "DELETE /orgs/{org}/actions/runners/{id}",
+            ),
+            (
+                "POST",
+                "/enterprises/big/actions/runners/generate-jitconfig",
+                "POST /enterprises/{enterprise}/actions/runners/generate-jitconfig",
+            ),
+            (
+                "GET",
+                "/api/v3/repos/o/r/actions/runs/7/jobs",
+                "GET /api/v3/repos/{owner}/{repo}/actions/runs/{id}/jobs",
+            ),
+            (
+                "POST",
+                "/app/installations/9/access_tokens",
+                "POST /app/installations/{id}/access_tokens",
+            ),
+        ];
+        for (method, path, want) in cases {
+            assert_eq!(endpoint_template(method, path), want, "{path}");
+        }
+    }
 
     #[test]
     fn next_link_from_a_real_header() {

@@ -45,7 +45,7 @@ pub mod webhook;
 
 pub use api::GitHubApi;
 pub use auth::{AppCredentials, AppIdentifier, CredentialKey, Credentials, CredentialsError};
-pub use client::{ClientOptions, ClientStats, GitHubClient};
+pub use client::{ClientOptions, ClientStats, EndpointStats, GitHubClient, endpoint_template};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use endpoint::{Endpoint, EndpointError};
 pub use error::{AppAuthError, Call, GitHubError, RateLimitKind};

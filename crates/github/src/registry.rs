@@ -11,7 +11,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::auth::{CredentialKey, Credentials};
-use crate::client::{ClientOptions, ClientStats, GitHubClient};
+use crate::client::{ClientOptions, ClientStats, EndpointStats, GitHubClient};
 use crate::endpoint::Endpoint;
 use crate::error::GitHubError;
 use crate::models::RateLimit;
@@ -41,6 +41,8 @@ pub struct ClientReport {
     pub rate_limit: Option<RateLimit>,
     /// Counters.
     pub stats: ClientStats,
+    /// Counters by endpoint template.
+    pub endpoints: Vec<(String, EndpointStats)>,
 }
 
 impl ClientRegistry {
@@ -89,6 +91,7 @@ impl ClientRegistry {
                 credential: c.credential().clone(),
                 rate_limit: c.rate_limit(),
                 stats: c.stats(),
+                endpoints: c.endpoint_stats(),
             })
             .collect()
     }

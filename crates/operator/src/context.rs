@@ -1,16 +1,22 @@
 //! What every reconciler shares: clients, configuration, the reflector stores it reads instead
-//! of LISTing, an event recorder and the clock.
+//! of LISTing, an event recorder, the clock and per-object back-off.
+//!
+//! GitHub: [`Context::github_for`] is the client for a resource — the controller-wide
+//! [`Context::github`], or the one built from the Secret its `githubAPICredentialsFrom` names.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use hangar_api::{Runner, RunnerDeployment, RunnerReplicaSet};
-use hangar_github::GitHubApi;
+use hangar_api::runner_config::GitHubApiCredentialsFrom;
+use hangar_api::{HorizontalRunnerAutoscaler, Runner, RunnerDeployment, RunnerReplicaSet};
+use hangar_github::{ClientRegistry, GitHubApi};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
 
+use crate::credentials::{GitHubClients, LookupError};
+use crate::error::{Backoff, Error};
 use crate::runner_pod::PodDefaults;
 
 /// Controller-wide settings (from flags).
@@ -24,6 +30,16 @@ pub struct Settings {
     pub sync_period: Duration,
     /// How often an unregistered runner pod is looked up on GitHub.
     pub registration_check_interval: Duration,
+    /// How long an autoscaler waits after a scale-out before scaling down, unless its
+    /// `scaleDownDelaySecondsAfterScaleOut` says otherwise (ARC's `--default-scale-down-delay`).
+    pub default_scale_down_delay: Duration,
+    /// Builds the clients of per-resource credentials (`githubAPICredentialsFrom`); should be
+    /// the registry the controller-wide client came from, so equal credentials share a client.
+    /// `None` refuses per-resource credentials.
+    pub github_registry: Option<Arc<ClientRegistry>>,
+    /// Where metrics and probes are served; the manager attaches its caches to it. `None`
+    /// still counts (into a private registry nobody scrapes).
+    pub exporter: Option<Arc<crate::metrics::Exporter>>,
 }
 
 impl Default for Settings {
@@ -33,6 +49,9 @@ impl Default for Settings {
             jit: false,
             sync_period: Duration::from_secs(60),
             registration_check_interval: Duration::from_secs(10),
+            default_scale_down_delay: hangar_core::autoscaler::DEFAULT_SCALE_DOWN_DELAY,
+            github_registry: None,
+            exporter: None,
         }
     }
 }
@@ -48,6 +67,8 @@ pub struct Stores {
     pub replica_sets: Store<RunnerReplicaSet>,
     /// RunnerDeployments.
     pub deployments: Store<RunnerDeployment>,
+    /// HorizontalRunnerAutoscalers (read by the webhook server to match jobs).
+    pub hras: Store<HorizontalRunnerAutoscaler>,
 }
 
 /// The clock; tests may substitute a fixed one.
@@ -102,6 +123,12 @@ pub struct Context {
     pub recorder: Recorder,
     /// Time source.
     pub clock: Arc<dyn Clock>,
+    /// Per-resource GitHub clients (see [`Context::github_for`]).
+    pub clients: GitHubClients,
+    /// Consecutive failures per object, for error policies.
+    pub backoff: Backoff,
+    /// Instruments (reconcile durations and errors, ...).
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl std::fmt::Debug for Stores {
@@ -111,6 +138,7 @@ impl std::fmt::Debug for Stores {
             .field("runners", &self.runners.len())
             .field("replica_sets", &self.replica_sets.len())
             .field("deployments", &self.deployments.len())
+            .field("hras", &self.hras.len())
             .finish()
     }
 }
@@ -119,6 +147,7 @@ impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Context")
             .field("github", &self.github)
+            .field("clients", &self.clients)
             .field("settings", &self.settings)
             .field("stores", &self.stores)
             .finish_non_exhaustive()
@@ -139,12 +168,54 @@ impl Context {
         };
         Self {
             recorder: Recorder::new(client.clone(), reporter),
+            clients: GitHubClients::new(github.clone(), settings.github_registry.clone()),
+            metrics: settings
+                .exporter
+                .as_ref()
+                .map_or_else(Default::default, |e| e.metrics.clone()),
+            backoff: Backoff::default(),
             client,
             github,
             settings,
             stores,
             clock: Arc::new(SystemClock),
         }
+    }
+
+    /// The GitHub client for a resource in `namespace` with `githubAPICredentialsFrom` `from`:
+    /// the controller's own when `from` names no Secret. A missing or unusable Secret is an
+    /// [`Error::Credentials`] (retried slowly); Secrets are read by GET, cached briefly.
+    pub async fn github_for(
+        &self,
+        namespace: &str,
+        from: Option<&GitHubApiCredentialsFrom>,
+    ) -> Result<Arc<dyn GitHubApi>, Error> {
+        self.github_for_secret(namespace, GitHubClients::secret_name(from))
+            .await
+    }
+
+    /// [`Context::github_for`] by Secret name (e.g. from a pod's
+    /// `actions-runner/github-api-creds-secret` annotation).
+    pub async fn github_for_secret(
+        &self,
+        namespace: &str,
+        secret: Option<&str>,
+    ) -> Result<Arc<dyn GitHubApi>, Error> {
+        let object = || format!("{namespace}/{}", secret.unwrap_or_default());
+        self.clients
+            .client_for(&self.client, namespace, secret)
+            .await
+            .map_err(|e| match e {
+                LookupError::Problem(problem) => Error::Credentials {
+                    secret: object(),
+                    problem,
+                },
+                LookupError::Kube(source) => Error::Kube {
+                    action: "read GitHub credentials secret",
+                    object: object(),
+                    source,
+                },
+            })
     }
 
     /// The current time.

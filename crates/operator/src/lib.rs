@@ -5,9 +5,21 @@
 //! - [`controllers`]: the reconcilers (Runner, runner pods, RunnerReplicaSet, RunnerDeployment).
 //! - [`manager`]: reflectors and controllers in one process.
 //! - [`context`], [`error`]: what reconcilers share, and how they fail.
+//! - [`leader`]: Lease-based leader election among controller replicas.
+//! - [`metrics`]: Prometheus metrics and the health endpoints.
+//! - [`credentials`]: per-resource GitHub credentials; [`conditions`]: status conditions.
+//! - [`webhook_server`]: GitHub `workflow_job` deliveries → capacity reservations on autoscalers.
+//! - [`admission`]: admission webhooks (RunnerSet pod token injection, validation) with
+//!   self-managed certificates.
 
+pub mod admission;
+pub mod conditions;
 pub mod context;
 pub mod controllers;
+pub mod credentials;
 pub mod error;
+pub mod leader;
 pub mod manager;
+pub mod metrics;
 pub mod runner_pod;
+pub mod webhook_server;

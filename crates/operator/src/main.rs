@@ -2,7 +2,9 @@
 //!
 //! - `hangar run`: the controller manager (Runner, runner pods, RunnerReplicaSet,
 //!   RunnerDeployment), with ARC's flag names where ARC has one;
-//! - `hangar crd`: print the CustomResourceDefinitions.
+//! - `hangar crd`: print the CustomResourceDefinitions;
+//! - `hangar webhook-server`: the GitHub webhook server alone (`hangar run --webhook-addr` runs
+//!   it inside the manager instead).
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -31,6 +33,113 @@ enum Command {
     Crd,
     /// Run the controllers.
     Run(Box<RunArgs>),
+    /// Run only the GitHub webhook server, which turns workflow_job deliveries into capacity
+    /// reservations on HorizontalRunnerAutoscalers (a `hangar run` elsewhere scales them).
+    WebhookServer(Box<WebhookServerArgs>),
+}
+
+/// Webhook flags shared by `hangar run` and `hangar webhook-server`.
+#[derive(Debug, Args)]
+struct WebhookArgs {
+    /// The secret configured on the GitHub webhook; deliveries must be signed with it
+    /// (`X-Hub-Signature-256`).
+    #[arg(long, env = "GITHUB_WEBHOOK_SECRET_TOKEN", hide_env_values = true)]
+    github_webhook_secret_token: Option<String>,
+    /// Accept deliveries without a valid signature when no secret is set. Anyone who can reach
+    /// the server can then scale your runners; for local experiments only.
+    #[arg(long)]
+    insecure_accept_unsigned_webhooks: bool,
+    /// At most one capacity-reservation write per autoscaler per this interval.
+    #[arg(long, default_value = "250ms", value_parser = parse_duration)]
+    webhook_batch_interval: Duration,
+    /// Pending scale operations beyond this are refused with 503 (GitHub shows a failed delivery
+    /// that can be redelivered).
+    #[arg(long, default_value_t = hangar::webhook_server::DEFAULT_QUEUE_LIMIT)]
+    webhook_queue_limit: usize,
+    /// Largest accepted delivery body, in bytes.
+    #[arg(long, default_value_t = hangar::webhook_server::DEFAULT_MAX_BODY_BYTES)]
+    webhook_max_body_bytes: usize,
+}
+
+impl WebhookArgs {
+    fn config(&self) -> anyhow::Result<hangar::webhook_server::WebhookConfig> {
+        let secret = self.github_webhook_secret_token.clone().map(Secret::new);
+        let mut config = hangar::webhook_server::WebhookConfig::new(
+            secret,
+            self.insecure_accept_unsigned_webhooks,
+        )?;
+        config.batch_interval = self.webhook_batch_interval;
+        config.queue_limit = self.webhook_queue_limit;
+        config.max_body_bytes = self.webhook_max_body_bytes;
+        Ok(config)
+    }
+}
+
+/// Logging flags (ARC's names).
+#[derive(Clone, Debug, Args)]
+struct LogArgs {
+    /// Log level: debug, info, warn or error (`RUST_LOG`, when set, wins).
+    #[arg(long, default_value = "info", value_parser = ["debug", "info", "warn", "error"])]
+    log_level: String,
+    /// Log format: text or json.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+}
+
+impl LogArgs {
+    fn init(&self) {
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+            format!("{level},kube=warn,hyper=warn", level = self.log_level).into()
+        });
+        let builder = tracing_subscriber::fmt().with_env_filter(filter);
+        if self.log_format == "json" {
+            builder.json().init();
+        } else {
+            builder.init();
+        }
+    }
+}
+
+/// Parses a Go-style listen address: `:8080` means all interfaces; `0` disables.
+fn parse_listen(s: &str) -> Result<Option<std::net::SocketAddr>, String> {
+    if s == "0" {
+        return Ok(None);
+    }
+    let full = if s.starts_with(':') {
+        format!("0.0.0.0{s}")
+    } else {
+        s.to_owned()
+    };
+    full.parse().map(Some).map_err(|_| {
+        format!("invalid address {s:?} (use e.g. :8080 or 127.0.0.1:8080; 0 disables)")
+    })
+}
+
+/// Flags of `hangar webhook-server`.
+#[derive(Debug, Args)]
+struct WebhookServerArgs {
+    #[command(flatten)]
+    log: LogArgs,
+    /// Address to listen on (plain HTTP; put TLS in front of it).
+    #[arg(long, default_value = "0.0.0.0:8000")]
+    addr: std::net::SocketAddr,
+    /// Only read autoscalers in this namespace (default: all).
+    #[arg(long)]
+    watch_namespace: Option<String>,
+    /// GitHub's web URL; with a token, runner-group visibility is checked through the API.
+    #[arg(long, env = "GITHUB_URL", default_value = "https://github.com/")]
+    github_url: String,
+    /// GitHub Enterprise Server URL.
+    #[arg(long, env = "GITHUB_ENTERPRISE_URL")]
+    github_enterprise_url: Option<String>,
+    /// REST API base URL, overriding what `--github-url` implies.
+    #[arg(long, env = "GITHUB_API_URL")]
+    github_api_url: Option<String>,
+    /// Personal access token, optional: without it every runner group counts as visible.
+    #[arg(long, env = "GITHUB_TOKEN", hide_env_values = true)]
+    github_token: Option<String>,
+    #[command(flatten)]
+    webhook: WebhookArgs,
 }
 
 /// Flags of `hangar run`; names follow ARC's controller manager.
@@ -71,6 +180,35 @@ struct RunArgs {
     /// any pod). Per Runner: annotation `hangar.dev/registration: jit`.
     #[arg(long)]
     jit: bool,
+    /// How long an autoscaler waits after a scale-out before scaling down, unless its
+    /// scaleDownDelaySecondsAfterScaleOut says otherwise.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    default_scale_down_delay: Duration,
+    /// Also serve GitHub webhooks on this address (e.g. 0.0.0.0:8000), in this process.
+    #[arg(long)]
+    webhook_addr: Option<std::net::SocketAddr>,
+    /// Prometheus metrics address (`/metrics`); `0` disables.
+    #[arg(long, default_value = ":8080", value_parser = parse_listen)]
+    metrics_addr: Option<std::net::SocketAddr>,
+    /// Health probe address (`/healthz`, `/readyz`); `0` disables.
+    #[arg(long, default_value = ":8081", value_parser = parse_listen)]
+    health_probe_bind_address: Option<std::net::SocketAddr>,
+    /// Elect a leader among replicas with a Lease: only the leader reconciles (the webhook
+    /// server runs on every replica).
+    #[arg(long)]
+    enable_leader_election: bool,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "hangar-controller")]
+    leader_election_id: String,
+    /// Namespace of the leader-election Lease (default: this pod's, else `default`).
+    #[arg(long, env = "POD_NAMESPACE")]
+    leader_election_namespace: Option<String>,
+    #[command(flatten)]
+    log: LogArgs,
+    #[command(flatten)]
+    webhook: WebhookArgs,
+    #[command(flatten)]
+    admission: hangar::admission::cli::AdmissionArgs,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -87,6 +225,10 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
+        Command::WebhookServer(args) => {
+            args.log.init();
+            block_on(webhook_server(*args))
+        }
         Command::Crd => {
             let mut out = std::io::stdout().lock();
             let docs: Vec<String> = hangar_api::crd_files()
@@ -100,31 +242,120 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Run(args) => {
-            tracing_subscriber::fmt()
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| "info,kube=warn".into()),
-                )
-                .init();
-            let runtime = match tokio::runtime::Runtime::new() {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("error: cannot start the runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            match runtime.block_on(run(*args)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    ExitCode::FAILURE
-                }
-            }
+            args.log.init();
+            block_on(run(*args))
         }
     }
 }
 
+/// Runs `future` on a fresh runtime, for the long-running subcommands.
+fn block_on(future: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(future) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn terminated() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Binds the metrics and probe listeners (one server when both name the same address).
+async fn serve_exporter(
+    exporter: &Arc<hangar::metrics::Exporter>,
+    addrs: &[Option<std::net::SocketAddr>],
+) -> anyhow::Result<()> {
+    let mut bound = std::collections::BTreeSet::new();
+    for addr in addrs.iter().flatten() {
+        if !bound.insert(*addr) {
+            continue;
+        }
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr} for metrics/probes"))?;
+        let router = exporter.clone().router();
+        tokio::spawn(async move {
+            if let Err(e) = hangar::metrics::serve(listener, router).await {
+                tracing::error!(error = %e, "metrics server failed");
+            }
+        });
+    }
+    Ok(())
+}
+
+async fn webhook_server(args: WebhookServerArgs) -> anyhow::Result<()> {
+    let config = args.webhook.config()?;
+    let github = match &args.github_token {
+        Some(token) => {
+            let endpoint = match (&args.github_api_url, &args.github_enterprise_url) {
+                (Some(api), _) => Endpoint::custom(api, &args.github_url),
+                (None, Some(url)) => Endpoint::from_enterprise_url(url),
+                (None, None) => Endpoint::from_web_url(&args.github_url),
+            }
+            .context("invalid GitHub URL")?;
+            let client = ClientRegistry::new(endpoint, ClientOptions::default())
+                .client(Credentials::Token(Secret::new(token.clone())))
+                .context("cannot build the GitHub client")?;
+            Some(client as Arc<dyn hangar_github::GitHubApi>)
+        }
+        None => None,
+    };
+    let client = kube::Client::try_default()
+        .await
+        .context("cannot reach Kubernetes")?;
+    let listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.addr))?;
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    hangar::webhook_server::run_standalone(
+        client,
+        args.watch_namespace,
+        github,
+        listener,
+        config,
+        shutdown,
+    )
+    .await
+    .context("webhook server failed")
+}
+
 async fn run(args: RunArgs) -> anyhow::Result<()> {
+    // Refuse a webhook listener without a secret before anything else starts.
+    let webhook_config = match args.webhook_addr {
+        Some(_) => Some(args.webhook.config()?),
+        None => None,
+    };
     let endpoint = match (&args.github_api_url, &args.github_enterprise_url) {
         (Some(api), _) => Endpoint::custom(api, &args.github_url),
         (None, Some(url)) => Endpoint::from_enterprise_url(url),
@@ -135,14 +366,27 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .github_token
         .clone()
         .context("no GitHub credentials: set GITHUB_TOKEN (GitHub App flags are not wired yet)")?;
-    let registry = ClientRegistry::new(endpoint.clone(), ClientOptions::default());
+    // One registry for the controller's client and every githubAPICredentialsFrom Secret.
+    let registry = Arc::new(ClientRegistry::new(
+        endpoint.clone(),
+        ClientOptions::default(),
+    ));
     let github = registry
         .client(Credentials::Token(Secret::new(token)))
         .context("cannot build the GitHub client")?;
     let client = kube::Client::try_default()
         .await
         .context("cannot reach Kubernetes")?;
+    // Admission webhooks serve on every replica, leader or not.
+    if let Some(admission) = args
+        .admission
+        .start(&client, github.clone(), Some(registry.clone()))
+        .await?
+    {
+        tokio::spawn(admission);
+    }
     let settings = Settings {
+        exporter: Some(Arc::new(hangar::metrics::Exporter::default())),
         pod_defaults: PodDefaults {
             runner_image: args.runner_image,
             docker_image: args.docker_image,
@@ -153,10 +397,100 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         },
         jit: args.jit,
         sync_period: args.sync_period,
+        default_scale_down_delay: args.default_scale_down_delay,
+        github_registry: Some(registry),
         ..Settings::default()
     };
-    hangar::manager::run(client, github as Arc<_>, settings, args.watch_namespace).await;
-    Ok(())
+    let mut webhook = match (args.webhook_addr, webhook_config) {
+        (Some(addr), Some(config)) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} for webhooks"))?;
+            Some((listener, config))
+        }
+        _ => None,
+    };
+    let clock: Arc<dyn hangar::context::Clock> = Arc::new(hangar::context::SystemClock);
+    let exporter = settings.exporter.clone().unwrap_or_default();
+    serve_exporter(
+        &exporter,
+        &[args.metrics_addr, args.health_probe_bind_address],
+    )
+    .await?;
+
+    let mut elector = None;
+    if args.enable_leader_election {
+        let namespace = args
+            .leader_election_namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
+        let config = hangar::leader::ElectionConfig::new(
+            namespace,
+            args.leader_election_id.clone(),
+            hangar::leader::default_identity(),
+        );
+        tracing::info!(lease = %config.name, identity = %config.identity, "waiting for leadership");
+        let mut e = hangar::leader::Elector::start(client.clone(), config);
+        // A follower is healthy and ready; its webhook server (active-active) already serves.
+        exporter.set_ready(true);
+        let webhook_standalone = webhook.take().map(|(listener, config)| {
+            let client = client.clone();
+            let github = github.clone() as Arc<dyn hangar_github::GitHubApi>;
+            let namespace = args.watch_namespace.clone();
+            tokio::spawn(async move {
+                let result = hangar::webhook_server::run_standalone(
+                    client,
+                    namespace,
+                    Some(github),
+                    listener,
+                    config,
+                    std::future::pending(),
+                )
+                .await;
+                if let Err(e) = result {
+                    tracing::error!(error = %e, "webhook server failed");
+                }
+            })
+        });
+        tokio::select! {
+            () = e.acquired() => {}
+            () = terminated() => {
+                e.release().await;
+                drop(webhook_standalone);
+                return Ok(());
+            }
+        }
+        elector = Some(e);
+    }
+
+    let manager = hangar::manager::run_with_webhook(
+        client,
+        github as Arc<_>,
+        settings,
+        args.watch_namespace,
+        clock,
+        webhook,
+    );
+    let outcome = match elector.as_mut() {
+        Some(e) => tokio::select! {
+            () = manager => Ok(()),
+            () = e.lost() => Err(anyhow::anyhow!(
+                "lost the leader-election lease; exiting so a fresh replica can take over"
+            )),
+            () = terminated() => Ok(()),
+        },
+        None => tokio::select! {
+            () = manager => Ok(()),
+            () = terminated() => Ok(()),
+        },
+    };
+    // Reconciles in flight are dropped mid-way; every reconcile recomputes from the cluster,
+    // so the next leader repairs anything half-done. Releasing the Lease lets it start now.
+    if let Some(e) = elector {
+        e.release().await;
+    }
+    tracing::info!("stopped");
+    outcome
 }
 
 /// Joins YAML documents into one stream, each introduced by `---`.

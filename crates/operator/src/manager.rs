@@ -4,22 +4,29 @@
 //! Stores are filled by one watch per kind (pods filtered to runner pods by the `actions-runner`
 //! label); reconcilers read them instead of listing. Each kube-runtime `Controller` also keeps
 //! its own trigger watches — a known duplication to remove once the shared-stream API settles.
+//!
+//! With a webhook listener ([`run_with_webhook`]), the GitHub webhook server runs in the same
+//! process on the same stores, so a reservation it writes reaches the HRA controller's watch
+//! and the target is scaled at once.
 
 use std::sync::Arc;
 
 use futures::StreamExt;
-use hangar_api::{Runner, RunnerDeployment, RunnerReplicaSet, label};
+use hangar_api::{
+    HorizontalRunnerAutoscaler, Runner, RunnerDeployment, RunnerReplicaSet, RunnerSet, label,
+};
 use hangar_github::GitHubApi;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
-use tracing::info;
+use tracing::{error, info};
 
 use crate::context::{Clock, Context, Settings, Stores, SystemClock};
 use crate::controllers;
+use crate::webhook_server::{WebhookConfig, WebhookServer, WebhookStores};
 
-fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+pub(crate) fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
 {
@@ -29,7 +36,7 @@ where
     }
 }
 
-fn spawn_store<K>(api: Api<K>, config: watcher::Config) -> Store<K>
+pub(crate) fn spawn_store<K>(api: Api<K>, config: watcher::Config) -> Store<K>
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -66,6 +73,18 @@ pub async fn run_with_clock(
     namespace: Option<String>,
     clock: Arc<dyn Clock>,
 ) {
+    run_with_webhook(client, github, settings, namespace, clock, None).await;
+}
+
+/// [`run_with_clock`] plus, when `webhook` is given, the GitHub webhook server on that listener.
+pub async fn run_with_webhook(
+    client: Client,
+    github: Arc<dyn GitHubApi>,
+    settings: Settings,
+    namespace: Option<String>,
+    clock: Arc<dyn Clock>,
+    webhook: Option<(tokio::net::TcpListener, WebhookConfig)>,
+) {
     let ns = namespace.as_deref();
     let stores = Stores {
         pods: spawn_store(
@@ -81,12 +100,17 @@ pub async fn run_with_clock(
             api::<RunnerDeployment>(&client, ns),
             watcher::Config::default(),
         ),
+        hras: spawn_store(
+            api::<HorizontalRunnerAutoscaler>(&client, ns),
+            watcher::Config::default(),
+        ),
     };
     for wait in [
         stores.pods.wait_until_ready().await.is_ok(),
         stores.runners.wait_until_ready().await.is_ok(),
         stores.replica_sets.wait_until_ready().await.is_ok(),
         stores.deployments.wait_until_ready().await.is_ok(),
+        stores.hras.wait_until_ready().await.is_ok(),
     ] {
         debug_assert!(wait);
     }
@@ -94,13 +118,128 @@ pub async fn run_with_clock(
         namespace = ns.unwrap_or("<all>"),
         "caches synced; starting controllers"
     );
+    let webhook = match webhook {
+        Some((listener, config)) => {
+            let runner_sets =
+                spawn_store(api::<RunnerSet>(&client, ns), watcher::Config::default());
+            let _ = runner_sets.wait_until_ready().await;
+            let stores = WebhookStores {
+                hras: stores.hras.clone(),
+                deployments: stores.deployments.clone(),
+                runner_sets,
+            };
+            let server = WebhookServer::new(config, stores, Some(github.clone()), clock.clone());
+            Some(server.serve(listener, client.clone(), std::future::pending()))
+        }
+        None => None,
+    };
+    let webhook = async move {
+        if let Some(serve) = webhook
+            && let Err(e) = serve.await
+        {
+            error!(error = %e, "webhook server failed");
+        }
+    };
+    if let Some(exporter) = settings.exporter.clone() {
+        attach_metrics(&exporter, &stores, settings.github_registry.clone());
+        spawn_busy_refresh(exporter, stores.pods.clone(), github.clone());
+    }
     let mut ctx = Context::new(client.clone(), github, settings, stores);
     ctx.clock = clock;
     let ctx = Arc::new(ctx);
     tokio::join!(
+        webhook,
+        controllers::hra::run(ctx.clone(), api(&client, ns)),
         controllers::runner::run(ctx.clone(), api(&client, ns), api(&client, ns)),
         controllers::runner_pod::run(ctx.clone(), api(&client, ns)),
         controllers::runner_replica_set::run(ctx.clone(), api(&client, ns), api(&client, ns)),
         controllers::runner_deployment::run(ctx.clone(), api(&client, ns), api(&client, ns)),
+        controllers::runner_set::run(ctx.clone(), api(&client, ns)),
     );
+}
+
+/// Makes `/metrics` render from the caches (and the client registry), and reports ready.
+fn attach_metrics(
+    exporter: &crate::metrics::Exporter,
+    stores: &Stores,
+    registry: Option<Arc<hangar_github::ClientRegistry>>,
+) {
+    use kube::ResourceExt;
+    let stores = stores.clone();
+    exporter.attach(move |metrics| {
+        let pods = stores.pods.state();
+        let autoscalers: Vec<_> = stores
+            .hras
+            .state()
+            .iter()
+            .map(|h| crate::metrics::AutoscalerView {
+                namespace: h.namespace().unwrap_or_default(),
+                name: h.name_any(),
+                desired: h
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.desired_replicas)
+                    .map(i64::from),
+                min: h.spec.min_replicas.map(i64::from),
+                max: h.spec.max_replicas.map(i64::from),
+            })
+            .collect();
+        let deployments: Vec<_> = stores
+            .deployments
+            .state()
+            .iter()
+            .map(|d| {
+                (
+                    d.namespace().unwrap_or_default(),
+                    d.name_any(),
+                    i64::from(d.spec.replicas.unwrap_or(1)),
+                )
+            })
+            .collect();
+        metrics.render(&crate::metrics::ScrapeState {
+            pods: &pods,
+            github: registry.as_deref(),
+            autoscalers: &autoscalers,
+            deployments: &deployments,
+        })
+    });
+    exporter.set_ready(true);
+}
+
+/// Every [`crate::metrics::BUSY_REFRESH`], asks GitHub (through the caching client: a 304 is
+/// free) which registered runners are busy, per scope that has registered runner pods.
+fn spawn_busy_refresh(
+    exporter: Arc<crate::metrics::Exporter>,
+    pods: Store<Pod>,
+    github: Arc<dyn GitHubApi>,
+) {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(crate::metrics::BUSY_REFRESH).await;
+            let scopes: std::collections::BTreeSet<String> = pods
+                .state()
+                .iter()
+                .filter(|p| controllers::runner_id(p).is_some())
+                .filter_map(|p| controllers::pod_scope(p))
+                .map(|s| s.to_string())
+                .collect();
+            let mut busy = std::collections::HashSet::new();
+            for scope in pods
+                .state()
+                .iter()
+                .filter_map(|p| controllers::pod_scope(p))
+                .filter(|s| scopes.contains(&s.to_string()))
+                .map(|s| controllers::github_scope(&s))
+                .collect::<std::collections::BTreeSet<_>>()
+            {
+                match github.list_runners(&scope).await {
+                    Ok(runners) => {
+                        busy.extend(runners.into_iter().filter(|r| r.busy).map(|r| r.name))
+                    }
+                    Err(e) => tracing::debug!(error = %e, "busy-runner refresh failed"),
+                }
+            }
+            exporter.metrics.set_busy(busy);
+        }
+    });
 }

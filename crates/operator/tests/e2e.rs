@@ -320,6 +320,8 @@ struct Deployment {
     env: Vec<(String, String)>,
     effective_time: Option<SystemTime>,
     termination_grace_seconds: Option<i64>,
+    /// `githubAPICredentialsFrom.secretRef.name` of the template.
+    credentials_secret: Option<String>,
 }
 
 impl Deployment {
@@ -332,6 +334,7 @@ impl Deployment {
             env: vec![],
             effective_time: None,
             termination_grace_seconds: None,
+            credentials_secret: None,
         }
     }
 
@@ -363,6 +366,9 @@ impl Deployment {
         }
         if let Some(grace) = self.termination_grace_seconds {
             spec["terminationGracePeriodSeconds"] = json!(grace);
+        }
+        if let Some(secret) = &self.credentials_secret {
+            spec["githubAPICredentialsFrom"] = json!({"secretRef": {"name": secret}});
         }
         let mut rd = json!({
             "apiVersion": "actions.summerwind.dev/v1alpha1",
@@ -724,5 +730,323 @@ async fn jit_runners_released_before_their_pods_start_leave_no_registration() {
         },
     )
     .await;
+    e.shutdown().await;
+}
+
+// ---- GitHub faults and per-resource credentials ------------------------------------------
+
+/// ghsim's label of the controllers' PAT ([`support::TOKEN`]) in its accounting.
+const CONTROLLER_CREDENTIAL: &str = "pat:test";
+
+impl E2e {
+    /// Error answers ghsim gave to the controllers' credential.
+    fn controller_errors(&self) -> u64 {
+        ghsim::accounting::snapshot(&self.h.sim)
+            .api_calls
+            .iter()
+            .filter(|c| c.credential == CONTROLLER_CREDENTIAL)
+            .map(|c| c.errors)
+            .sum()
+    }
+
+    /// Calls by `credential` to endpoints whose `METHOD /template` satisfies `endpoint`.
+    fn calls(&self, credential: &str, endpoint: impl Fn(&str) -> bool) -> u64 {
+        ghsim::accounting::snapshot(&self.h.sim)
+            .api_calls
+            .iter()
+            .filter(|c| c.credential == credential && endpoint(&c.endpoint))
+            .map(|c| c.calls)
+            .sum()
+    }
+
+    fn set_faults(&self, patch: serde_json::Value) {
+        let faults = self.h.sim.faults().merged(patch).unwrap();
+        self.h.sim.set_faults(faults);
+    }
+
+    /// Creates (or replaces) Secret `name` holding `github_token`.
+    async fn put_token_secret(&self, name: &str, token: &str) {
+        use k8s_openapi::api::core::v1::Secret;
+        let secret = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.to_owned()),
+                ..Default::default()
+            },
+            data: Some(BTreeMap::from([(
+                "github_token".to_owned(),
+                k8s_openapi::ByteString(token.as_bytes().to_vec()),
+            )])),
+            ..Default::default()
+        };
+        self.h
+            .api::<Secret>()
+            .patch(
+                name,
+                &kube::api::PatchParams::apply("hangar-e2e").force(),
+                &kube::api::Patch::Apply(&secret),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// The condition `kind` of the only Runner, as (status, reason, message).
+    async fn runner_condition(&self, kind: &str) -> Option<(String, String, String)> {
+        let runners = self.runners().await;
+        let [runner] = runners.as_slice() else {
+            return None;
+        };
+        let c = runner
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == kind)?
+            .clone();
+        Some((c.status, c.reason, c.message))
+    }
+
+    /// The condition `kind` of RunnerDeployment `name`, as (status, reason, message).
+    async fn deployment_condition(
+        &self,
+        name: &str,
+        kind: &str,
+    ) -> Option<(String, String, String)> {
+        let rd = self
+            .h
+            .api::<hangar_api::RunnerDeployment>()
+            .get(name)
+            .await
+            .ok()?;
+        let c = rd
+            .status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == kind)?;
+        Some((c.status, c.reason, c.message))
+    }
+
+    /// Notes of Warning events with `reason` about object `name`.
+    async fn warnings(&self, name: &str, reason: &str) -> Vec<String> {
+        use k8s_openapi::api::events::v1::Event;
+        self.h
+            .api::<Event>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                    && e.reason.as_deref() == Some(reason)
+                    && e.type_.as_deref() == Some("Warning")
+            })
+            .filter_map(|e| e.note)
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn scaling_through_github_errors_and_rate_limits_converges_without_interrupting_jobs() {
+    let e = E2e::start("e2e-faults").await;
+    let rd = Deployment::new("faulty", 0, "faulty");
+    e.apply(&rd);
+
+    // Scale up while a third of GitHub's answers are 502s and a fifth secondary rate limits.
+    let faults = json!({
+        "server_error_rate": 0.35,
+        "secondary_limit_rate": 0.2,
+        "secondary_retry_after_secs": 1,
+    });
+    e.set_faults(faults.clone());
+    e.apply(&rd.clone().replicas(3));
+    eventually(
+        &e,
+        "the controllers to meet GitHub errors",
+        WAIT,
+        || async { (e.controller_errors() >= 5).then_some(()) },
+    )
+    .await;
+    e.set_faults(json!({"server_error_rate": 0.0, "secondary_limit_rate": 0.0}));
+    let names = e.wait_running(3).await;
+
+    // Scale down with two runners busy, through the same faults: the idle runner is
+    // unregistered (GitHub's errors only delay it), the busy ones wait for their jobs.
+    let jobs = e.submit(2, "faulty", Duration::from_secs(6), false);
+    let busy = eventually(&e, "two runners busy", WAIT, || async {
+        let busy = e.busy();
+        (busy.len() == 2 && busy.is_subset(&names)).then_some(busy)
+    })
+    .await;
+    let idle: Vec<&String> = names.difference(&busy).collect();
+    e.set_faults(faults);
+    e.apply(&rd.clone().replicas(0));
+    eventually(
+        &e,
+        "the idle runner unregistered through the faults",
+        WAIT,
+        || async {
+            e.assert_no_busy_runner_pod_deleting().await;
+            let registered = e.registered();
+            idle.iter().all(|n| !registered.contains(*n)).then_some(())
+        },
+    )
+    .await;
+    e.set_faults(json!({"server_error_rate": 0.0, "secondary_limit_rate": 0.0}));
+    eventually(
+        &e,
+        "no runners, pods or GitHub registrations",
+        WAIT * 2,
+        || async {
+            e.assert_no_busy_runner_pod_deleting().await;
+            let gone = e.runners().await.is_empty()
+                && e.pods().await.is_empty()
+                && e.registered().is_empty();
+            gone.then_some(())
+        },
+    )
+    .await;
+    assert!(e.all_succeeded(&jobs), "{:?}", e.jobs(&jobs));
+    assert_eq!(
+        e.interrupted(),
+        0,
+        "a fault made scale-down interrupt a job"
+    );
+    e.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_missing_or_rejected_credentials_secret_is_reported_and_fixing_it_recovers() {
+    let e = E2e::start("e2e-creds").await;
+    e.h.sim
+        .update(|w, _| w.add_pat("ghp_octo_team", "octo-team"));
+    let mut rd = Deployment::new("creds", 1, "creds");
+    rd.credentials_secret = Some("octo-creds".into());
+    e.apply(&rd);
+
+    // No Secret: the Runner says so, as a condition and a Warning event, and creates no pod.
+    let (_, _, message) = eventually(
+        &e,
+        "CredentialsValid=False SecretNotFound",
+        WAIT,
+        || async {
+            e.runner_condition("CredentialsValid")
+                .await
+                .filter(|(status, reason, _)| status == "False" && reason == "SecretNotFound")
+        },
+    )
+    .await;
+    assert!(message.contains("octo-creds"), "{message}");
+    let runner = e.runners().await[0].name_any();
+    eventually(&e, "a Warning event naming the secret", WAIT, || async {
+        let notes = e.warnings(&runner, "GitHubCredentialsError").await;
+        notes.iter().any(|n| n.contains("octo-creds")).then_some(())
+    })
+    .await;
+    eventually(
+        &e,
+        "the deployment to name the failing runner",
+        WAIT,
+        || async {
+            e.deployment_condition("creds", "Available")
+                .await
+                .filter(|(s, r, m)| {
+                    s == "False" && r == "RunnersFailing" && m.contains("octo-creds")
+                })
+        },
+    )
+    .await;
+    assert!(e.pods().await.is_empty(), "a pod without credentials");
+
+    // A Secret GitHub rejects (401) is reported as such.
+    e.put_token_secret("octo-creds", "ghp_revoked").await;
+    eventually(&e, "CredentialsValid=False Unauthorized", WAIT, || async {
+        e.runner_condition("CredentialsValid")
+            .await
+            .filter(|(status, reason, _)| status == "False" && reason == "Unauthorized")
+    })
+    .await;
+
+    // Fixing the Secret is enough: the runner registers (the Secret's change triggers it).
+    e.put_token_secret("octo-creds", "ghp_octo_team").await;
+    e.wait_running(1).await;
+    for kind in ["CredentialsValid", "Registered", "Ready"] {
+        let (status, _, message) = e.runner_condition(kind).await.unwrap();
+        assert_eq!(status, "True", "{kind}: {message}");
+    }
+    eventually(&e, "the deployment Available", WAIT, || async {
+        e.deployment_condition("creds", "Available")
+            .await
+            .filter(|(s, _, _)| s == "True")
+    })
+    .await;
+    e.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_per_resource_credential_registers_and_unregisters_its_runners() {
+    let e = E2e::start("e2e-percred").await;
+    e.h.sim
+        .update(|w, _| w.add_pat("ghp_octo_team", "octo-team"));
+    e.put_token_secret("octo-team-creds", "ghp_octo_team").await;
+    let mut rd = Deployment::new("percred", 2, "percred");
+    rd.credentials_secret = Some("octo-team-creds".into());
+    e.apply(&rd);
+    e.wait_running(2).await;
+    for pod in e.pods().await {
+        assert_eq!(
+            pod.annotations()
+                .get("actions-runner/github-api-creds-secret")
+                .map(String::as_str),
+            Some("octo-team-creds")
+        );
+    }
+    let jobs = e.submit(1, "percred", Duration::from_secs(1), false);
+    eventually(&e, "the job done", WAIT, || async {
+        e.all_succeeded(&jobs).then_some(())
+    })
+    .await;
+    e.apply(&rd.clone().replicas(0));
+    eventually(
+        &e,
+        "no runners, pods or GitHub registrations",
+        WAIT,
+        || async {
+            let gone = e.runners().await.is_empty()
+                && e.pods().await.is_empty()
+                && e.registered().is_empty();
+            gone.then_some(())
+        },
+    )
+    .await;
+
+    let token = |ep: &str| ep.starts_with("POST") && ep.ends_with("/registration-token");
+    let list = |ep: &str| ep.starts_with("GET") && ep.ends_with("/actions/runners");
+    let delete = |ep: &str| ep.starts_with("DELETE") && ep.contains("/actions/runners/");
+    let team = "pat:octo-team";
+    assert!(
+        e.calls(team, token) >= 1,
+        "registration tokens with the Secret's PAT"
+    );
+    assert!(
+        e.calls(team, list) >= 1,
+        "runner lookups with the Secret's PAT"
+    );
+    assert!(
+        e.calls(team, delete) >= 1,
+        "unregistration with the Secret's PAT"
+    );
+    for (what, endpoint) in [
+        ("token", &token as &dyn Fn(&str) -> bool),
+        ("list", &list),
+        ("delete", &delete),
+    ] {
+        assert_eq!(
+            e.calls(CONTROLLER_CREDENTIAL, endpoint),
+            0,
+            "{what} calls with the controller's PAT"
+        );
+    }
+    assert_eq!(e.interrupted(), 0);
     e.shutdown().await;
 }

@@ -170,7 +170,7 @@ pub fn version_dir() -> PathBuf {
 /// A `go` command with a hermetic, reproducible environment: the local toolchain only (no
 /// toolchain downloads), static binaries, and caches under our cache root unless the caller
 /// already configured them.
-fn go(dir: &Path) -> Command {
+pub(crate) fn go(dir: &Path) -> Command {
     let mut cmd = Command::new("go");
     cmd.current_dir(dir)
         .env("GOTOOLCHAIN", "local")
@@ -185,7 +185,7 @@ fn go(dir: &Path) -> Command {
     cmd
 }
 
-fn run(what: &str, cmd: &mut Command) -> Result<String, BinariesError> {
+pub(crate) fn run(what: &str, cmd: &mut Command) -> Result<String, BinariesError> {
     let out = cmd
         .stderr(std::process::Stdio::inherit())
         .output()

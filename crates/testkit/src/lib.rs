@@ -4,7 +4,8 @@
 //! `kube-controller-manager` and `kube-scheduler` processes — no mocks of Kubernetes. This crate
 //!
 //! - knows which versions to run and where their binaries are cached ([`binaries`]), and builds
-//!   them from source with the Go toolchain when missing;
+//!   them from source with the Go toolchain when missing; likewise `helm` for the chart tests
+//!   ([`helm`]);
 //! - generates a throw-away PKI and kubeconfig ([`pki`]);
 //! - starts and stops a control plane, recording the PIDs it started so that it never stops
 //!   anything else ([`control_plane`]);
@@ -18,10 +19,12 @@ pub mod binaries;
 pub mod cluster;
 pub mod control_plane;
 pub mod crds;
+pub mod helm;
 pub mod namespace;
 pub mod pki;
 
 pub use binaries::{Binaries, ETCD_VERSION, KUBERNETES_VERSION};
 pub use cluster::TestCluster;
 pub use control_plane::{ControlPlane, StartOptions};
+pub use helm::{HELM_VERSION, Helm};
 pub use namespace::TestNamespace;

@@ -9,11 +9,15 @@
 //! - [`runner_pod`]: runner pods → GitHub runner ID, unregister-before-delete, finalizer.
 //! - [`runner_replica_set`]: RunnerReplicaSet → Runners, through `owner_sync`.
 //! - [`runner_deployment`]: RunnerDeployment → RunnerReplicaSets per template, surge rollout.
+//! - [`runner_set`]: RunnerSet → one-replica StatefulSets per runner, through `owner_sync`.
+//! - [`hra`]: HorizontalRunnerAutoscaler → the target's `replicas` (and `effectiveTime`).
 
+pub mod hra;
 pub mod runner;
 pub mod runner_deployment;
 pub mod runner_pod;
 pub mod runner_replica_set;
+pub mod runner_set;
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
@@ -203,6 +207,31 @@ pub async fn wait_until_stored<K>(
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// `reconcile`, with its duration and failures recorded as `controller`'s in the metrics.
+pub fn instrumented<K, E, F, Fut>(
+    controller: &'static str,
+    mut reconcile: F,
+) -> impl FnMut(
+    std::sync::Arc<K>,
+    std::sync::Arc<crate::context::Context>,
+) -> futures::future::BoxFuture<'static, Result<kube::runtime::controller::Action, E>>
+where
+    F: FnMut(std::sync::Arc<K>, std::sync::Arc<crate::context::Context>) -> Fut,
+    Fut:
+        std::future::Future<Output = Result<kube::runtime::controller::Action, E>> + Send + 'static,
+{
+    move |object, ctx| {
+        let metrics = ctx.metrics.clone();
+        let run = reconcile(object, ctx);
+        Box::pin(async move {
+            let started = std::time::Instant::now();
+            let result = run.await;
+            metrics.reconciled(controller, started.elapsed(), result.is_err());
+            result
+        })
     }
 }
 

@@ -10,6 +10,16 @@
 //!
 //! A standalone Runner (no owner) whose runner finished gets a fresh pod, like ARC's restart; a
 //! Runner owned by a RunnerReplicaSet is left for owner sync to delete.
+//!
+//! GitHub calls use the Runner's own credentials when `githubAPICredentialsFrom` names a Secret
+//! ([`Context::github_for`]); the pod is annotated with the Secret's name so the runner-pod
+//! controller unregisters it with the same credentials. A change to a Secret a Runner names
+//! (created, rotated) triggers that Runner at once.
+//!
+//! Every reconcile rebuilds `status.conditions` (`Registered`, `Ready`, `CredentialsValid`)
+//! from what it saw, failures included: a missing Secret, a rejected credential or a GitHub
+//! outage is a False condition with an actionable message, a Warning event, and a backed-off
+//! retry ([`crate::error::Backoff`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,20 +28,24 @@ use std::time::Duration;
 use futures::StreamExt;
 use hangar_api::{Runner, RunnerStatus, annotation as ann};
 use hangar_core::RunnerScope;
-use hangar_github::{GitHubError, JitConfigRequest};
+use hangar_github::{GitHubApi, GitHubError, JitConfigRequest};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::Controller;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::watcher;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::{github_scope, object_name, pod_phase, runner_id};
+use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
+use crate::credentials::GitHubClients;
 use crate::error::{Error, github_err, ignore_not_found, kube_err};
 use crate::runner_pod::{self, JIT_CONFIG_KEY, TOKEN_KEY};
 
@@ -45,14 +59,63 @@ pub fn registration_secret_name(runner: &str) -> String {
 
 /// Runs the controller until the stream ends.
 pub async fn run(ctx: Arc<Context>, runners: Api<Runner>, pods: Api<Pod>) {
+    // Secrets are watched by metadata only (never their data), and not those Hangar writes
+    // itself (registration Secrets): a created or changed credentials Secret re-reconciles the
+    // Runners naming it, which read it afresh.
+    let secrets: Api<PartialObjectMeta<Secret>> = match runners.namespace() {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    let secret_changes = watcher(
+        secrets,
+        watcher::Config::default().labels("app.kubernetes.io/managed-by!=hangar"),
+    )
+    .default_backoff()
+    .touched_objects();
+    let mapper_ctx = ctx.clone();
     Controller::new(runners, watcher::Config::default())
         .owns(
             pods,
             watcher::Config::default().labels(hangar_api::label::ACTIONS_RUNNER),
         )
-        .run(reconcile, error_policy, ctx)
+        .watches_stream(secret_changes, move |secret: PartialObjectMeta<Secret>| {
+            runners_using_secret(&mapper_ctx, &secret)
+        })
+        .run(super::instrumented("runner", reconcile), error_policy, ctx)
         .for_each(|_| async {})
         .await;
+}
+
+/// The Runners naming `secret` as their credentials; forgets what was cached about it.
+fn runners_using_secret(
+    ctx: &Context,
+    secret: &PartialObjectMeta<Secret>,
+) -> Vec<ObjectRef<Runner>> {
+    let (Some(ns), name) = (secret.namespace(), secret.name_any()) else {
+        return Vec::new();
+    };
+    ctx.clients.forget(&ns, &name);
+    ctx.stores
+        .runners
+        .state()
+        .iter()
+        .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|r| credentials_secret(r) == Some(name.as_str()))
+        .map(|r| ObjectRef::from_obj(r.as_ref()))
+        .collect()
+}
+
+/// The Secret a Runner takes its GitHub credentials from, if any.
+pub fn credentials_secret(runner: &Runner) -> Option<&str> {
+    GitHubClients::secret_name(runner.spec.config.github_api_credentials_from.as_ref())
+}
+
+/// Whose credentials a Runner uses, for messages.
+fn credentials_source(runner: &Runner) -> String {
+    match credentials_secret(runner) {
+        Some(secret) => format!("the credentials in secret {secret}"),
+        None => "the controller's credentials".to_owned(),
+    }
 }
 
 fn owner_reference(runner: &Runner) -> Option<OwnerReference> {
@@ -72,14 +135,51 @@ fn scope_of(runner: &Runner) -> Result<RunnerScope, Error> {
     })
 }
 
-/// Reconciles one Runner.
+/// What a reconcile found out, written to the status once at its end (failures included).
+#[derive(Default)]
+struct Report {
+    /// Phase, ready, reason and message; `None` keeps what the status says.
+    status: Option<RunnerStatus>,
+    /// Conditions to set; a later entry of the same type wins.
+    conditions: Vec<Desired>,
+}
+
+/// A key for this Runner's back-off.
+fn backoff_key(runner: &Runner) -> String {
+    format!("runner/{}", object_name(runner))
+}
+
+/// Reconciles one Runner: [`drive`], then the status (conditions included) from its report —
+/// also when it failed, so the failure is visible on the Runner.
 pub async fn reconcile(runner: Arc<Runner>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let mut report = Report::default();
+    let result = drive(&runner, &ctx, &mut report).await;
+    if let Err(error) = &result {
+        report_failure(&runner, error, &mut report);
+    }
+    let patched = patch_status(&runner, &ctx, report).await;
+    match result {
+        Ok(action) => {
+            patched?;
+            ctx.backoff.reset(&backoff_key(&runner));
+            Ok(action)
+        }
+        Err(error) => {
+            if let Err(e) = patched {
+                warn!(runner = %object_name(runner.as_ref()), error = %e, "could not report a failure in the status");
+            }
+            Err(error)
+        }
+    }
+}
+
+async fn drive(runner: &Runner, ctx: &Context, report: &mut Report) -> Result<Action, Error> {
     if runner.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change()); // the pod goes with it (owner reference)
     }
     let ns = runner.namespace().unwrap_or_default();
     let name = runner.name_any();
-    let scope = scope_of(&runner)?;
+    let scope = scope_of(runner)?;
     let pod_ref = kube::runtime::reflector::ObjectRef::<Pod>::new(&name).within(&ns);
     let pod = ctx.stores.pods.get(&pod_ref);
 
@@ -121,21 +221,30 @@ pub async fn reconcile(runner: Arc<Runner>, ctx: Arc<Context>) -> Result<Action,
                     ))?;
                 return Ok(Action::await_change());
             }
-            create_pod(&runner, &scope, &ctx).await?;
-            patch_status(
-                &runner,
-                &ctx,
-                RunnerStatus {
-                    phase: Some("Pending".into()),
-                    reason: Some("PodCreated".into()),
-                    message: Some(
-                        "runner pod created; waiting for it to start and register".into(),
-                    ),
-                    ready: Some(false),
-                    ..Default::default()
-                },
-            )
-            .await?;
+            let github = ctx
+                .github_for(&ns, runner.spec.config.github_api_credentials_from.as_ref())
+                .await?;
+            create_pod(runner, &scope, ctx, github.as_ref()).await?;
+            report.status = Some(RunnerStatus {
+                phase: Some("Pending".into()),
+                reason: Some("PodCreated".into()),
+                message: Some("runner pod created; waiting for it to start and register".into()),
+                ready: Some(false),
+                ..Default::default()
+            });
+            report.conditions = vec![
+                credentials_accepted(runner),
+                Desired::no(
+                    kind::REGISTERED,
+                    reason::REGISTRATION_PENDING,
+                    "runner pod created; waiting for it to start and register on GitHub",
+                ),
+                Desired::no(
+                    kind::READY,
+                    reason::RUNNER_NOT_READY,
+                    "the runner is not registered yet",
+                ),
+            ];
             Ok(Action::requeue(ctx.settings.sync_period))
         }
         Some(pod) => {
@@ -155,10 +264,67 @@ pub async fn reconcile(runner: Arc<Runner>, ctx: Arc<Context>) -> Result<Action,
                     .or_else(ignore_not_found)
                     .map_err(kube_err("delete finished pod", format!("{ns}/{name}")))?;
             }
-            patch_status(&runner, &ctx, status_from_pod(&pod)).await?;
+            report.status = Some(status_from_pod(&pod));
+            report.conditions = conditions_from_pod(&pod);
+            // The pod needs the credentials until its runner is unregistered: a Secret deleted
+            // or broken meanwhile shows here, not only when the runner is retired.
+            ctx.github_for(&ns, runner.spec.config.github_api_credentials_from.as_ref())
+                .await?;
+            report.conditions.push(credentials_accepted(runner));
             Ok(Action::requeue(ctx.settings.sync_period))
         }
     }
+}
+
+fn credentials_accepted(runner: &Runner) -> Desired {
+    Desired::yes(
+        kind::CREDENTIALS_VALID,
+        reason::CREDENTIALS_ACCEPTED,
+        format!("GitHub accepts {}", credentials_source(runner)),
+    )
+}
+
+/// The conditions a Runner's pod implies.
+pub fn conditions_from_pod(pod: &Pod) -> Vec<Desired> {
+    let status = status_from_pod(pod);
+    let unregistered = super::annotation(pod, ann::UNREGISTRATION_COMPLETE_TIMESTAMP).is_some();
+    let registered = match runner_id(pod) {
+        _ if unregistered => Desired::no(
+            kind::REGISTERED,
+            reason::UNREGISTERING,
+            "unregistered from GitHub; the runner is being deleted",
+        ),
+        _ if super::runner_stopped(pod) => Desired::no(
+            kind::REGISTERED,
+            reason::RUNNER_FINISHED,
+            "the runner has exited",
+        ),
+        Some(id) => Desired::yes(
+            kind::REGISTERED,
+            reason::RUNNER_REGISTERED,
+            format!("registered on GitHub as runner {id}"),
+        ),
+        None => Desired::no(
+            kind::REGISTERED,
+            reason::REGISTRATION_PENDING,
+            "waiting for the runner to start and register on GitHub",
+        ),
+    };
+    let ready = if status.ready == Some(true) {
+        Desired::yes(
+            kind::READY,
+            reason::RUNNER_READY,
+            "the runner is registered and its pod is ready",
+        )
+    } else {
+        let why = if registered.status {
+            "the runner pod is not ready".to_owned()
+        } else {
+            registered.message.clone()
+        };
+        Desired::no(kind::READY, reason::RUNNER_NOT_READY, why)
+    };
+    vec![registered, ready]
 }
 
 /// What the Runner's status says about its pod.
@@ -188,12 +354,125 @@ pub fn status_from_pod(pod: &Pod) -> RunnerStatus {
     }
 }
 
-async fn patch_status(runner: &Runner, ctx: &Context, desired: RunnerStatus) -> Result<(), Error> {
+/// How GitHub must empower a credential to manage runners at `scope`.
+fn permission_hint(scope: Option<&RunnerScope>) -> String {
+    match scope {
+        Some(RunnerScope::Repository { owner, name }) => format!(
+            "the credential must be allowed to manage self-hosted runners of repository \
+             {owner}/{name}: a GitHub App needs the repository permission Administration: read \
+             and write, a personal access token the repo scope"
+        ),
+        Some(RunnerScope::Organization(org)) => format!(
+            "the credential must be allowed to manage self-hosted runners of organization \
+             {org}: a GitHub App needs the organization permission Self-hosted runners: read \
+             and write, a personal access token the admin:org scope"
+        ),
+        Some(RunnerScope::Enterprise(e)) => format!(
+            "the credential must be allowed to manage self-hosted runners of enterprise {e}: a \
+             personal access token needs the manage_runners:enterprise scope"
+        ),
+        None => "the credential must be allowed to manage self-hosted runners".to_owned(),
+    }
+}
+
+/// The message a user sees (condition, event) for a failed reconcile: the error and what to do.
+pub fn explain(runner: &Runner, error: &Error) -> String {
+    let scope = scope_of(runner).ok();
+    let source = credentials_source(runner);
+    match error {
+        Error::GitHub { source: e, .. } => match e {
+            GitHubError::Unauthorized { .. } | GitHubError::AppAuth { .. } => format!(
+                "{error}. GitHub rejected {source}: check that the token is not expired or \
+                 revoked, or the GitHub App id, installation id and private key"
+            ),
+            GitHubError::Forbidden { .. } | GitHubError::NotFound { .. } => format!(
+                "{error}. GitHub refused {source}; {}",
+                permission_hint(scope.as_ref())
+            ),
+            _ => format!("{error}. Retrying with back-off"),
+        },
+        _ => error.to_string(),
+    }
+}
+
+/// The status a failure leaves: what the reconcile could not do, as conditions.
+fn report_failure(runner: &Runner, error: &Error, report: &mut Report) {
+    let message = explain(runner, error);
+    let credentials = |reason| Desired::no(kind::CREDENTIALS_VALID, reason, message.clone());
+    let condition = match error {
+        Error::Credentials { problem, .. } => credentials(match problem {
+            crate::credentials::CredentialProblem::SecretNotFound => reason::SECRET_NOT_FOUND,
+            _ => reason::SECRET_INVALID,
+        }),
+        Error::GitHub { source, .. } => match source {
+            GitHubError::Unauthorized { .. } | GitHubError::AppAuth { .. } => {
+                credentials(reason::UNAUTHORIZED)
+            }
+            GitHubError::Forbidden { .. } | GitHubError::NotFound { .. } => {
+                credentials(reason::FORBIDDEN)
+            }
+            _ => Desired::no(kind::REGISTERED, reason::GITHUB_API_ERROR, message.clone()),
+        },
+        Error::InvalidSpec { .. } => {
+            report.status = Some(RunnerStatus {
+                phase: Some("Failed".into()),
+                reason: Some("InvalidSpec".into()),
+                message: Some(message.clone()),
+                ready: Some(false),
+                ..Default::default()
+            });
+            report.conditions.push(Desired::no(
+                kind::READY,
+                reason::INVALID_SPEC,
+                message.clone(),
+            ));
+            Desired::no(kind::REGISTERED, reason::INVALID_SPEC, message.clone())
+        }
+        Error::Kube { .. } => return,
+    };
+    // A Runner without a pod shows the failure in `kubectl get` (its Message column). Its
+    // phase stays unset: a phase means "had a pod" to the vanished-pod check above.
+    if report.status.is_none()
+        && runner
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_ref())
+            .is_none()
+    {
+        report.status = Some(RunnerStatus {
+            phase: None,
+            reason: Some(condition.reason.clone()),
+            message: Some(message.clone()),
+            ready: Some(false),
+            ..Default::default()
+        });
+    }
+    report.conditions.push(condition);
+}
+
+async fn patch_status(runner: &Runner, ctx: &Context, report: Report) -> Result<(), Error> {
     let current = runner.status.clone().unwrap_or_default();
+    let desired = report.status.unwrap_or_else(|| current.clone());
+    // Later entries of a type win.
+    let mut wanted: Vec<Desired> = Vec::new();
+    for c in report.conditions.into_iter().rev() {
+        if !wanted.iter().any(|w| w.kind == c.kind) {
+            wanted.push(c);
+        }
+    }
+    wanted.reverse();
+    let old_conditions = current.conditions.clone().unwrap_or_default();
+    let new_conditions = conditions::merge(
+        &old_conditions,
+        &wanted,
+        runner.metadata.generation,
+        ctx.now(),
+    );
     let unchanged = current.phase == desired.phase
         && current.ready == desired.ready
         && current.reason == desired.reason
-        && current.message == desired.message;
+        && current.message == desired.message
+        && old_conditions == new_conditions;
     if unchanged {
         return Ok(());
     }
@@ -201,6 +480,7 @@ async fn patch_status(runner: &Runner, ctx: &Context, desired: RunnerStatus) -> 
         Api::namespaced(ctx.client.clone(), &runner.namespace().unwrap_or_default());
     let patch = serde_json::json!({ "status": {
         "phase": desired.phase, "ready": desired.ready, "reason": desired.reason, "message": desired.message,
+        "conditions": new_conditions,
     }});
     api.patch_status(
         &runner.name_any(),
@@ -212,7 +492,12 @@ async fn patch_status(runner: &Runner, ctx: &Context, desired: RunnerStatus) -> 
     .map_err(kube_err("patch status of runner", object_name(runner)))
 }
 
-async fn create_pod(runner: &Runner, scope: &RunnerScope, ctx: &Context) -> Result<(), Error> {
+async fn create_pod(
+    runner: &Runner,
+    scope: &RunnerScope,
+    ctx: &Context,
+    github: &dyn GitHubApi,
+) -> Result<(), Error> {
     let ns = runner.namespace().unwrap_or_default();
     let name = runner.name_any();
     let secret_name = registration_secret_name(&name);
@@ -225,6 +510,9 @@ async fn create_pod(runner: &Runner, scope: &RunnerScope, ctx: &Context) -> Resu
 
     // The credential goes into a Secret owned by the Runner; the pod reads it via valueFrom.
     let mut data = BTreeMap::new();
+    // A JIT configuration comes with its runner's id: the pod is born knowing it, and the
+    // runner-pod controller never has to look it up in List Runners.
+    let mut registered_id = None;
     if jit {
         let request = JitConfigRequest {
             name: name.clone(),
@@ -232,32 +520,31 @@ async fn create_pod(runner: &Runner, scope: &RunnerScope, ctx: &Context) -> Resu
             labels: runner.spec.config.labels.clone().unwrap_or_default(),
             work_folder: None,
         };
-        let config = match ctx.github.generate_jit_config(&gh_scope, &request).await {
+        let config = match github.generate_jit_config(&gh_scope, &request).await {
             Err(GitHubError::Conflict { .. }) => {
                 // A runner of this name exists (an earlier attempt): replace it.
-                if let Some(old) = ctx
-                    .github
+                if let Some(old) = github
                     .find_runner(&gh_scope, &name)
                     .await
                     .map_err(github_err("find runner", scope))?
                 {
-                    ctx.github
+                    github
                         .delete_runner(&gh_scope, old.id)
                         .await
                         .map_err(github_err("delete stale runner", scope))?;
                 }
-                ctx.github.generate_jit_config(&gh_scope, &request).await
+                github.generate_jit_config(&gh_scope, &request).await
             }
             other => other,
         }
         .map_err(github_err("generate JIT config", scope))?;
+        registered_id = Some(config.runner.id.0);
         data.insert(
             JIT_CONFIG_KEY.to_owned(),
             ByteString(config.encoded_jit_config.expose().as_bytes().to_vec()),
         );
     } else {
-        let token = ctx
-            .github
+        let token = github
             .registration_token(&gh_scope)
             .await
             .map_err(github_err("get registration token", scope))?;
@@ -311,12 +598,19 @@ async fn create_pod(runner: &Runner, scope: &RunnerScope, ctx: &Context) -> Resu
     // ARC gives the pod its Runner's annotations: that is how a RunnerDeployment's template
     // annotations (cluster-autoscaler's safe-to-evict, scrape settings, ...) reach runner
     // pods. The `actions-runner/` keys are per-object unregistration state, not copied.
-    let annotations: BTreeMap<String, String> = runner
+    let mut annotations: BTreeMap<String, String> = runner
         .annotations()
         .iter()
         .filter(|(k, _)| !k.starts_with("actions-runner/"))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
+    if let Some(id) = registered_id {
+        annotations.insert(ann::RUNNER_ID.to_owned(), id.to_string());
+    }
+    // The runner-pod controller unregisters the runner with the same credentials.
+    if let Some(secret) = credentials_secret(runner) {
+        annotations.insert(ann::GITHUB_API_CREDS_SECRET.to_owned(), secret.to_owned());
+    }
     if !annotations.is_empty() {
         pod.metadata.annotations = Some(annotations);
     }
@@ -337,13 +631,16 @@ async fn create_pod(runner: &Runner, scope: &RunnerScope, ctx: &Context) -> Resu
     Ok(())
 }
 
-/// Permanent errors are reported on the object and wait for a change; transient ones back off.
+/// Every failure is a Warning event on the Runner (its conditions were written by
+/// [`reconcile`]); the retry backs off per Runner: permanent errors wait for a change, errors a
+/// user must fix elsewhere are retried slowly, transient ones soon.
 pub fn error_policy(runner: Arc<Runner>, error: &Error, ctx: Arc<Context>) -> Action {
-    warn!(runner = %object_name(runner.as_ref()), %error, "reconcile failed");
+    let action = ctx.backoff.next(&backoff_key(&runner), error);
+    warn!(runner = %object_name(runner.as_ref()), %error, retry = ?action, "reconcile failed");
     let ev = Event {
         type_: EventType::Warning,
         reason: error.category().into(),
-        note: Some(error.to_string()),
+        note: Some(explain(&runner, error)),
         action: "Reconcile".into(),
         secondary: None,
     };
@@ -352,22 +649,131 @@ pub fn error_policy(runner: Arc<Runner>, error: &Error, ctx: Arc<Context>) -> Ac
     tokio::spawn(async move {
         let _ = recorder.publish(&ev, &reference).await;
     });
-    if error.is_permanent() {
-        let runner = runner.clone();
-        let ctx2 = ctx.clone();
-        let message = error.to_string();
-        tokio::spawn(async move {
-            let status = RunnerStatus {
-                phase: Some("Failed".into()),
-                reason: Some("InvalidSpec".into()),
-                message: Some(message),
-                ready: Some(false),
-                ..Default::default()
-            };
-            let _ = patch_status(&runner, &ctx2, status).await;
-        });
-        Action::await_change()
-    } else {
-        Action::requeue(Duration::from_secs(15))
+    action
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(annotations: serde_json::Value, ready: bool) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "r-1", "annotations": annotations},
+            "status": {"phase": "Running", "conditions": [
+                {"type": "Ready", "status": if ready { "True" } else { "False" }}
+            ]},
+        }))
+        .unwrap()
+    }
+
+    fn by_kind(conditions: &[Desired], kind: &str) -> (bool, String) {
+        let c = conditions.iter().find(|c| c.kind == kind).unwrap();
+        (c.status, c.reason.clone())
+    }
+
+    #[test]
+    fn a_registered_ready_pod_makes_a_ready_runner() {
+        let c = conditions_from_pod(&pod(serde_json::json!({"actions-runner/id": "7"}), true));
+        assert_eq!(
+            by_kind(&c, kind::REGISTERED),
+            (true, "RunnerRegistered".into())
+        );
+        assert_eq!(by_kind(&c, kind::READY), (true, "RunnerReady".into()));
+    }
+
+    #[test]
+    fn a_running_pod_without_runner_id_is_registration_pending() {
+        let c = conditions_from_pod(&pod(serde_json::json!({}), true));
+        assert_eq!(
+            by_kind(&c, kind::REGISTERED),
+            (false, "RegistrationPending".into())
+        );
+        assert_eq!(by_kind(&c, kind::READY), (false, "RunnerNotReady".into()));
+    }
+
+    #[test]
+    fn an_unregistered_pod_says_so() {
+        let c = conditions_from_pod(&pod(
+            serde_json::json!({"actions-runner/id": "7",
+                "actions-runner/unregistration-complete-timestamp": "2024-01-01T00:00:00Z"}),
+            true,
+        ));
+        assert_eq!(
+            by_kind(&c, kind::REGISTERED),
+            (false, "Unregistering".into())
+        );
+    }
+
+    fn org_runner(secret: Option<&str>) -> Runner {
+        let mut spec = hangar_api::RunnerSpec::default();
+        spec.config.organization = Some("octo".into());
+        spec.config.github_api_credentials_from =
+            secret.map(|name| hangar_api::runner_config::GitHubApiCredentialsFrom {
+                secret_ref: Some(hangar_api::runner_config::SecretReference { name: name.into() }),
+            });
+        let mut runner = Runner::new("r-1", spec);
+        runner.metadata.namespace = Some("ns".into());
+        runner
+    }
+
+    #[test]
+    fn a_forbidden_token_request_names_the_missing_permission() {
+        let runner = org_runner(Some("octo-creds"));
+        let error = Error::GitHub {
+            action: "get registration token",
+            scope: "octo".into(),
+            source: GitHubError::Forbidden {
+                call: hangar_github::Call {
+                    method: "POST",
+                    path: "/orgs/octo/actions/runners/registration-token".into(),
+                },
+                message: "Resource not accessible by integration".into(),
+            },
+        };
+        let mut report = Report::default();
+        report_failure(&runner, &error, &mut report);
+        let c = &report.conditions[0];
+        assert_eq!(
+            (c.kind, c.status, c.reason.as_str()),
+            ("CredentialsValid", false, "Forbidden")
+        );
+        assert!(c.message.contains("secret octo-creds"), "{}", c.message);
+        assert!(
+            c.message.contains("Self-hosted runners: read and write"),
+            "{}",
+            c.message
+        );
+        assert!(c.message.contains("admin:org"), "{}", c.message);
+        // A Runner that never had a pod shows it in its Message column, without a phase.
+        let status = report.status.unwrap();
+        assert_eq!(
+            (status.phase, status.reason.as_deref()),
+            (None, Some("Forbidden"))
+        );
+    }
+
+    #[test]
+    fn a_github_outage_is_a_registration_condition_not_a_credentials_one() {
+        let runner = org_runner(None);
+        let error = Error::GitHub {
+            action: "get registration token",
+            scope: "octo".into(),
+            source: GitHubError::Server {
+                call: hangar_github::Call {
+                    method: "POST",
+                    path: "/orgs/octo/actions/runners/registration-token".into(),
+                },
+                status: 502,
+                attempts: 3,
+                message: "Server Error".into(),
+            },
+        };
+        let mut report = Report::default();
+        report_failure(&runner, &error, &mut report);
+        let c = &report.conditions[0];
+        assert_eq!(
+            (c.kind, c.status, c.reason.as_str()),
+            ("Registered", false, "GitHubAPIError")
+        );
     }
 }

@@ -7,6 +7,10 @@
 //! 0 only once the newest set has all its runners ready (and registered), and deleted once they
 //! have no runners left; their runners go through unregister-before-delete on the way, so a
 //! rollout never kills a busy runner.
+//!
+//! Conditions: `Available` (all wanted runners registered and ready; when not, the newest set's
+//! reason — e.g. a runner whose credentials Secret is missing) and `Progressing` (a rollout
+//! while older sets drain, else the newest set's).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,6 +27,7 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::object_name;
+use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
 use crate::error::{Error, ignore_not_found, kube_err};
 
@@ -37,7 +42,11 @@ pub async fn run(
 ) {
     Controller::new(deployments, watcher::Config::default())
         .owns(sets, watcher::Config::default())
-        .run(reconcile, error_policy, ctx)
+        .run(
+            super::instrumented("runnerdeployment", reconcile_with_backoff),
+            error_policy,
+            ctx,
+        )
         .for_each(|_| async {})
         .await;
 }
@@ -166,12 +175,30 @@ pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<A
             .sum()
     };
     let newest_status = newest.status.clone().unwrap_or_default();
+    let old_sets = sets.iter().filter(|s| s.name_any() != desired_name).count();
+    let old_conditions = rd
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let conditions = conditions::merge(
+        &old_conditions,
+        &deployment_conditions(
+            replicas,
+            sum(|s| s.ready_replicas),
+            &newest_status,
+            old_sets,
+        ),
+        rd.metadata.generation,
+        ctx.now(),
+    );
     let status = serde_json::json!({ "status": {
         "desiredReplicas": replicas,
         "replicas": sum(|s| s.replicas),
         "readyReplicas": sum(|s| s.ready_replicas),
         "availableReplicas": sum(|s| s.available_replicas),
         "updatedReplicas": newest_status.replicas.unwrap_or(0),
+        "conditions": conditions,
     }});
     let current = serde_json::to_value(&rd.status).unwrap_or_default();
     if current != status["status"] {
@@ -190,8 +217,129 @@ pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<A
     Ok(Action::requeue(requeue))
 }
 
-/// Transient errors back off.
-pub fn error_policy(rd: Arc<RunnerDeployment>, error: &Error, _ctx: Arc<Context>) -> Action {
-    warn!(deployment = %object_name(rd.as_ref()), %error, "reconcile failed");
-    Action::requeue(Duration::from_secs(10))
+/// A deployment's conditions, from its counts, its newest set's conditions and how many older
+/// sets still drain.
+pub fn deployment_conditions(
+    desired: i32,
+    ready: i32,
+    newest: &hangar_api::RunnerReplicaSetStatus,
+    old_sets: usize,
+) -> Vec<Desired> {
+    let newest_conditions = newest.conditions.as_deref();
+    let counts = format!("{ready} of {desired} runner(s) registered and ready");
+    let available = if ready >= desired {
+        Desired::yes(kind::AVAILABLE, reason::RUNNERS_AVAILABLE, counts)
+    } else {
+        match conditions::find(newest_conditions, kind::AVAILABLE) {
+            Some(c) if c.status == "False" && c.reason == reason::RUNNERS_FAILING => {
+                conditions::copied(kind::AVAILABLE, c)
+            }
+            _ => Desired::no(kind::AVAILABLE, reason::RUNNERS_UNAVAILABLE, counts),
+        }
+    };
+    let progressing = if old_sets > 0 {
+        Desired::yes(
+            kind::PROGRESSING,
+            reason::ROLLING_OUT,
+            format!(
+                "rolling out a new template: runners of {old_sets} older runner set(s) are \
+                 unregistered and deleted once the new runners are ready"
+            ),
+        )
+    } else {
+        match conditions::find(newest_conditions, kind::PROGRESSING) {
+            Some(c) => conditions::copied(kind::PROGRESSING, c),
+            None => Desired::yes(
+                kind::PROGRESSING,
+                reason::SCALING_UP,
+                "waiting for the runner set to report",
+            ),
+        }
+    };
+    vec![available, progressing]
+}
+
+/// Reconciles a deployment, resetting its back-off after a success.
+async fn reconcile_with_backoff(
+    rd: Arc<RunnerDeployment>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let key = format!("runnerdeployment/{}", object_name(rd.as_ref()));
+    let action = reconcile(rd, ctx.clone()).await?;
+    ctx.backoff.reset(&key);
+    Ok(action)
+}
+
+/// Failures (all transient: API calls) back off per deployment.
+pub fn error_policy(rd: Arc<RunnerDeployment>, error: &Error, ctx: Arc<Context>) -> Action {
+    let action = ctx.backoff.next(
+        &format!("runnerdeployment/{}", object_name(rd.as_ref())),
+        error,
+    );
+    warn!(deployment = %object_name(rd.as_ref()), %error, retry = ?action, "reconcile failed");
+    action
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hangar_api::RunnerReplicaSetStatus;
+
+    fn set_status(
+        available: (bool, &str, &str),
+        progressing: (bool, &str),
+    ) -> RunnerReplicaSetStatus {
+        let now = std::time::SystemTime::UNIX_EPOCH;
+        let wanted = [
+            Desired {
+                kind: kind::AVAILABLE,
+                status: available.0,
+                reason: available.1.into(),
+                message: available.2.into(),
+            },
+            Desired {
+                kind: kind::PROGRESSING,
+                status: progressing.0,
+                reason: progressing.1.into(),
+                message: String::new(),
+            },
+        ];
+        RunnerReplicaSetStatus {
+            conditions: Some(conditions::merge(&[], &wanted, None, now)),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_failing_runner_of_the_newest_set_reaches_the_deployment() {
+        let newest = set_status(
+            (
+                false,
+                reason::RUNNERS_FAILING,
+                "runner x: secret ns/creds does not exist",
+            ),
+            (false, reason::REPLICAS_SYNCED),
+        );
+        let c = deployment_conditions(2, 0, &newest, 0);
+        assert_eq!(c[0].reason, "RunnersFailing");
+        assert!(c[0].message.contains("ns/creds"));
+        assert_eq!(
+            (c[1].status, c[1].reason.as_str()),
+            (false, "ReplicasSynced")
+        );
+    }
+
+    #[test]
+    fn older_sets_mean_a_rollout_and_enough_ready_runners_mean_available() {
+        let newest = set_status(
+            (true, reason::RUNNERS_AVAILABLE, ""),
+            (false, reason::REPLICAS_SYNCED),
+        );
+        let c = deployment_conditions(2, 2, &newest, 1);
+        assert_eq!(
+            (c[0].status, c[0].reason.as_str()),
+            (true, "RunnersAvailable")
+        );
+        assert_eq!((c[1].status, c[1].reason.as_str()), (true, "RollingOut"));
+    }
 }

@@ -13,6 +13,10 @@
 //! - Deleting (a user deleted the pod): delete the parent Runner so it is not recreated, run the
 //!   state machine, then drop the finalizer. A pod still present a minute after its deletion
 //!   began (unreachable node) is force-deleted.
+//!
+//! GitHub calls use the credentials the pod's Runner uses: the Secret named in the pod's
+//! `actions-runner/github-api-creds-secret` annotation (written by the Runner controller), else
+//! the controller's own. Failures are Warning events on the pod, retried with back-off.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +24,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use hangar_api::{Runner, annotation as ann, finalizer};
 use hangar_core::unregistration::{self, AfterDelete, DeleteOutcome, PodState, Step};
-use hangar_github::{GitHubError, RunnerId};
+use hangar_github::{GitHubApi, GitHubError, RunnerId};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -44,7 +48,11 @@ pub async fn run(ctx: Arc<Context>, pods: Api<Pod>) {
         pods,
         watcher::Config::default().labels(hangar_api::label::ACTIONS_RUNNER),
     )
-    .run(reconcile, error_policy, ctx)
+    .run(
+        super::instrumented("runner-pod", reconcile_with_backoff),
+        error_policy,
+        ctx,
+    )
     .for_each(|_| async {})
     .await;
 }
@@ -145,8 +153,8 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error
 
     let mut requeue = ctx.settings.sync_period;
     if runner_id(&pod).is_none() && pod_phase(&pod) == hangar_core::owner_sync::PodPhase::Running {
-        let runners = ctx
-            .github
+        let runners = github_for_pod(&pod, &ctx)
+            .await?
             .list_runners(&gh_scope)
             .await
             .map_err(github_err("list runners", &scope))?;
@@ -227,8 +235,8 @@ async fn unregister(
     let may_be_registered =
         pod_phase(pod) != hangar_core::owner_sync::PodPhase::Pending || pod_uses_jit(pod);
     if id.is_none() && may_be_registered {
-        let runners = ctx
-            .github
+        let runners = github_for_pod(pod, ctx)
+            .await?
             .list_runners(gh_scope)
             .await
             .map_err(github_err("list runners", &scope_name))?;
@@ -256,8 +264,8 @@ async fn unregister(
         Step::Finish(why) => why,
         Step::WaitForRegistration { recheck_after } => return Ok(Some(recheck_after)),
         Step::Delete { runner_id } => {
-            let outcome = match ctx
-                .github
+            let outcome = match github_for_pod(pod, ctx)
+                .await?
                 .delete_runner(gh_scope, RunnerId(runner_id))
                 .await
             {
@@ -320,8 +328,37 @@ async fn unregister(
     Ok(None)
 }
 
-/// Transient errors back off; there are no permanent ones for pods.
-pub fn error_policy(pod: Arc<Pod>, error: &Error, _ctx: Arc<Context>) -> Action {
-    warn!(pod = %object_name(pod.as_ref()), %error, "reconcile failed");
-    Action::requeue(Duration::from_secs(10))
+/// The GitHub client for a pod: its Runner's credentials (see the module documentation).
+async fn github_for_pod(pod: &Pod, ctx: &Context) -> Result<Arc<dyn GitHubApi>, Error> {
+    ctx.github_for_secret(
+        &pod.namespace().unwrap_or_default(),
+        annotation(pod, ann::GITHUB_API_CREDS_SECRET),
+    )
+    .await
+}
+
+/// Reconciles a pod, resetting its back-off after a success.
+async fn reconcile_with_backoff(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let key = format!("pod/{}", object_name(pod.as_ref()));
+    let action = reconcile(pod, ctx.clone()).await?;
+    ctx.backoff.reset(&key);
+    Ok(action)
+}
+
+/// Failures back off per pod; those a user must fix (credentials, GitHub permissions) are
+/// Warning events on the pod.
+pub fn error_policy(pod: Arc<Pod>, error: &Error, ctx: Arc<Context>) -> Action {
+    let action = ctx
+        .backoff
+        .next(&format!("pod/{}", object_name(pod.as_ref())), error);
+    warn!(pod = %object_name(pod.as_ref()), %error, retry = ?action, "reconcile failed");
+    if matches!(error.retry(), crate::error::Retry::Slowly) {
+        ctx.event(
+            pod.object_ref(&()),
+            true,
+            error.category(),
+            format!("cannot unregister or look up the runner: {error}"),
+        );
+    }
+    action
 }

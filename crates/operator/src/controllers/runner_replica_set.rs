@@ -3,7 +3,9 @@
 //! Observe: the set's Runners and their pods from the stores (no LIST per reconcile). Decide:
 //! `hangar_core::owner_sync::plan`. Apply: create Runners (`generateName: <set>-`, labels from the
 //! template plus the template hash, `sync-time`), annotate retiring pods and Runners, delete
-//! Runners whose runners are unregistered or finished. Status: replicas, ready, available.
+//! Runners whose runners are unregistered or finished. Status: replicas, ready, available, and
+//! the conditions `Available` (a False one names a Runner that cannot start, and why) and
+//! `Progressing` (creating, retiring or replacing runners).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,17 +25,24 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::{annotation, k8s_time, object_name, parse_time, pod_view, rfc3339, wait_until_stored};
+use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
 use crate::error::{Error, ignore_not_found, kube_err};
 
 /// Runs the controller until the stream ends.
 pub async fn run(ctx: Arc<Context>, sets: Api<RunnerReplicaSet>, runners: Api<Runner>) {
     let pods = ctx.stores.clone();
+    // Pods in the sets' namespace only: with --watch-namespace the controller holds a Role
+    // there, and a cluster-wide watch would be forbidden.
+    let pod_api = match sets.namespace() {
+        Some(ns) => Api::<Pod>::namespaced(ctx.client.clone(), ns),
+        None => Api::<Pod>::all(ctx.client.clone()),
+    };
     Controller::new(sets, watcher::Config::default())
         .owns(runners, watcher::Config::default())
         // A pod change (ready, registered, completed) matters to the set owning its Runner.
         .watches(
-            Api::<Pod>::all(ctx.client.clone()),
+            pod_api,
             watcher::Config::default().labels(label::ACTIONS_RUNNER),
             move |pod: Pod| {
                 let ns = pod.namespace()?;
@@ -48,7 +57,11 @@ pub async fn run(ctx: Arc<Context>, sets: Api<RunnerReplicaSet>, runners: Api<Ru
                 Some(ObjectRef::new(&set.name).within(&ns))
             },
         )
-        .run(reconcile, error_policy, ctx)
+        .run(
+            super::instrumented("runnerreplicaset", reconcile_with_backoff),
+            error_policy,
+            ctx,
+        )
         .for_each(|_| async {})
         .await;
 }
@@ -146,10 +159,27 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
     status.insert("replicas".into(), total.into());
     status.insert("readyReplicas".into(), ready.into());
     status.insert("availableReplicas".into(), ready.into());
+    let old_conditions = set
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let new_conditions = conditions::merge(
+        &old_conditions,
+        &set_conditions(input.desired, ready, &runners, &plan),
+        set.metadata.generation,
+        now,
+    );
+    let conditions_changed = old_conditions != new_conditions;
+    status.insert(
+        "conditions".into(),
+        serde_json::to_value(&new_conditions).unwrap_or_default(),
+    );
     let current = serde_json::to_value(&set.status).unwrap_or_default();
-    if ["replicas", "readyReplicas", "availableReplicas"]
-        .iter()
-        .any(|k| current.get(k) != status.get(*k))
+    if conditions_changed
+        || ["replicas", "readyReplicas", "availableReplicas"]
+            .iter()
+            .any(|k| current.get(k) != status.get(*k))
     {
         Api::<RunnerReplicaSet>::namespaced(ctx.client.clone(), &ns)
             .patch_status(
@@ -303,8 +333,127 @@ pub fn new_runner(set: &RunnerReplicaSet, hash: &str, now: &str) -> Runner {
     runner
 }
 
-/// Transient errors back off.
-pub fn error_policy(set: Arc<RunnerReplicaSet>, error: &Error, _ctx: Arc<Context>) -> Action {
-    warn!(set = %object_name(set.as_ref()), %error, "reconcile failed");
-    Action::requeue(Duration::from_secs(10))
+/// The first thing keeping a Runner of the set from starting, as `name: message`: a False
+/// `CredentialsValid`, or a `Registered` that is False for a reason retrying alone may not fix.
+pub fn failing_runner(runners: &[Arc<Runner>]) -> Option<String> {
+    runners
+        .iter()
+        .filter(|r| r.metadata.deletion_timestamp.is_none())
+        .find_map(|r| {
+            let found = r.status.as_ref()?.conditions.as_deref();
+            let bad = conditions::find(found, kind::CREDENTIALS_VALID)
+                .filter(|c| c.status == "False")
+                .or_else(|| {
+                    conditions::find(found, kind::REGISTERED).filter(|c| {
+                        c.status == "False"
+                            && [reason::GITHUB_API_ERROR, reason::INVALID_SPEC]
+                                .contains(&c.reason.as_str())
+                    })
+                })?;
+            Some(format!("runner {}: {}", r.name_any(), bad.message))
+        })
+}
+
+/// The set's conditions: `Available` from the counts (and a failing Runner, if any),
+/// `Progressing` from the plan and the Runners being retired.
+pub fn set_conditions(
+    desired: u32,
+    ready: usize,
+    runners: &[Arc<Runner>],
+    plan: &owner_sync::Plan,
+) -> Vec<Desired> {
+    let counts = format!("{ready} of {desired} runner(s) registered and ready");
+    let available = if ready >= desired as usize {
+        Desired::yes(kind::AVAILABLE, reason::RUNNERS_AVAILABLE, counts)
+    } else if let Some(failing) = failing_runner(runners) {
+        Desired::no(
+            kind::AVAILABLE,
+            reason::RUNNERS_FAILING,
+            format!("{counts}; {failing}"),
+        )
+    } else {
+        Desired::no(kind::AVAILABLE, reason::RUNNERS_UNAVAILABLE, counts)
+    };
+    let created: u32 = plan
+        .actions
+        .iter()
+        .map(|a| match a {
+            PlanAction::Create { count } => *count,
+            _ => 0,
+        })
+        .sum();
+    let outdated = plan.actions.iter().any(|a| {
+        matches!(
+            a,
+            PlanAction::RequestUnregistration {
+                reason: owner_sync::RetireReason::Outdated,
+                ..
+            }
+        )
+    });
+    let retiring = runners
+        .iter()
+        .filter(|r| r.metadata.deletion_timestamp.is_none())
+        .filter(|r| annotation(r.as_ref(), ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_some())
+        .count();
+    let progressing = if created > 0 {
+        Desired::yes(
+            kind::PROGRESSING,
+            reason::SCALING_UP,
+            format!("creating {created} runner(s)"),
+        )
+    } else if outdated {
+        Desired::yes(
+            kind::PROGRESSING,
+            reason::ROLLING_OUT,
+            "retiring runners of an outdated template",
+        )
+    } else if retiring > 0 {
+        Desired::yes(
+            kind::PROGRESSING,
+            reason::SCALING_DOWN,
+            format!(
+                "unregistering {retiring} runner(s) from GitHub before deleting them; a busy \
+                 runner finishes its job first"
+            ),
+        )
+    } else if let Some(Wait::RecreationDelay { until }) = &plan.wait {
+        Desired::yes(
+            kind::PROGRESSING,
+            reason::SCALING_UP,
+            format!(
+                "completed ephemeral runners are replaced at {} or when effectiveTime moves \
+                 (a scale-down is probably on its way)",
+                rfc3339(*until)
+            ),
+        )
+    } else {
+        Desired::no(
+            kind::PROGRESSING,
+            reason::REPLICAS_SYNCED,
+            "the runners match the spec",
+        )
+    };
+    vec![available, progressing]
+}
+
+/// Reconciles a set, resetting its back-off after a success.
+async fn reconcile_with_backoff(
+    set: Arc<RunnerReplicaSet>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let key = format!("runnerreplicaset/{}", object_name(set.as_ref()));
+    let action = reconcile(set, ctx.clone()).await?;
+    ctx.backoff.reset(&key);
+    Ok(action)
+}
+
+/// Failures (all transient: API calls) back off per set.
+pub fn error_policy(set: Arc<RunnerReplicaSet>, error: &Error, ctx: Arc<Context>) -> Action {
+    let action = ctx.backoff.next(
+        &format!("runnerreplicaset/{}", object_name(set.as_ref())),
+        error,
+    );
+    warn!(set = %object_name(set.as_ref()), %error, retry = ?action, "reconcile failed");
+    action
 }

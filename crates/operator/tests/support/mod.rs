@@ -57,12 +57,14 @@ impl Harness {
             }
         });
         let endpoint = Endpoint::custom(&url, &url).unwrap();
-        let github: Arc<dyn GitHubApi> = ClientRegistry::new(endpoint, ClientOptions::default())
+        let registry = Arc::new(ClientRegistry::new(endpoint, ClientOptions::default()));
+        let github: Arc<dyn GitHubApi> = registry
             .client(Credentials::Token(Secret::new(TOKEN)))
             .unwrap();
         let mut settings = Settings {
             sync_period: Duration::from_secs(5),
             registration_check_interval: Duration::from_secs(1),
+            github_registry: Some(registry),
             ..Settings::default()
         };
         settings.pod_defaults.github_url = url.clone();
@@ -111,12 +113,16 @@ impl Harness {
             }
         });
         let endpoint = Endpoint::custom(&url, &url).unwrap();
-        let github: Arc<dyn GitHubApi> = ClientRegistry::new(endpoint, options)
+        // Per-resource credentials (githubAPICredentialsFrom) get their clients from the same
+        // registry, with the same options.
+        let registry = Arc::new(ClientRegistry::new(endpoint, options));
+        let github: Arc<dyn GitHubApi> = registry
             .client(Credentials::Token(Secret::new(TOKEN)))
             .unwrap();
         let mut settings = Settings {
             sync_period: Duration::from_secs(5),
             registration_check_interval: Duration::from_secs(1),
+            github_registry: Some(registry),
             ..Settings::default()
         };
         settings.pod_defaults.github_url = url.clone();
@@ -138,6 +144,71 @@ impl Harness {
             clock,
             tasks: vec![server, controllers],
         }
+    }
+
+    /// [`Harness::start_with`], with `settings` adjusted by `configure`, plus the GitHub webhook
+    /// server inside the manager (`hangar run --webhook-addr`) on a loopback port. Returns the
+    /// harness and the webhook server's URL.
+    pub async fn start_with_webhook(
+        prefix: &str,
+        options: ClientOptions,
+        configure: impl FnOnce(&mut Settings),
+        webhook: hangar::webhook_server::WebhookConfig,
+    ) -> (Self, String) {
+        let cluster = TestCluster::get();
+        let client = cluster.client().await;
+        crds::install(&client).await;
+        let ns = TestNamespace::create(cluster, prefix).await;
+
+        let sim = ghsim::Sim::new(ghsim::SimConfig::default());
+        sim.update(|w, _| {
+            w.add_pat(TOKEN, "test");
+            w.add_org("octo", None);
+            w.add_repo("octo", "app", true);
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        let server = tokio::spawn({
+            let sim = sim.clone();
+            async move {
+                let _ = ghsim::serve(listener, sim, std::future::pending()).await;
+            }
+        });
+        let endpoint = Endpoint::custom(&url, &url).unwrap();
+        let registry = Arc::new(ClientRegistry::new(endpoint, options));
+        let github: Arc<dyn GitHubApi> = registry
+            .client(Credentials::Token(Secret::new(TOKEN)))
+            .unwrap();
+        let mut settings = Settings {
+            sync_period: Duration::from_secs(5),
+            registration_check_interval: Duration::from_secs(1),
+            github_registry: Some(registry),
+            ..Settings::default()
+        };
+        settings.pod_defaults.github_url = url.clone();
+        configure(&mut settings);
+        let hooks = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let webhook_url = format!("http://{}/", hooks.local_addr().unwrap());
+        let clock = Arc::new(hangar::context::OffsetClock::default());
+        let controllers = tokio::spawn(hangar::manager::run_with_webhook(
+            client.clone(),
+            github.clone(),
+            settings,
+            Some(ns.name().to_owned()),
+            clock.clone(),
+            Some((hooks, webhook)),
+        ));
+        let harness = Harness {
+            cluster,
+            ns,
+            client,
+            sim,
+            github,
+            url,
+            clock,
+            tasks: vec![server, controllers],
+        };
+        (harness, webhook_url)
     }
 
     /// `kubectl apply --server-side` of a YAML document into the test namespace.

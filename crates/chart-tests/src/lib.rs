@@ -1,0 +1,319 @@
+//! Rendering Hangar's Helm chart (`deploy/helm/hangar`) for tests.
+//!
+//! The chart is tested the way users meet it: `helm lint`, `helm template` with the values users
+//! set, the rendered objects sent to a real kube-apiserver, and the chart's RBAC checked with
+//! `kubectl auth can-i` as its ServiceAccounts. This crate holds the helpers and the one list of
+//! permissions the controllers need ([`CONTROLLER_NEEDS`]); the tests are in `tests/`. `helm` is
+//! built on first use ([`hangar_testkit::Helm::ensure`]).
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use hangar_testkit::{Helm, KUBERNETES_VERSION};
+use serde::Deserialize as _;
+use serde_yaml::Value;
+
+/// The release name every test renders with.
+pub const RELEASE: &str = "hangar";
+
+/// One permission: API group, resource (with subresource), verb.
+pub type Permission = (&'static str, &'static str, &'static str);
+
+/// What the controllers of `hangar run` call, from crates/operator/src (controllers/*.rs,
+/// manager.rs, context.rs): the chart must grant each of these and nothing else. A new API call
+/// in a controller adds a row here and a rule in templates/rbac.yaml.
+pub const CONTROLLER_NEEDS: &[Permission] = &[
+    // RunnerReplicaSets create Runners and patch their annotations; Runners are deleted when
+    // their pod is gone or unregistered; every controller reads them from a watch.
+    ("actions.summerwind.dev", "runners", "get"),
+    ("actions.summerwind.dev", "runners", "list"),
+    ("actions.summerwind.dev", "runners", "watch"),
+    ("actions.summerwind.dev", "runners", "create"),
+    ("actions.summerwind.dev", "runners", "patch"),
+    ("actions.summerwind.dev", "runners", "delete"),
+    // RunnerDeployments server-side apply their current set, scale old ones to 0, delete them.
+    ("actions.summerwind.dev", "runnerreplicasets", "get"),
+    ("actions.summerwind.dev", "runnerreplicasets", "list"),
+    ("actions.summerwind.dev", "runnerreplicasets", "watch"),
+    ("actions.summerwind.dev", "runnerreplicasets", "create"),
+    ("actions.summerwind.dev", "runnerreplicasets", "patch"),
+    ("actions.summerwind.dev", "runnerreplicasets", "delete"),
+    // The autoscaler reads and scales its targets.
+    ("actions.summerwind.dev", "runnerdeployments", "get"),
+    ("actions.summerwind.dev", "runnerdeployments", "list"),
+    ("actions.summerwind.dev", "runnerdeployments", "watch"),
+    ("actions.summerwind.dev", "runnerdeployments", "patch"),
+    ("actions.summerwind.dev", "runnersets", "get"),
+    ("actions.summerwind.dev", "runnersets", "list"),
+    ("actions.summerwind.dev", "runnersets", "watch"),
+    ("actions.summerwind.dev", "runnersets", "patch"),
+    // ... and expires capacity reservations in its own spec.
+    (
+        "actions.summerwind.dev",
+        "horizontalrunnerautoscalers",
+        "get",
+    ),
+    (
+        "actions.summerwind.dev",
+        "horizontalrunnerautoscalers",
+        "list",
+    ),
+    (
+        "actions.summerwind.dev",
+        "horizontalrunnerautoscalers",
+        "watch",
+    ),
+    (
+        "actions.summerwind.dev",
+        "horizontalrunnerautoscalers",
+        "patch",
+    ),
+    // Status by merge patch.
+    ("actions.summerwind.dev", "runners/status", "patch"),
+    (
+        "actions.summerwind.dev",
+        "runnerreplicasets/status",
+        "patch",
+    ),
+    (
+        "actions.summerwind.dev",
+        "runnerdeployments/status",
+        "patch",
+    ),
+    ("actions.summerwind.dev", "runnersets/status", "patch"),
+    (
+        "actions.summerwind.dev",
+        "horizontalrunnerautoscalers/status",
+        "patch",
+    ),
+    // blockOwnerDeletion on children (OwnerReferencesPermissionEnforcement).
+    ("actions.summerwind.dev", "runners/finalizers", "update"),
+    (
+        "actions.summerwind.dev",
+        "runnerreplicasets/finalizers",
+        "update",
+    ),
+    (
+        "actions.summerwind.dev",
+        "runnerdeployments/finalizers",
+        "update",
+    ),
+    ("actions.summerwind.dev", "runnersets/finalizers", "update"),
+    // Runner pods.
+    ("", "pods", "get"),
+    ("", "pods", "list"),
+    ("", "pods", "watch"),
+    ("", "pods", "create"),
+    ("", "pods", "patch"),
+    ("", "pods", "delete"),
+    // Registration Secrets (server-side apply) and githubAPICredentialsFrom Secrets (GET, and a
+    // metadata watch).
+    ("", "secrets", "get"),
+    ("", "secrets", "list"),
+    ("", "secrets", "watch"),
+    ("", "secrets", "create"),
+    ("", "secrets", "patch"),
+    // RunnerSet runners (one StatefulSet each).
+    ("apps", "statefulsets", "get"),
+    ("apps", "statefulsets", "list"),
+    ("apps", "statefulsets", "watch"),
+    ("apps", "statefulsets", "create"),
+    ("apps", "statefulsets", "patch"),
+    ("apps", "statefulsets", "delete"),
+    // kube-runtime's event recorder.
+    ("events.k8s.io", "events", "create"),
+    ("events.k8s.io", "events", "patch"),
+];
+
+/// What `hangar webhook-server` calls (webhook_server.rs): reflectors over autoscalers and their
+/// targets, and merge patches of capacity reservations into autoscalers.
+pub const WEBHOOK_SERVER_NEEDS: &[Permission] = &[
+    (
+        "actions.summerwind.dev",
+        "horizontalrunnerautoscalers",
+        "get",
+    ),
+    (
+        "actions.summerwind.dev",
+        "horizontalrunnerautoscalers",
+        "list",
+    ),
+    (
+        "actions.summerwind.dev",
+        "horizontalrunnerautoscalers",
+        "watch",
+    ),
+    (
+        "actions.summerwind.dev",
+        "horizontalrunnerautoscalers",
+        "patch",
+    ),
+    ("actions.summerwind.dev", "runnerdeployments", "get"),
+    ("actions.summerwind.dev", "runnerdeployments", "list"),
+    ("actions.summerwind.dev", "runnerdeployments", "watch"),
+    ("actions.summerwind.dev", "runnersets", "get"),
+    ("actions.summerwind.dev", "runnersets", "list"),
+    ("actions.summerwind.dev", "runnersets", "watch"),
+];
+
+/// The chart's directory in the repository.
+pub fn chart_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/helm/hangar")
+        .canonicalize()
+        .expect("deploy/helm/hangar exists")
+}
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("repository root")
+}
+
+/// The `helm` binary, built into the cache on first use; panics with the build error.
+pub fn helm() -> Helm {
+    Helm::ensure().unwrap_or_else(|e| panic!("helm is not available: {e}"))
+}
+
+/// `helm template` of the chart into `namespace` with `--set` values; the YAML stream.
+pub fn render(namespace: &str, sets: &[&str]) -> String {
+    render_with(namespace, sets, &[])
+}
+
+/// [`render`] with extra `helm template` arguments (e.g. `--include-crds`).
+pub fn render_with(namespace: &str, sets: &[&str], extra: &[&str]) -> String {
+    let mut cmd = helm().command();
+    cmd.args(["template", RELEASE])
+        .arg(chart_dir())
+        .args([
+            "--namespace",
+            namespace,
+            "--kube-version",
+            KUBERNETES_VERSION,
+        ])
+        .args(extra);
+    for set in sets {
+        cmd.args(["--set", set]);
+    }
+    output(&mut cmd)
+}
+
+/// The objects of a YAML stream (empty documents dropped).
+pub fn documents(yaml: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(yaml)
+        .map(|d| Value::deserialize(d).expect("rendered YAML parses"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// `kind/name` of every object, in order.
+pub fn kinds_and_names(objects: &[Value]) -> Vec<String> {
+    objects
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}",
+                str_at(o, &["kind"]),
+                str_at(o, &["metadata", "name"])
+            )
+        })
+        .collect()
+}
+
+/// The string at `path` in `v`, or "" when absent.
+pub fn str_at<'a>(v: &'a Value, path: &[&str]) -> &'a str {
+    path.iter()
+        .try_fold(v, |v, k| v.get(*k))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+/// The objects of kind `kind`.
+pub fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    objects
+        .iter()
+        .filter(|o| str_at(o, &["kind"]) == kind)
+        .collect()
+}
+
+/// The (group, resource, verb) triples a Role's or ClusterRole's rules grant, expanded; rules
+/// limited by resourceNames are returned separately as `resource=name`.
+pub fn granted(role: &Value) -> Vec<(String, String, String)> {
+    let list = |r: &Value, k: &str| -> Vec<String> {
+        r.get(k)
+            .and_then(Value::as_sequence)
+            .map(|s| {
+                s.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut out = Vec::new();
+    for rule in role
+        .get("rules")
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+    {
+        let names = list(rule, "resourceNames");
+        for group in list(rule, "apiGroups") {
+            for resource in list(rule, "resources") {
+                for verb in list(rule, "verbs") {
+                    if names.is_empty() {
+                        out.push((group.clone(), resource.clone(), verb.clone()));
+                    } else {
+                        for name in &names {
+                            out.push((group.clone(), format!("{resource}={name}"), verb.clone()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Runs `cmd` and returns its stdout; panics with stderr when it fails.
+pub fn output(cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("failed to run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `cmd` with `input` on stdin; (success, stdout + stderr).
+pub fn run_with_stdin(cmd: &mut Command, input: &str) -> (bool, String) {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("failed to run {cmd:?}: {e}"));
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let input = input.to_owned();
+    // Write from a thread: a large stream would otherwise deadlock against a full stdout pipe.
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let out = child.wait_with_output().expect("child runs");
+    writer
+        .join()
+        .expect("writer thread")
+        .expect("stdin written");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}

@@ -1,0 +1,441 @@
+//! The chart rendered by `helm`, without a cluster: lint, what each combination of values
+//! produces, the RBAC rules against the list of calls the code makes, hardening, secrets, and
+//! the files that must stay in step with the rest of the repository (CRDs, Grafana dashboard).
+
+use std::collections::BTreeSet;
+
+use hangar_chart_tests::{
+    CONTROLLER_NEEDS, Permission, WEBHOOK_SERVER_NEEDS, chart_dir, documents, granted, helm,
+    kinds_and_names, of_kind, output, render, repo_root, str_at,
+};
+use serde_yaml::Value;
+
+const NS: &str = "hangar-system";
+
+fn expected(needs: &[Permission]) -> Vec<(String, String, String)> {
+    let mut v: Vec<_> = needs
+        .iter()
+        .map(|(g, r, v)| ((*g).to_owned(), (*r).to_owned(), (*v).to_owned()))
+        .collect();
+    v.sort();
+    v
+}
+
+fn deployment<'a>(objects: &'a [Value], component: &str) -> &'a Value {
+    of_kind(objects, "Deployment")
+        .into_iter()
+        .find(|d| str_at(d, &["metadata", "labels", "app.kubernetes.io/component"]) == component)
+        .unwrap_or_else(|| {
+            panic!(
+                "no {component} Deployment in {:?}",
+                kinds_and_names(objects)
+            )
+        })
+}
+
+fn args(deployment: &Value) -> Vec<String> {
+    deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_sequence()
+        .expect("container args")
+        .iter()
+        .map(|a| a.as_str().expect("string arg").to_owned())
+        .collect()
+}
+
+#[test]
+fn helm_is_built_on_first_use_and_reports_its_pinned_version() {
+    let v = output(helm().command().args(["version", "--short"]));
+    assert!(v.starts_with(hangar_testkit::HELM_VERSION), "{v}");
+}
+
+#[test]
+fn chart_passes_helm_lint_strict_with_every_tested_combination() {
+    for sets in [
+        &[][..],
+        &["scope.singleNamespace=true"][..],
+        &["replicaCount=2"][..],
+        &[
+            "githubWebhookServer.enabled=true",
+            "githubWebhookServer.ingress.enabled=true",
+        ][..],
+        &[
+            "authSecret.create=true",
+            "authSecret.github_app_id=12345",
+            "authSecret.github_app_installation_id=67890",
+            "authSecret.github_app_private_key=pem",
+        ][..],
+    ] {
+        let mut cmd = helm().command();
+        cmd.args(["lint", "--strict", "--namespace", NS])
+            .arg(chart_dir());
+        for set in sets {
+            cmd.args(["--set", set]);
+        }
+        let out = output(&mut cmd);
+        assert!(out.contains("0 chart(s) failed"), "{sets:?}: {out}");
+    }
+}
+
+#[test]
+fn default_values_render_a_cluster_wide_controller_and_nothing_optional() {
+    let objects = documents(&render(NS, &[]));
+    assert_eq!(
+        kinds_and_names(&objects),
+        [
+            "ServiceAccount/hangar",
+            "ClusterRole/hangar-hangar-system",
+            "ClusterRoleBinding/hangar-hangar-system",
+            "Service/hangar-metrics",
+            "Deployment/hangar",
+        ]
+    );
+    let args = args(deployment(&objects, "controller"));
+    assert_eq!(args[0], "run");
+    assert!(
+        !args.iter().any(|a| a.starts_with("--watch-namespace")),
+        "{args:?}"
+    );
+    assert!(
+        !args.iter().any(|a| a.contains("leader-election")),
+        "{args:?}"
+    );
+}
+
+#[test]
+fn controller_role_grants_exactly_what_the_code_calls() {
+    let objects = documents(&render(NS, &[]));
+    let roles = of_kind(&objects, "ClusterRole");
+    assert_eq!(roles.len(), 1);
+    assert_eq!(granted(roles[0]), expected(CONTROLLER_NEEDS));
+}
+
+#[test]
+fn single_namespace_mode_renders_only_roles_in_the_watched_namespace() {
+    let objects = documents(&render(
+        NS,
+        &["scope.singleNamespace=true", "scope.watchNamespace=ci"],
+    ));
+    assert!(of_kind(&objects, "ClusterRole").is_empty());
+    assert!(of_kind(&objects, "ClusterRoleBinding").is_empty());
+    let roles = of_kind(&objects, "Role");
+    assert_eq!(roles.len(), 1);
+    assert_eq!(str_at(roles[0], &["metadata", "namespace"]), "ci");
+    assert_eq!(granted(roles[0]), expected(CONTROLLER_NEEDS));
+    let binding = of_kind(&objects, "RoleBinding")[0];
+    assert_eq!(str_at(binding, &["metadata", "namespace"]), "ci");
+    assert_eq!(str_at(&binding["subjects"][0], &["namespace"]), NS);
+    assert!(args(deployment(&objects, "controller")).contains(&"--watch-namespace=ci".to_owned()));
+
+    // Without watchNamespace, the release namespace is watched (ARC's behaviour).
+    let objects = documents(&render(NS, &["scope.singleNamespace=true"]));
+    assert!(args(deployment(&objects, "controller")).contains(&format!("--watch-namespace={NS}")));
+}
+
+#[test]
+fn leader_election_and_its_lease_role_come_with_a_second_replica() {
+    for (sets, elected) in [
+        (&["replicaCount=1"][..], false),
+        (&["replicaCount=2"][..], true),
+        (&["replicaCount=1", "enableLeaderElection=true"][..], true),
+    ] {
+        let objects = documents(&render(NS, sets));
+        let args = args(deployment(&objects, "controller"));
+        assert_eq!(
+            args.contains(&"--enable-leader-election".to_owned()),
+            elected,
+            "{sets:?}: {args:?}"
+        );
+        let lease_roles: Vec<_> = of_kind(&objects, "Role")
+            .into_iter()
+            .filter(|r| str_at(r, &["metadata", "name"]).ends_with("-leader-election"))
+            .collect();
+        assert_eq!(lease_roles.len(), usize::from(elected), "{sets:?}");
+        if elected {
+            assert_eq!(str_at(lease_roles[0], &["metadata", "namespace"]), NS);
+            assert_eq!(
+                granted(lease_roles[0]),
+                expected(&[
+                    ("coordination.k8s.io", "leases", "create"),
+                    ("coordination.k8s.io", "leases=hangar-controller", "get"),
+                    ("coordination.k8s.io", "leases=hangar-controller", "patch"),
+                    ("coordination.k8s.io", "leases=hangar-controller", "update"),
+                ])
+            );
+        }
+    }
+}
+
+#[test]
+fn webhook_server_gets_its_own_account_with_read_and_reserve_rights() {
+    let objects = documents(&render(
+        NS,
+        &[
+            "githubWebhookServer.enabled=true",
+            "githubWebhookServer.ingress.enabled=true",
+            "githubWebhookServer.queueLimit=250",
+        ],
+    ));
+    let names = kinds_and_names(&objects);
+    for expected in [
+        "ServiceAccount/hangar-webhook-server",
+        "ClusterRole/hangar-webhook-server-hangar-system",
+        "Deployment/hangar-webhook-server",
+        "Service/hangar-webhook-server",
+        "Ingress/hangar-webhook-server",
+    ] {
+        assert!(
+            names.contains(&expected.to_owned()),
+            "{expected} in {names:?}"
+        );
+    }
+    let role = of_kind(&objects, "ClusterRole")
+        .into_iter()
+        .find(|r| str_at(r, &["metadata", "name"]).contains("webhook-server"))
+        .unwrap();
+    assert_eq!(granted(role), expected(WEBHOOK_SERVER_NEEDS));
+    let server = deployment(&objects, "github-webhook-server");
+    assert_eq!(
+        str_at(&server["spec"]["template"]["spec"], &["serviceAccountName"]),
+        "hangar-webhook-server"
+    );
+    let args = args(server);
+    assert_eq!(args[0], "webhook-server");
+    assert!(
+        args.contains(&"--webhook-queue-limit=250".to_owned()),
+        "{args:?}"
+    );
+}
+
+#[test]
+fn values_reach_the_controller_flags() {
+    let objects = documents(&render(
+        NS,
+        &[
+            "syncPeriod=30s",
+            "defaultScaleDownDelay=5m",
+            "dockerRegistryMirror=https://mirror.example.com",
+            "dockerGID=121",
+            "image.actionsRunnerRepositoryAndTag=example.com/runner:v2",
+            "image.dindSidecarRepositoryAndTag=example.com/dind:27",
+            "jit=true",
+            "logLevel=debug",
+            "logFormat=json",
+            "metrics.port=9090",
+        ],
+    ));
+    let args = args(deployment(&objects, "controller"));
+    for flag in [
+        "--sync-period=30s",
+        "--default-scale-down-delay=5m",
+        "--docker-registry-mirror=https://mirror.example.com",
+        "--docker-gid=121",
+        "--runner-image=example.com/runner:v2",
+        "--docker-image=example.com/dind:27",
+        "--jit",
+        "--log-level=debug",
+        "--log-format=json",
+        "--metrics-addr=:9090",
+        "--health-probe-bind-address=:8081",
+    ] {
+        assert!(args.contains(&flag.to_owned()), "{flag} in {args:?}");
+    }
+}
+
+/// Every env var of every container in `objects` that carries a credential.
+fn credential_env(objects: &[Value]) -> Vec<Value> {
+    let sensitive = [
+        "GITHUB_TOKEN",
+        "GITHUB_APP_ID",
+        "GITHUB_APP_INSTALLATION_ID",
+        "GITHUB_APP_PRIVATE_KEY",
+        "GITHUB_WEBHOOK_SECRET_TOKEN",
+    ];
+    of_kind(objects, "Deployment")
+        .into_iter()
+        .flat_map(|d| {
+            d["spec"]["template"]["spec"]["containers"]
+                .as_sequence()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .flat_map(|c| c["env"].as_sequence().cloned().unwrap_or_default())
+        .filter(|e| sensitive.contains(&str_at(e, &["name"])))
+        .collect()
+}
+
+#[test]
+fn credentials_reach_pods_only_through_secret_key_refs() {
+    let yaml = render(
+        NS,
+        &[
+            "authSecret.create=true",
+            "authSecret.github_token=ghp_do_not_leak",
+            "authSecret.github_app_private_key=PEM_DO_NOT_LEAK",
+            "githubWebhookServer.enabled=true",
+            "githubWebhookServer.useRunnerGroupsVisibility=true",
+            "githubWebhookServer.secret.create=true",
+            "githubWebhookServer.secret.github_webhook_secret_token=whsec_do_not_leak",
+        ],
+    );
+    let objects = documents(&yaml);
+    let env = credential_env(&objects);
+    // Four on the controller, the webhook secret and the token on the webhook server.
+    assert_eq!(env.len(), 6, "{env:?}");
+    for e in &env {
+        assert!(e.get("value").is_none(), "literal credential: {e:?}");
+        assert!(
+            !str_at(e, &["valueFrom", "secretKeyRef", "key"]).is_empty(),
+            "not a secretKeyRef: {e:?}"
+        );
+    }
+    for o in objects.iter().filter(|o| str_at(o, &["kind"]) != "Secret") {
+        let text = serde_yaml::to_string(o).unwrap();
+        for secret in ["do_not_leak", "DO_NOT_LEAK"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+    }
+    // The chart-made Secrets hold them, base64 as Kubernetes wants.
+    let secrets = of_kind(&objects, "Secret");
+    assert_eq!(secrets.len(), 2);
+}
+
+#[test]
+fn unquoted_github_app_ids_are_stored_as_integers() {
+    let objects = documents(&render(
+        NS,
+        &[
+            "authSecret.create=true",
+            "authSecret.github_app_id=1234567",
+            "authSecret.github_app_installation_id=98765432",
+        ],
+    ));
+    let secret = of_kind(&objects, "Secret")[0];
+    assert_eq!(str_at(secret, &["data", "github_app_id"]), "MTIzNDU2Nw=="); // 1234567
+    assert_eq!(
+        str_at(secret, &["data", "github_app_installation_id"]),
+        "OTg3NjU0MzI=" // 98765432
+    );
+    assert!(secret["data"].get("github_token").is_none());
+}
+
+#[test]
+fn every_pod_runs_non_root_read_only_without_capabilities() {
+    let objects = documents(&render(NS, &["githubWebhookServer.enabled=true"]));
+    let deployments = of_kind(&objects, "Deployment");
+    assert_eq!(deployments.len(), 2);
+    for d in deployments {
+        let spec = &d["spec"]["template"]["spec"];
+        let name = str_at(d, &["metadata", "name"]);
+        assert_eq!(
+            spec["securityContext"]["runAsNonRoot"],
+            Value::Bool(true),
+            "{name}"
+        );
+        assert_eq!(
+            str_at(spec, &["securityContext", "seccompProfile", "type"]),
+            "RuntimeDefault",
+            "{name}"
+        );
+        for c in spec["containers"].as_sequence().unwrap() {
+            let sc = &c["securityContext"];
+            assert_eq!(sc["readOnlyRootFilesystem"], Value::Bool(true), "{name}");
+            assert_eq!(sc["allowPrivilegeEscalation"], Value::Bool(false), "{name}");
+            assert_eq!(sc["runAsNonRoot"], Value::Bool(true), "{name}");
+            assert_eq!(
+                sc["capabilities"]["drop"],
+                serde_yaml::from_str::<Value>("[ALL]").unwrap(),
+                "{name}"
+            );
+            assert_eq!(
+                str_at(sc, &["seccompProfile", "type"]),
+                "RuntimeDefault",
+                "{name}"
+            );
+        }
+    }
+}
+
+#[test]
+fn service_monitor_accepts_arcs_spelling_and_the_usual_one() {
+    for switch in [
+        "metrics.serviceMonitor.enable=true",
+        "metrics.serviceMonitor.enabled=true",
+    ] {
+        let objects = documents(&render(NS, &[switch]));
+        let monitors = of_kind(&objects, "ServiceMonitor");
+        assert_eq!(monitors.len(), 1, "{switch}");
+        assert_eq!(
+            str_at(&monitors[0]["spec"]["endpoints"][0], &["port"]),
+            "metrics"
+        );
+    }
+}
+
+#[test]
+fn chart_crds_are_the_generated_crds() {
+    let files = |dir: &std::path::Path| -> BTreeSet<(String, Vec<u8>)> {
+        std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|e| e.unwrap().path())
+            .map(|p| {
+                (
+                    p.file_name().unwrap().to_string_lossy().into_owned(),
+                    std::fs::read(&p).unwrap(),
+                )
+            })
+            .collect()
+    };
+    let generated = files(&repo_root().join("deploy/crds"));
+    let chart = files(&chart_dir().join("crds"));
+    let names =
+        |s: &BTreeSet<(String, Vec<u8>)>| s.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    let differing: BTreeSet<_> = chart
+        .symmetric_difference(&generated)
+        .map(|(n, _)| n)
+        .collect();
+    assert!(
+        differing.is_empty(),
+        "deploy/helm/hangar/crds differs from deploy/crds in {differing:?} \
+         (chart: {:?}, generated: {:?}); run `cp deploy/crds/*.yaml deploy/helm/hangar/crds/` \
+         after `cargo xtask crds`",
+        names(&chart),
+        names(&generated)
+    );
+}
+
+#[test]
+fn grafana_dashboard_uses_every_metric_hangar_exports() {
+    let path = repo_root().join("deploy/grafana/hangar.json");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).expect("valid JSON");
+    let mut exprs = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            assert_eq!(target["datasource"]["uid"], "${datasource}", "{panel}");
+            exprs.push(target["expr"].as_str().unwrap().to_owned());
+        }
+    }
+    let all = exprs.join("\n");
+    for metric in [
+        "hangar_runners",
+        "hangar_reconcile_duration_seconds_bucket",
+        "hangar_reconcile_errors_total",
+        "hangar_github_api_calls_total",
+        "hangar_github_rate_limit_remaining",
+        "hangar_webhook_deliveries_total",
+        "hangar_job_queue_to_assignment_seconds_bucket",
+        "hangar_webhook_delivery_to_pod_seconds_bucket",
+        "horizontalrunnerautoscaler_desired_replicas",
+        "runnerdeployment_spec_replicas",
+        "github_rate_limit_remaining",
+    ] {
+        assert!(
+            all.contains(metric),
+            "{metric} unused in {}",
+            path.display()
+        );
+    }
+    for state in ["pending", "idle", "busy", "unregistering"] {
+        assert!(all.contains(&format!("state=\"{state}\"")), "{state}");
+    }
+}

@@ -1,0 +1,496 @@
+//! Benchmark: a RunnerDeployment scaled 0 → N → 0 on the local stack, in token and JIT
+//! registration modes. Run it with `cargo xtask bench-lifecycle` (which builds the release
+//! `hangar` binary first); results go to `bench/results/lifecycle.json`.
+//!
+//! Every run gets a private control plane (so the apiserver's request counters are Hangar's
+//! alone), an in-process ghsim and nodesim, and a fresh `hangar run` child process whose peak
+//! RSS and CPU time are read from `/proc` when it is stopped. Two scenarios per mode:
+//!
+//! - `jobs`: scale to N, wait until all N runners are registered and online, queue N jobs, let
+//!   every ephemeral runner take one and finish, scale to 0. This is the lifecycle an
+//!   autoscaled ephemeral runner lives: created for demand, runs one job, goes away.
+//! - `idle`: scale to N, wait until all are registered and online, scale to 0 with no job run.
+//!   Each idle runner must be deleted on GitHub before its pod goes (one DELETE per runner).
+//!
+//! Reported per run: seconds to all registered (in ghsim, online) and to all gone, the
+//! controller's GitHub API calls (ghsim's accounting, by endpoint) per runner, the
+//! apiserver's LIST requests by resource during the scenario, and the controller's peak RSS
+//! and CPU seconds.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context as _, bail, ensure};
+use clap::Parser;
+use ghsim::world::{JobStatus, SubmitJobs};
+use hangar_api::{Runner, RunnerDeployment};
+use hangar_testkit::control_plane::{ControlPlane, StartOptions, admin_client};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use nodesim::program::RunnerProgram;
+use nodesim::{NodeSim, NodeSimConfig, Timing};
+use serde::Serialize;
+use serde_json::json;
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// Runners per scale-up.
+    #[arg(long, default_value_t = 200)]
+    runners: usize,
+    /// Simulated nodes (110 pods each at most).
+    #[arg(long, default_value_t = 4)]
+    nodes: usize,
+    /// The `hangar` binary to run (default: next to this example's directory).
+    #[arg(long)]
+    hangar: Option<PathBuf>,
+    /// Job duration in the `jobs` scenario.
+    #[arg(long, default_value_t = 2000)]
+    job_ms: u64,
+    /// Where to write the results (relative paths are from the workspace root).
+    #[arg(long, default_value = "bench/results/lifecycle.json")]
+    out: PathBuf,
+}
+
+/// The controller's PAT in ghsim (accounting label `controller`).
+const CONTROLLER_PAT: &str = "ghp_bench_controller";
+/// The simulated runners' PAT: they mint remove tokens with it on SIGTERM.
+const RUNNER_PAT: &str = "ghp_bench_runner";
+const NAMESPACE: &str = "bench";
+const LIMIT: Duration = Duration::from_secs(600);
+
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Mode {
+    Token,
+    Jit,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Scenario {
+    Jobs,
+    Idle,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    benchmark: &'static str,
+    runners: usize,
+    nodes: usize,
+    machine_cpus: usize,
+    job_seconds: f64,
+    runs: Vec<RunReport>,
+}
+
+#[derive(Debug, Serialize)]
+struct RunReport {
+    mode: Mode,
+    scenario: Scenario,
+    /// From applying `replicas: N` until all N runners were registered and online in ghsim.
+    all_registered_seconds: f64,
+    /// `jobs` only: from queueing N jobs until all had completed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    all_jobs_completed_seconds: Option<f64>,
+    /// From applying `replicas: 0` until no Runner, no pod and no ghsim registration was left.
+    all_gone_seconds: f64,
+    /// The controller's GitHub REST calls over the whole run.
+    github_calls: u64,
+    github_calls_per_runner: f64,
+    /// Rate-limit cost (calls charged to the primary budget; 304s are free).
+    github_rate_limit_cost: u64,
+    github_calls_by_endpoint: BTreeMap<String, u64>,
+    /// ghsim's job accounting: jobs interrupted by a runner going away (must be 0).
+    interrupted_jobs: u64,
+    /// apiserver LIST requests during the run, by resource (initial cache fills included).
+    apiserver_lists: BTreeMap<String, u64>,
+    controller_peak_rss_mib: f64,
+    controller_cpu_seconds: f64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    let args = Args::parse();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let hangar = match &args.hangar {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .and_then(Path::parent)
+            .context("no parent directory of the example")?
+            .join("hangar"),
+    };
+    ensure!(
+        hangar.is_file(),
+        "no hangar binary at {} (build it with `cargo build --release -p hangar`, or run \
+         `cargo xtask bench-lifecycle`)",
+        hangar.display()
+    );
+
+    let mut runs = Vec::new();
+    for mode in [Mode::Token, Mode::Jit] {
+        for scenario in [Scenario::Jobs, Scenario::Idle] {
+            let run = bench(&root, &hangar, &args, mode, scenario)
+                .await
+                .with_context(|| format!("{mode:?}/{scenario:?}"))?;
+            println!(
+                "{mode:?}/{scenario:?}: {} runners registered in {:.1} s, gone in {:.1} s; \
+                 {:.2} GitHub calls per runner; peak RSS {:.0} MiB, {:.1} CPU s",
+                args.runners,
+                run.all_registered_seconds,
+                run.all_gone_seconds,
+                run.github_calls_per_runner,
+                run.controller_peak_rss_mib,
+                run.controller_cpu_seconds
+            );
+            runs.push(run);
+        }
+    }
+    let report = Report {
+        benchmark: "lifecycle",
+        runners: args.runners,
+        nodes: args.nodes,
+        machine_cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        job_seconds: args.job_ms as f64 / 1000.0,
+        runs,
+    };
+    let out = if args.out.is_absolute() {
+        args.out.clone()
+    } else {
+        root.join(&args.out)
+    };
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&out, serde_json::to_string_pretty(&report)? + "\n")
+        .with_context(|| format!("failed to write {}", out.display()))?;
+    println!("wrote {}", out.display());
+    Ok(())
+}
+
+async fn bench(
+    root: &Path,
+    hangar: &Path,
+    args: &Args,
+    mode: Mode,
+    scenario: Scenario,
+) -> anyhow::Result<RunReport> {
+    let dir = root
+        .join("target/bench-lifecycle")
+        .join(format!("{mode:?}-{scenario:?}").to_lowercase());
+    let mut options = StartOptions::new(&dir, hangar_testkit::Binaries::configured());
+    options.tie_to_pid = Some(std::process::id());
+    let plane = ControlPlane::start(options).await?;
+    let result = run_on(plane.kubeconfig(), hangar, args, mode, scenario).await;
+    ControlPlane::stop(&dir)?;
+    result
+}
+
+async fn run_on(
+    kubeconfig: &Path,
+    hangar: &Path,
+    args: &Args,
+    mode: Mode,
+    scenario: Scenario,
+) -> anyhow::Result<RunReport> {
+    let client = admin_client(kubeconfig).await?;
+    hangar_testkit::crds::apply_and_wait(&client, &hangar_api::crds())
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let ns = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(NAMESPACE.to_owned()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+
+    let github = ghsim::Sim::new(ghsim::SimConfig::default());
+    github.update(|w, _| {
+        w.add_pat(CONTROLLER_PAT, "controller");
+        w.add_pat(RUNNER_PAT, "runner");
+        w.add_org("octo", None);
+        w.add_repo("octo", "app", true);
+    });
+    let github = ghsim::spawn(github).await?;
+    let nodes = NodeSim::start(
+        client.clone(),
+        NodeSimConfig::new("bench", args.nodes)
+            .with_timing(Timing::fast())
+            .with_runner_program(RunnerProgram::new().with_remove_credential(RUNNER_PAT)),
+    )
+    .await?;
+
+    let lists_before = apiserver_lists(&client).await?;
+    let mut controller = Controller::spawn(hangar, kubeconfig, github.url.as_str(), mode)?;
+    let outcome = scenario_steps(&client, &github, &nodes, args, scenario).await;
+    let (peak_rss_mib, cpu_seconds) = controller.stop()?;
+    let lists_after = apiserver_lists(&client).await?;
+    nodes.shutdown().await?;
+    let steps = outcome?;
+
+    let accounting = ghsim::accounting::snapshot(&github.sim);
+    let mut by_endpoint = BTreeMap::new();
+    let (mut calls, mut cost) = (0, 0);
+    for row in accounting
+        .api_calls
+        .iter()
+        .filter(|r| r.credential == "pat:controller")
+    {
+        *by_endpoint.entry(row.endpoint.clone()).or_default() += row.calls;
+        calls += row.calls;
+        cost += row.charged;
+    }
+    let apiserver_lists = lists_after
+        .into_iter()
+        .map(|(resource, n)| {
+            let before = lists_before.get(&resource).copied().unwrap_or(0);
+            (resource, n - before)
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    Ok(RunReport {
+        mode,
+        scenario,
+        all_registered_seconds: steps.registered.as_secs_f64(),
+        all_jobs_completed_seconds: steps.jobs_completed.map(|d| d.as_secs_f64()),
+        all_gone_seconds: steps.gone.as_secs_f64(),
+        github_calls: calls,
+        github_calls_per_runner: calls as f64 / args.runners as f64,
+        github_rate_limit_cost: cost,
+        github_calls_by_endpoint: by_endpoint,
+        interrupted_jobs: accounting.jobs_summary.interrupted,
+        apiserver_lists,
+        controller_peak_rss_mib: peak_rss_mib,
+        controller_cpu_seconds: cpu_seconds,
+    })
+}
+
+struct Steps {
+    registered: Duration,
+    jobs_completed: Option<Duration>,
+    gone: Duration,
+}
+
+async fn scenario_steps(
+    client: &Client,
+    github: &ghsim::Running,
+    nodes: &nodesim::NodeSimHandle,
+    args: &Args,
+    scenario: Scenario,
+) -> anyhow::Result<Steps> {
+    let n = args.runners;
+    let deployments: Api<RunnerDeployment> = Api::namespaced(client.clone(), NAMESPACE);
+    let runners: Api<Runner> = Api::namespaced(client.clone(), NAMESPACE);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let placement = nodes.placement();
+    // `effectiveTime` = now: every runner is synced after it, so a runner that finished its job
+    // is not recreated (the HRA sets it this way for ephemeral targets).
+    let effective_time = jiff::Timestamp::try_from(SystemTime::now())?
+        .round(jiff::Unit::Second)?
+        .to_string();
+    let apply = |replicas: usize| {
+        let rd = json!({
+            "apiVersion": "actions.summerwind.dev/v1alpha1",
+            "kind": "RunnerDeployment",
+            "metadata": {"name": "bench"},
+            "spec": {
+                "replicas": replicas,
+                "effectiveTime": effective_time,
+                "template": {"spec": {
+                    "repository": "octo/app",
+                    "labels": ["bench"],
+                    "nodeSelector": placement.node_selector,
+                    "tolerations": placement.tolerations,
+                }},
+            },
+        });
+        let deployments = deployments.clone();
+        async move {
+            deployments
+                .patch(
+                    "bench",
+                    &PatchParams::apply("bench-lifecycle").force(),
+                    &Patch::Apply(&rd),
+                )
+                .await
+        }
+    };
+
+    let started = Instant::now();
+    apply(n).await?;
+    until("all runners registered and online", || {
+        let (registered, online) = github.sim.read(|w, _| {
+            (
+                w.runners.len(),
+                w.runners.values().filter(|r| r.online()).count(),
+            )
+        });
+        registered == n && online == n
+    })
+    .await?;
+    let registered = started.elapsed();
+
+    let jobs_completed = if scenario == Scenario::Jobs {
+        let queued = Instant::now();
+        github.sim.update(|w, now| {
+            let request = SubmitJobs {
+                repository: "octo/app".into(),
+                count: n as u32,
+                labels: vec!["self-hosted".into(), "bench".into()],
+                duration_ms: args.job_ms,
+                conclusion: Some("success".into()),
+                workflow: None,
+                job_name: None,
+            };
+            w.submit_jobs(&request, now).map(drop)
+        })?;
+        until("all jobs completed", || {
+            github.sim.read(|w, _| {
+                w.jobs
+                    .values()
+                    .filter(|j| j.status == JobStatus::Completed)
+                    .count()
+                    == n
+            })
+        })
+        .await?;
+        Some(queued.elapsed())
+    } else {
+        None
+    };
+
+    let scaling_down = Instant::now();
+    apply(0).await?;
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let left_runners = runners.list_metadata(&ListParams::default()).await?;
+        let left_pods = pods.list_metadata(&ListParams::default()).await?;
+        let left_registered = github.sim.read(|w, _| w.runners.len());
+        if left_runners.items.is_empty() && left_pods.items.is_empty() && left_registered == 0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "not gone within {LIMIT:?}: {} runners, {} pods, {left_registered} registered",
+                left_runners.items.len(),
+                left_pods.items.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(Steps {
+        registered,
+        jobs_completed,
+        gone: scaling_down.elapsed(),
+    })
+}
+
+/// Polls `done` every 100 ms until it holds, for at most [`LIMIT`].
+async fn until(what: &str, mut done: impl FnMut() -> bool) -> anyhow::Result<()> {
+    let deadline = Instant::now() + LIMIT;
+    while !done() {
+        ensure!(Instant::now() < deadline, "{what}: not within {LIMIT:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// `apiserver_request_total{verb="LIST"}` summed by resource.
+async fn apiserver_lists(client: &Client) -> anyhow::Result<BTreeMap<String, u64>> {
+    let request = http::Request::get("/metrics").body(Vec::new())?;
+    let text = client.request_text(request).await?;
+    let mut lists = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels.split(',').find_map(|kv| {
+                kv.strip_prefix(name)
+                    .and_then(|v| v.strip_prefix("=\""))
+                    .and_then(|v| v.strip_suffix('"'))
+            })
+        };
+        if label("verb") == Some("LIST") {
+            let resource = label("resource").unwrap_or("?").to_owned();
+            *lists.entry(resource).or_default() += value.trim().parse::<f64>()? as u64;
+        }
+    }
+    Ok(lists)
+}
+
+/// The `hangar run` child process.
+struct Controller {
+    child: Child,
+}
+
+impl Controller {
+    fn spawn(hangar: &Path, kubeconfig: &Path, github: &str, mode: Mode) -> anyhow::Result<Self> {
+        let mut cmd = Command::new(hangar);
+        cmd.args([
+            "run",
+            "--github-url",
+            github,
+            "--github-api-url",
+            github,
+            "--watch-namespace",
+            NAMESPACE,
+        ])
+        .env("KUBECONFIG", kubeconfig)
+        .env("GITHUB_TOKEN", CONTROLLER_PAT)
+        .env(
+            "RUST_LOG",
+            std::env::var("HANGAR_LOG").unwrap_or_else(|_| "warn".to_owned()),
+        );
+        if mode == Mode::Jit {
+            cmd.arg("--jit");
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("failed to start {}", hangar.display()))?;
+        Ok(Self { child })
+    }
+
+    /// Reads peak RSS (MiB) and CPU seconds from `/proc`, then stops the process.
+    fn stop(&mut self) -> anyhow::Result<(f64, f64)> {
+        let pid = self.child.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let peak_kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.split_whitespace().next())
+            .context("no VmHWM")?
+            .parse()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+        let after = stat.rsplit_once(')').context("bad stat")?.1;
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
+        // USER_HZ is 100 on Linux.
+        let cpu_seconds = ticks / 100.0;
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok((peak_kib / 1024.0, cpu_seconds))
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,398 @@
+//! Kubernetes admission webhooks, served over HTTPS with certificates Hangar manages itself
+//! (no cert-manager).
+//!
+//! - `POST /mutate-runner-set-pod`: RunnerSet pods (label
+//!   `actions-runner-controller/inject-registration-token=true`) get `RUNNER_NAME`, a
+//!   registration credential by Secret reference, `restartPolicy: Never` and the token-expiry
+//!   annotation ([`pod`], [`registration`]). When no token can be had from GitHub the pod is
+//!   refused with the reason (fail closed: a runner pod without a credential would only crash).
+//! - `POST /validate-actions-summerwind-dev-v1alpha1-{runner,runnerreplicaset,
+//!   runnerdeployment,runnerset}`: the checks the CRD schema cannot express ([`validate`]).
+//!   On UPDATE an unchanged spec is always accepted, so objects stored before a rule existed
+//!   can still be edited (finalizers, labels) and deleted.
+//! - `GET /healthz`: 200 once a certificate is loaded.
+//!
+//! There is no defaulting webhook: ARC's defaulters for these kinds are empty, and Hangar
+//! applies defaults in the controllers so stored objects stay exactly as written.
+//!
+//! Certificates: [`rotation::CertManager`] keeps a CA and serving certificate in a Secret,
+//! renews them before expiry, patches the configurations' `caBundle` ([`configurations`]) and
+//! swaps the served certificate in place ([`tls`]). Several replicas share the Secret.
+
+pub mod certs;
+pub mod cli;
+pub mod configurations;
+pub mod pod;
+pub mod registration;
+pub mod review;
+pub mod rotation;
+pub mod tls;
+pub mod validate;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use hangar_api::{Runner, RunnerDeployment, RunnerReplicaSet, RunnerSet};
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::Value;
+
+use crate::context::Clock;
+use crate::controllers::{github_scope, pod_scope};
+use crate::credentials::GitHubClients;
+use registration::Registrations;
+use review::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+
+/// Settings of the admission server.
+#[derive(Debug, Clone)]
+pub struct AdmissionConfig {
+    /// The webhook configurations and how the apiserver reaches this server.
+    pub registration: configurations::Registration,
+    /// Namespace of the PKI Secret (the controller's own).
+    pub tls_namespace: String,
+    /// Name of the PKI Secret.
+    pub tls_secret: String,
+    /// Certificate lifetimes.
+    pub policy: certs::CertPolicy,
+    /// The Secret is re-checked at least this often (and on every change).
+    pub cert_check_interval: Duration,
+    /// Bound of one GitHub call while a pod waits; below the webhook's 15 s timeout.
+    pub github_timeout: Duration,
+}
+
+impl AdmissionConfig {
+    /// Defaults for `registration`, with the PKI Secret in `tls_namespace`.
+    pub fn new(registration: configurations::Registration, tls_namespace: &str) -> Self {
+        Self {
+            registration,
+            tls_namespace: tls_namespace.to_owned(),
+            tls_secret: rotation::DEFAULT_SECRET_NAME.to_owned(),
+            policy: certs::CertPolicy::default(),
+            cert_check_interval: Duration::from_secs(60),
+            github_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What the handlers share.
+pub struct AdmissionState {
+    registrations: Registrations,
+    clock: Arc<dyn Clock>,
+    cert: Arc<tls::ReloadableCert>,
+}
+
+impl std::fmt::Debug for AdmissionState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdmissionState")
+            .field("registrations", &self.registrations)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The admission server and its certificate manager.
+#[derive(Debug)]
+pub struct Admission {
+    state: Arc<AdmissionState>,
+    /// Keeps the PKI; [`Admission::serve`] runs its loop, tests may call `sync` directly.
+    pub certs: Arc<rotation::CertManager>,
+    interval: Duration,
+}
+
+impl Admission {
+    /// A server using `github` (credentials per pod through its annotation) and `clock` for
+    /// token freshness and certificate rotation.
+    pub fn new(
+        client: kube::Client,
+        github: Arc<GitHubClients>,
+        clock: Arc<dyn Clock>,
+        config: AdmissionConfig,
+    ) -> Self {
+        let cert = Arc::new(tls::ReloadableCert::default());
+        let certs = Arc::new(rotation::CertManager::new(
+            client.clone(),
+            config.tls_namespace,
+            config.tls_secret,
+            config.policy,
+            clock.clone(),
+            config.registration,
+            cert.clone(),
+        ));
+        Self {
+            state: Arc::new(AdmissionState {
+                registrations: Registrations::new(client, github, config.github_timeout),
+                clock,
+                cert,
+            }),
+            certs,
+            interval: config.cert_check_interval,
+        }
+    }
+
+    /// The HTTP routes (no TLS), for tests with `oneshot`.
+    pub fn router(&self) -> Router {
+        router(self.state.clone())
+    }
+
+    /// Serves HTTPS on `listener` until `shutdown`, with the certificate loop alongside.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let certs = tokio::spawn(self.certs.clone().run(self.interval));
+        let tls = tls::TlsListener::new(listener, tls::server_config(self.state.cert.clone()))?;
+        let result = axum::serve(tls, router(self.state.clone()))
+            .with_graceful_shutdown(shutdown)
+            .await;
+        certs.abort();
+        result
+    }
+}
+
+fn router(state: Arc<AdmissionState>) -> Router {
+    let mut router = Router::new()
+        .route(configurations::POD_PATH, post(mutate_pod))
+        .route("/healthz", get(healthz));
+    for (kind, _, path) in configurations::VALIDATED {
+        router = router.route(
+            path,
+            post(move |Json(review): Json<AdmissionReview>| async move {
+                respond(review, |req| validate_request(kind, req))
+            }),
+        );
+    }
+    router.with_state(state)
+}
+
+async fn healthz(State(state): State<Arc<AdmissionState>>) -> impl IntoResponse {
+    if state.cert.is_ready() {
+        (StatusCode::OK, "ok")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no serving certificate yet",
+        )
+    }
+}
+
+fn respond(
+    review: AdmissionReview,
+    decide: impl FnOnce(&AdmissionRequest) -> AdmissionResponse,
+) -> axum::response::Response {
+    match review.request {
+        Some(req) => Json(decide(&req).into_review()).into_response(),
+        None => (StatusCode::BAD_REQUEST, "AdmissionReview without a request").into_response(),
+    }
+}
+
+/// Validates one request for `kind` (pure: no IO).
+pub fn validate_request(kind: &str, req: &AdmissionRequest) -> AdmissionResponse {
+    let Some(object) = &req.object else {
+        return AdmissionResponse::allow(&req.uid);
+    };
+    if req.operation == "UPDATE" {
+        let unchanged = req.old_object.as_ref().map(|o| &o["spec"]) == Some(&object["spec"]);
+        let deleting = !object["metadata"]["deletionTimestamp"].is_null();
+        if unchanged || deleting {
+            return AdmissionResponse::allow(&req.uid);
+        }
+    }
+    let name = object["metadata"]["name"]
+        .as_str()
+        .or(object["metadata"]["generateName"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    fn parse<K: serde::de::DeserializeOwned>(v: &Value) -> Result<K, String> {
+        serde_json::from_value(v.clone()).map_err(|e| e.to_string())
+    }
+    let verdict = match kind {
+        "Runner" => parse::<Runner>(object).map(|o| validate::validate_runner(&o.spec)),
+        "RunnerReplicaSet" => parse::<RunnerReplicaSet>(object)
+            .map(|o| validate::validate_runner_replica_set(&o.spec)),
+        "RunnerDeployment" => {
+            parse::<RunnerDeployment>(object).map(|o| validate::validate_runner_deployment(&o.spec))
+        }
+        "RunnerSet" => parse::<RunnerSet>(object).map(|o| validate::validate_runner_set(&o.spec)),
+        _ => return AdmissionResponse::allow(&req.uid),
+    };
+    match verdict {
+        Err(e) => AdmissionResponse::deny(&req.uid, 400, format!("cannot read {kind} {name}: {e}")),
+        Ok(v) if v.is_ok() => AdmissionResponse::allow(&req.uid).with_warnings(v.warnings),
+        Ok(v) => {
+            AdmissionResponse::deny(&req.uid, 422, v.message(kind, &name)).with_warnings(v.warnings)
+        }
+    }
+}
+
+async fn mutate_pod(
+    State(state): State<Arc<AdmissionState>>,
+    Json(review): Json<AdmissionReview>,
+) -> axum::response::Response {
+    let Some(req) = review.request else {
+        return (StatusCode::BAD_REQUEST, "AdmissionReview without a request").into_response();
+    };
+    Json(pod_response(&state, &req).await.into_review()).into_response()
+}
+
+async fn pod_response(state: &AdmissionState, req: &AdmissionRequest) -> AdmissionResponse {
+    if req.operation != "CREATE" {
+        return AdmissionResponse::allow(&req.uid);
+    }
+    let Some(object) = &req.object else {
+        return AdmissionResponse::allow(&req.uid);
+    };
+    let pod: Pod = match serde_json::from_value(object.clone()) {
+        Ok(p) => p,
+        Err(e) => return AdmissionResponse::deny(&req.uid, 400, format!("cannot read pod: {e}")),
+    };
+    let namespace = req
+        .namespace
+        .clone()
+        .or(pod.metadata.namespace.clone())
+        .unwrap_or_default();
+    let shown = pod
+        .metadata
+        .name
+        .clone()
+        .or(pod.metadata.generate_name.clone())
+        .unwrap_or_default();
+    let refuse = |code, message: String| {
+        tracing::warn!(namespace, pod = %shown, %message, "refused runner pod");
+        AdmissionResponse::deny(&req.uid, code, message)
+    };
+    // Check the shape first, so the message names the first thing to fix.
+    if let Err(problem) = pod::patch(
+        &pod,
+        &pod::Injection {
+            secret: "",
+            expires_at: None,
+        },
+    ) {
+        return refuse(403, problem.to_string());
+    }
+    let Some(scope) = pod_scope(&pod) else {
+        return refuse(403, pod::PodProblem::NoScope.to_string());
+    };
+    let scope = github_scope(&scope);
+    let credentials = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(hangar_api::annotation::GITHUB_API_CREDS_SECRET))
+        .map(String::as_str)
+        .filter(|s| !s.is_empty());
+    let provided = if req.dry_run == Some(true) {
+        state
+            .registrations
+            .peek(&namespace, &scope, credentials)
+            .await
+    } else {
+        let now =
+            jiff::Timestamp::try_from(state.clock.now()).unwrap_or_else(|_| jiff::Timestamp::now());
+        state
+            .registrations
+            .ensure(&namespace, &scope, credentials, now)
+            .await
+    };
+    let provided = match provided {
+        Ok(p) => p,
+        // 403 even when GitHub is down: the apiserver passes the code on to the creating
+        // client, and clients retry 503s themselves (kube-rs for minutes), while the pod's
+        // controller already retries with its own back-off.
+        Err(e) => return refuse(403, e.to_string()),
+    };
+    let injection = pod::Injection {
+        secret: &provided.secret,
+        expires_at: Some(provided.expires_at.as_str()).filter(|s| !s.is_empty()),
+    };
+    match pod::patch(&pod, &injection) {
+        Ok(ops) => {
+            tracing::info!(namespace, pod = %shown, %scope, secret = %provided.secret,
+                           "injected registration credential");
+            AdmissionResponse::patch(&req.uid, &ops)
+        }
+        Err(problem) => refuse(403, problem.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn request(operation: &str, object: Value, old: Option<Value>) -> AdmissionRequest {
+        AdmissionRequest {
+            uid: "u".into(),
+            operation: operation.into(),
+            object: Some(object),
+            old_object: old,
+            ..Default::default()
+        }
+    }
+
+    fn bad_rd() -> Value {
+        json!({"apiVersion": "actions.summerwind.dev/v1alpha1", "kind": "RunnerDeployment",
+               "metadata": {"name": "rd", "namespace": "n"},
+               "spec": {"template": {"spec": {"organization": "o", "imagePullPolicy": "always"}}}})
+    }
+
+    #[test]
+    fn an_invalid_object_is_denied_with_its_kind_name_and_field() {
+        let r = validate_request("RunnerDeployment", &request("CREATE", bad_rd(), None));
+        assert!(!r.allowed);
+        let message = r.status.unwrap().message;
+        assert!(
+            message
+                .starts_with("RunnerDeployment rd is invalid: spec.template.spec.imagePullPolicy"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn an_update_that_keeps_the_spec_is_allowed_even_if_invalid() {
+        let mut new = bad_rd();
+        new["metadata"]["finalizers"] = json!([]);
+        let r = validate_request("RunnerDeployment", &request("UPDATE", new, Some(bad_rd())));
+        assert!(r.allowed);
+        // A changed spec is validated.
+        let mut changed = bad_rd();
+        changed["spec"]["replicas"] = json!(2);
+        let r = validate_request(
+            "RunnerDeployment",
+            &request("UPDATE", changed, Some(bad_rd())),
+        );
+        assert!(!r.allowed);
+    }
+
+    #[test]
+    fn a_deleting_object_is_never_blocked() {
+        let mut new = bad_rd();
+        new["metadata"]["deletionTimestamp"] = json!("2030-01-01T00:00:00Z");
+        new["spec"]["replicas"] = json!(0);
+        let r = validate_request("RunnerDeployment", &request("UPDATE", new, Some(bad_rd())));
+        assert!(r.allowed);
+    }
+
+    #[test]
+    fn an_unreadable_object_is_denied_with_the_parse_error() {
+        let r = validate_request(
+            "Runner",
+            &request(
+                "CREATE",
+                json!({"metadata": {"name": "x"}, "spec": {"labels": "gpu"}}),
+                None,
+            ),
+        );
+        assert!(!r.allowed);
+        assert!(
+            r.status
+                .unwrap()
+                .message
+                .starts_with("cannot read Runner x")
+        );
+    }
+}

@@ -1,0 +1,342 @@
+//! Per-scope registration Secrets for RunnerSet pods, kept fresh by the pod webhook.
+//!
+//! Contract: [`Registrations::ensure`] returns the name of a Secret in the pod's namespace
+//! whose key `runner_token` holds a registration token for the scope (and credentials) the
+//! pod names, valid for at least [`MIN_TTL`], and the token's expiry. The token is fetched from
+//! GitHub only when the Secret is missing or expires within [`MIN_TTL`] (as ARC reuses a
+//! token per scope until 30 minutes before expiry, #1295); otherwise the webhook answers
+//! without calling GitHub at all.
+//!
+//! Why one Secret per scope, not per pod: a StatefulSet's pods share one template and are
+//! created by the StatefulSet controller, so nothing could own or clean up a per-pod Secret
+//! before the pod exists; one Secret per (scope, credentials) is written once an hour at most,
+//! is referenced through `valueFrom.secretKeyRef` (so the token is never in the pod spec, in
+//! `kubectl get pod -o yaml` or in audit logs of pod writes), and a pod that starts late reads
+//! the token current at its start. Secrets are named [`secret_name`], labelled
+//! `app.kubernetes.io/managed-by: hangar` (so the Runner controller's credentials watch ignores
+//! them) and annotated with the scope.
+//!
+//! Concurrency: one in-flight refresh per Secret in this process; several replicas may both
+//! refresh, and the last server-side apply wins — every token GitHub hands out stays valid
+//! for its hour, so either is correct.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hangar_github::{GitHubError, Scope};
+use jiff::Timestamp;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+
+use crate::credentials::{CredentialProblem, GitHubClients, LookupError};
+use crate::runner_pod::TOKEN_KEY;
+
+/// A token in a Secret is reused while at least this much of its validity remains.
+pub const MIN_TTL: Duration = Duration::from_secs(30 * 60);
+
+/// Key of the token's expiry (RFC 3339) in the Secret, as in a Runner's registration Secret.
+pub const EXPIRES_AT_KEY: &str = "expires_at";
+
+/// Annotation on the Secret naming its scope (for humans).
+pub const SCOPE_ANNOTATION: &str = "hangar.dev/registration-scope";
+
+/// Field manager of the Secrets.
+pub const MANAGER: &str = "hangar-admission";
+
+/// Why no registration token could be provided.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistrationError {
+    /// GitHub refused or could not be reached.
+    #[error(
+        "cannot get a registration token for {scope} from GitHub: {source}. The pod is refused \
+         so that no runner starts without a credential; its controller retries"
+    )]
+    GitHub {
+        /// The scope.
+        scope: Scope,
+        /// What GitHub (or the network) said; never contains a secret.
+        source: GitHubError,
+    },
+    /// GitHub did not answer in time.
+    #[error(
+        "cannot get a registration token for {scope} from GitHub: no answer within {timeout:?}. \
+         The pod is refused so that no runner starts without a credential; its controller retries"
+    )]
+    Timeout {
+        /// The scope.
+        scope: Scope,
+        /// The bound.
+        timeout: Duration,
+    },
+    /// The pod's credentials Secret is unusable.
+    #[error("GitHub credentials secret {secret} named by the pod is unusable: {problem}")]
+    Credentials {
+        /// `namespace/name`.
+        secret: String,
+        /// What is wrong.
+        problem: CredentialProblem,
+    },
+    /// Reading or writing a Secret failed.
+    #[error("failed to {action} registration secret {secret}: {source}")]
+    Kube {
+        /// What was tried.
+        action: &'static str,
+        /// `namespace/name`.
+        secret: String,
+        /// The error.
+        source: kube::Error,
+    },
+}
+
+/// The Secret name for `scope` with credentials from Secret `credentials` (None: the
+/// controller's own): `hangar-registration-<kind>-<hash>`, stable and short whatever the scope.
+pub fn secret_name(scope: &Scope, credentials: Option<&str>) -> String {
+    let kind = match scope {
+        Scope::Repository { .. } => "repo",
+        Scope::Organization(_) => "org",
+        Scope::Enterprise(_) => "ent",
+    };
+    let key = format!(
+        "{}\n{}",
+        scope.config_path(),
+        credentials.unwrap_or_default()
+    );
+    format!(
+        "hangar-registration-{kind}-{:08x}",
+        hangar_core::template_hash::fnv1a32(key.as_bytes())
+    )
+}
+
+/// Whether a token expiring at `expires_at` (RFC 3339) can still be handed out at `now`.
+pub fn is_fresh(expires_at: Option<&str>, now: Timestamp) -> bool {
+    let Some(at) = expires_at.and_then(|s| s.parse::<Timestamp>().ok()) else {
+        return false;
+    };
+    at.duration_since(now).as_secs_f64() >= MIN_TTL.as_secs_f64()
+}
+
+/// One refresh at a time per (namespace, Secret name).
+type RefreshLocks = Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>;
+
+/// The webhook's view of registration Secrets.
+pub struct Registrations {
+    client: Client,
+    clients: Arc<GitHubClients>,
+    timeout: Duration,
+    locks: RefreshLocks,
+}
+
+impl std::fmt::Debug for Registrations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registrations")
+            .field("clients", &self.clients)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A Secret holding a fresh token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Provided {
+    /// The Secret's name.
+    pub secret: String,
+    /// The token's expiry, RFC 3339.
+    pub expires_at: String,
+}
+
+impl Registrations {
+    /// `timeout` bounds one GitHub call; keep it below the webhook's `timeoutSeconds`.
+    pub fn new(client: Client, clients: Arc<GitHubClients>, timeout: Duration) -> Self {
+        Self {
+            client,
+            clients,
+            timeout,
+            locks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The Secret's current expiry, without refreshing (for dry runs).
+    pub async fn peek(
+        &self,
+        namespace: &str,
+        scope: &Scope,
+        credentials: Option<&str>,
+    ) -> Result<Provided, RegistrationError> {
+        let name = secret_name(scope, credentials);
+        let expires_at = self.read_expiry(namespace, &name).await?;
+        Ok(Provided {
+            secret: name,
+            expires_at: expires_at.unwrap_or_default(),
+        })
+    }
+
+    /// A Secret with a token for `scope` valid for at least [`MIN_TTL`] after `now`.
+    pub async fn ensure(
+        &self,
+        namespace: &str,
+        scope: &Scope,
+        credentials: Option<&str>,
+        now: Timestamp,
+    ) -> Result<Provided, RegistrationError> {
+        let name = secret_name(scope, credentials);
+        if let Some(at) = self.read_expiry(namespace, &name).await?
+            && is_fresh(Some(&at), now)
+        {
+            return Ok(Provided {
+                secret: name,
+                expires_at: at,
+            });
+        }
+        let lock = {
+            let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+            locks
+                .entry((namespace.to_owned(), name.clone()))
+                .or_default()
+                .clone()
+        };
+        let _guard = lock.lock().await;
+        // Someone may have refreshed it while this request waited for the lock.
+        if let Some(at) = self.read_expiry(namespace, &name).await?
+            && is_fresh(Some(&at), now)
+        {
+            return Ok(Provided {
+                secret: name,
+                expires_at: at,
+            });
+        }
+        let github = self
+            .clients
+            .client_for(&self.client, namespace, credentials)
+            .await
+            .map_err(|e| match e {
+                LookupError::Problem(problem) => RegistrationError::Credentials {
+                    secret: format!("{namespace}/{}", credentials.unwrap_or_default()),
+                    problem,
+                },
+                LookupError::Kube(source) => RegistrationError::Kube {
+                    action: "read GitHub credentials for",
+                    secret: format!("{namespace}/{name}"),
+                    source,
+                },
+            })?;
+        let token = tokio::time::timeout(self.timeout, github.registration_token(scope))
+            .await
+            .map_err(|_| RegistrationError::Timeout {
+                scope: scope.clone(),
+                timeout: self.timeout,
+            })?
+            .map_err(|source| RegistrationError::GitHub {
+                scope: scope.clone(),
+                source,
+            })?;
+        let expires_at = token.expires_at.to_string();
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(namespace.to_owned()),
+                labels: Some(
+                    [(
+                        "app.kubernetes.io/managed-by".to_owned(),
+                        "hangar".to_owned(),
+                    )]
+                    .into(),
+                ),
+                annotations: Some([(SCOPE_ANNOTATION.to_owned(), scope.to_string())].into()),
+                ..Default::default()
+            },
+            data: Some(
+                [
+                    (
+                        TOKEN_KEY.to_owned(),
+                        ByteString(token.token.expose().as_bytes().to_vec()),
+                    ),
+                    (
+                        EXPIRES_AT_KEY.to_owned(),
+                        ByteString(expires_at.clone().into_bytes()),
+                    ),
+                ]
+                .into(),
+            ),
+            type_: Some("Opaque".into()),
+            ..Default::default()
+        };
+        Api::<Secret>::namespaced(self.client.clone(), namespace)
+            .patch(
+                &name,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&secret),
+            )
+            .await
+            .map_err(|source| RegistrationError::Kube {
+                action: "apply",
+                secret: format!("{namespace}/{name}"),
+                source,
+            })?;
+        tracing::info!(namespace, secret = %name, %scope, %expires_at, "refreshed registration secret");
+        Ok(Provided {
+            secret: name,
+            expires_at,
+        })
+    }
+
+    async fn read_expiry(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<String>, RegistrationError> {
+        let secret = Api::<Secret>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(|source| RegistrationError::Kube {
+                action: "read",
+                secret: format!("{namespace}/{name}"),
+                source,
+            })?;
+        Ok(secret.and_then(|s| {
+            let data = s.data?;
+            data.get(TOKEN_KEY)?;
+            let at = data.get(EXPIRES_AT_KEY)?;
+            String::from_utf8(at.0.clone()).ok()
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_stable_per_scope_and_credentials_and_valid_dns_names() {
+        let a = secret_name(&Scope::org("octo"), None);
+        assert_eq!(a, secret_name(&Scope::org("octo"), None));
+        assert_ne!(a, secret_name(&Scope::org("octo"), Some("other-creds")));
+        assert_ne!(a, secret_name(&Scope::repo("octo", "app"), None));
+        let long = secret_name(&Scope::repo("o".repeat(200), "r".repeat(200)), None);
+        assert!(long.len() <= 63, "{long}");
+        assert!(
+            long.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        );
+    }
+
+    #[test]
+    fn a_token_is_reused_until_thirty_minutes_before_expiry() {
+        let now: Timestamp = "2030-01-01T12:00:00Z".parse().unwrap();
+        for (expires_at, fresh) in [
+            (Some("2030-01-01T13:00:00Z"), true),
+            (Some("2030-01-01T12:30:00Z"), true),
+            (Some("2030-01-01T12:29:59Z"), false),
+            (Some("2030-01-01T11:00:00Z"), false),
+            // GitHub sends offsets; they compare as instants.
+            (Some("2030-01-01T05:00:00-08:00"), true),
+            (Some("not a time"), false),
+            (None, false),
+        ] {
+            assert_eq!(is_fresh(expires_at, now), fresh, "{expires_at:?}");
+        }
+    }
+}

@@ -1,0 +1,777 @@
+//! HorizontalRunnerAutoscaler controller: sets the `replicas` of a RunnerDeployment or
+//! RunnerSet from metrics, capacity reservations and schedules.
+//!
+//! A thin driver around `hangar_core::autoscaler`:
+//! 1. **observe** — the autoscaler (its controller's cache), its target (RunnerDeployment from
+//!    the shared store, RunnerSet by GET), and only the GitHub observations the metrics ask for
+//!    (`suggest_replicas`' protocol) through the cached client: the scope's runners for
+//!    `PercentageRunnersBusy`, queued and in-progress runs with their jobs for
+//!    `TotalNumberOfQueuedAndInProgressWorkflowRuns`;
+//! 2. **decide** — `desired_replicas` (min/max, reservations, scheduled overrides, the
+//!    scale-down delay, the target's `effectiveTime`);
+//! 3. **apply** — a merge patch of the target's `spec.replicas` (and, for ephemeral runners,
+//!    `spec.effectiveTime` from the newest reservation, so completed runners are recreated only
+//!    for new demand); expired capacity reservations are pruned from the autoscaler's spec
+//!    (guarded by `resourceVersion`, since the webhook server writes the same list);
+//! 4. **status** — `observedGeneration`, `desiredReplicas`, `lastSuccessfulScaleOutTime` (on a
+//!    scale-out) and `scheduledOverridesSummary`, written only when they change. ARC's
+//!    `cacheEntries` is vestigial and never written.
+//!
+//! The controller reacts to spec changes only (generation predicate): the webhook server's
+//! reservation writes reconcile at once, our own status writes do not loop. It requeues at the
+//! earliest of the sync period, the next reservation expiry, the end of the scale-down delay and
+//! the next scheduled-override boundary.
+//!
+//! A spec that cannot work (no `maxReplicas`, a bad metric, an unknown target) is reported as a
+//! Warning event and retried after the sync period, never in a hot loop. The autoscaler's status
+//! has no `conditions` field in ARC's API, so events and logs are where such errors show.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use hangar_api::horizontal_runner_autoscaler::{
+    CapacityReservation, MetricSpec, MetricType, RecurrenceFrequency, ScaleTargetKind,
+    ScheduledOverride as ApiOverride,
+};
+use hangar_api::{
+    HorizontalRunnerAutoscaler, HorizontalRunnerAutoscalerStatus, RunnerConfig, RunnerDeployment,
+    RunnerSet, annotation as ann, label,
+};
+use hangar_core::RunnerScope;
+use hangar_core::autoscaler::metrics::{
+    GitHubRunner, JobStatus, MetricField, MetricTarget, RunnerObservation, WorkflowJob,
+    WorkflowRun, parse_decimal,
+};
+use hangar_core::autoscaler::{
+    DesiredInput, Evaluation, Frequency, Metric, MetricKind, Needed, Observations, Recurrence,
+    Reservation, ScheduledOverride, desired_replicas, suggest_replicas, upcoming_override,
+};
+use hangar_github::{GitHubApi, RunStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{Controller, WatchStreamExt, predicates, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+use super::{github_scope, k8s_time, object_name, rfc3339};
+use crate::context::Context;
+use crate::error::{Error, Retry, github_err, kube_err};
+
+/// Field manager for what this controller writes.
+pub const MANAGER: &str = "hangar-hra";
+
+/// Event reason when the target's replica count changes.
+pub const REASON_SCALED: &str = "RunnerAutoscaled";
+
+fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(MANAGER.to_owned()),
+        ..PatchParams::default()
+    }
+}
+
+/// Slack added to requeue times computed from instants, so that the reconcile runs just after
+/// the boundary (reservations expire when `expirationTime` is no longer after now).
+const BOUNDARY_SLACK: Duration = Duration::from_millis(100);
+
+/// Runs the controller until the stream ends.
+pub async fn run(ctx: Arc<Context>, hras: Api<HorizontalRunnerAutoscaler>) {
+    let (reader, writer) = reflector::store();
+    // Spec changes only: a status write (ours) does not trigger another reconcile.
+    let trigger = watcher(hras, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default());
+    Controller::for_stream(trigger, reader)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| async {})
+        .await;
+}
+
+/// What the autoscaler needs to know about its target.
+#[derive(Clone, Debug)]
+struct Target {
+    kind: ScaleTargetKind,
+    name: String,
+    config: RunnerConfig,
+    replicas: Option<i32>,
+    effective_time: Option<SystemTime>,
+}
+
+impl Target {
+    fn describe(&self) -> String {
+        format!("{:?} {}", self.kind, self.name)
+    }
+
+    fn ephemeral(&self) -> bool {
+        self.config.ephemeral.unwrap_or(true)
+    }
+}
+
+fn invalid(hra: &HorizontalRunnerAutoscaler, reason: impl std::fmt::Display) -> Error {
+    Error::InvalidSpec {
+        object: object_name(hra),
+        reason: reason.to_string(),
+    }
+}
+
+/// Reconciles one HorizontalRunnerAutoscaler.
+pub async fn reconcile(
+    hra: Arc<HorizontalRunnerAutoscaler>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    if hra.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let now = ctx.now();
+    let ns = hra.namespace().unwrap_or_default();
+
+    // Observe: the target, then whatever the metrics ask for.
+    let target = observe_target(&hra, &ctx, &ns).await?;
+    let scope = RunnerScope::from_fields(
+        target.config.enterprise.as_deref(),
+        target.config.organization.as_deref(),
+        target.config.repository.as_deref(),
+    )
+    .map_err(|e| invalid(&hra, format!("target {}: {e}", target.describe())))?;
+    let metrics = hra
+        .spec
+        .metrics
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, m)| metric_of(i, m))
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(|e| invalid(&hra, e))?;
+    let labels = target.config.labels.clone().unwrap_or_default();
+    let metric_target = MetricTarget {
+        scope: &scope,
+        runner_labels: &labels,
+        replicas: target.replicas.and_then(|r| u32::try_from(r).ok()),
+    };
+    let mut observed = Observations::default();
+    let mut github: Option<Arc<dyn GitHubApi>> = None;
+    let suggestion = loop {
+        let needed = match suggest_replicas(&metrics, &metric_target, &observed)
+            .map_err(|e| invalid(&hra, e))?
+        {
+            Evaluation::Ready(s) => break s,
+            Evaluation::Needs(needed) => needed,
+        };
+        // Only autoscalers whose metrics need GitHub read their credentials.
+        let gh = match &github {
+            Some(gh) => gh.clone(),
+            None => {
+                let from = hra.spec.github_api_credentials_from.as_ref();
+                let gh = ctx.github_for(&ns, from).await?;
+                github = Some(gh.clone());
+                gh
+            }
+        };
+        match needed {
+            Needed::Runners if observed.runners.is_none() => {
+                observed.runners = Some(observe_runners(&ctx, &*gh, &ns, &target, &scope).await?);
+            }
+            Needed::WorkflowRuns { repositories } if observed.workflow_runs.is_none() => {
+                let mut runs = Vec::new();
+                for repo in &repositories {
+                    runs.extend(observe_runs(&*gh, &repo.owner, &repo.name).await?);
+                }
+                observed.workflow_runs = Some(runs);
+            }
+            // The protocol asked twice for the same thing: a bug, not worth a hot loop.
+            needed => {
+                return Err(invalid(
+                    &hra,
+                    format!("metrics asked again for {needed:?}; this is a bug in Hangar"),
+                ));
+            }
+        }
+    };
+
+    // Decide.
+    let overrides = scheduled_overrides(hra.spec.scheduled_overrides.as_deref().unwrap_or(&[]))
+        .map_err(|e| invalid(&hra, e))?;
+    let stored_reservations = hra.spec.capacity_reservations.clone().unwrap_or_default();
+    let reservations: Vec<Reservation> = stored_reservations.iter().map(reservation_of).collect();
+    let status = hra.status.clone().unwrap_or_default();
+    let input = DesiredInput {
+        min_replicas: hra.spec.min_replicas,
+        max_replicas: hra.spec.max_replicas,
+        scale_down_delay_seconds: hra.spec.scale_down_delay_seconds_after_scale_out,
+        default_scale_down_delay: ctx.settings.default_scale_down_delay,
+        scheduled_overrides: overrides.clone(),
+        suggestion,
+        reservations: reservations.clone(),
+        previous_desired: status.desired_replicas.and_then(|d| u32::try_from(d).ok()),
+        last_scale_out: status.last_successful_scale_out_time.as_ref().map(k8s_time),
+        ephemeral: target.ephemeral(),
+        now,
+    };
+    let decision = desired_replicas(&input).map_err(|e| invalid(&hra, e))?;
+    let desired = i32::try_from(decision.desired).unwrap_or(i32::MAX);
+    debug!(autoscaler = %object_name(hra.as_ref()), reason = %decision.reason, "decided");
+
+    // Apply: the target first (the point of it all), then the autoscaler's own spec.
+    let effective_time = decision
+        .effective_time
+        .filter(|t| target.effective_time.map(whole_seconds) != Some(whole_seconds(*t)));
+    if target.replicas != Some(desired) || effective_time.is_some() {
+        patch_target(&ctx, &ns, &target, desired, effective_time).await?;
+        if target.replicas != Some(desired) {
+            let from = target
+                .replicas
+                .map_or_else(|| "unset".to_owned(), |r| r.to_string());
+            info!(autoscaler = %object_name(hra.as_ref()), target = %target.describe(), from, to = desired, reason = %decision.reason, "scaling");
+            ctx.event(
+                hra.object_ref(&()),
+                false,
+                REASON_SCALED,
+                format!(
+                    "{} scaled from {from} to {desired}: {}",
+                    target.describe(),
+                    decision.reason
+                ),
+            );
+        }
+    }
+    let active: Vec<&CapacityReservation> = stored_reservations
+        .iter()
+        .zip(&reservations)
+        .filter(|(_, r)| r.is_active(now))
+        .map(|(stored, _)| stored)
+        .collect();
+    if active.len() < stored_reservations.len() {
+        // Expired reservations no longer count; removing them is housekeeping, retried by the
+        // next reconcile rather than failing this one.
+        if let Err(error) = prune_reservations(&ctx, &hra, &ns, &active).await {
+            warn!(autoscaler = %object_name(hra.as_ref()), %error, "cannot prune reservations");
+        }
+    }
+
+    // Status.
+    let new_status = HorizontalRunnerAutoscalerStatus {
+        observed_generation: hra.metadata.generation,
+        desired_replicas: Some(desired),
+        last_successful_scale_out_time: if decision.scale_out {
+            jiff::Timestamp::try_from(now).ok().map(Time)
+        } else {
+            status.last_successful_scale_out_time.clone()
+        },
+        cache_entries: status.cache_entries.clone(),
+        scheduled_overrides_summary: decision.schedule_summary.clone(),
+    };
+    if !same_status(&status, &new_status) {
+        let patch = json!({ "status": {
+            "observedGeneration": new_status.observed_generation,
+            "desiredReplicas": new_status.desired_replicas,
+            "lastSuccessfulScaleOutTime": new_status.last_successful_scale_out_time,
+            "scheduledOverridesSummary": new_status.scheduled_overrides_summary,
+        }});
+        Api::<HorizontalRunnerAutoscaler>::namespaced(ctx.client.clone(), &ns)
+            .patch_status(&hra.name_any(), &patch_params(), &Patch::Merge(&patch))
+            .await
+            .map_err(kube_err(
+                "patch status of horizontalrunnerautoscaler",
+                object_name(hra.as_ref()),
+            ))?;
+    }
+
+    // Requeue at the next instant that can change the decision.
+    let mut wake_ups: Vec<SystemTime> = reservations
+        .iter()
+        .filter(|r| r.is_active(now))
+        .map(|r| r.expiration_time)
+        .collect();
+    wake_ups.extend(decision.held_until);
+    wake_ups.extend(decision.active_override.as_ref().map(|a| a.window.end));
+    if let Ok(Some(next)) = upcoming_override(&overrides, now) {
+        wake_ups.push(next.window.start);
+    }
+    ctx.backoff.reset(&backoff_key(&object_name(hra.as_ref())));
+    Ok(Action::requeue(requeue_after(
+        now,
+        &wake_ups,
+        ctx.settings.sync_period,
+    )))
+}
+
+/// The earliest of `period` and the instants in `wake_ups` (plus a little slack), from `now`.
+pub fn requeue_after(now: SystemTime, wake_ups: &[SystemTime], period: Duration) -> Duration {
+    wake_ups
+        .iter()
+        .map(|t| t.duration_since(now).unwrap_or_default() + BOUNDARY_SLACK)
+        .fold(period, Duration::min)
+}
+
+/// Whether two statuses carry the same information (timestamps compared at second precision,
+/// as the API server stores them).
+fn same_status(a: &HorizontalRunnerAutoscalerStatus, b: &HorizontalRunnerAutoscalerStatus) -> bool {
+    let secs = |t: &Option<Time>| t.as_ref().map(|t| t.0.as_second());
+    a.observed_generation == b.observed_generation
+        && a.desired_replicas == b.desired_replicas
+        && secs(&a.last_successful_scale_out_time) == secs(&b.last_successful_scale_out_time)
+        && a.scheduled_overrides_summary == b.scheduled_overrides_summary
+}
+
+fn whole_seconds(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Reads the target named by `scaleTargetRef`.
+async fn observe_target(
+    hra: &HorizontalRunnerAutoscaler,
+    ctx: &Context,
+    ns: &str,
+) -> Result<Target, Error> {
+    let reference = hra.spec.scale_target_ref.clone().unwrap_or_default();
+    let kind = reference.kind.unwrap_or_default();
+    let name = reference
+        .name
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| invalid(hra, "scaleTargetRef.name is required"))?;
+    let not_found = || {
+        invalid(
+            hra,
+            format!("scaleTargetRef: {kind:?} {name} does not exist"),
+        )
+    };
+    match kind {
+        ScaleTargetKind::RunnerDeployment => {
+            let cached = ctx
+                .stores
+                .deployments
+                .get(&ObjectRef::<RunnerDeployment>::new(&name).within(ns));
+            let rd = match cached {
+                Some(rd) => rd,
+                // Just created and not in the cache yet, or really missing.
+                None => Arc::new(
+                    Api::<RunnerDeployment>::namespaced(ctx.client.clone(), ns)
+                        .get_opt(&name)
+                        .await
+                        .map_err(kube_err("get runnerdeployment", format!("{ns}/{name}")))?
+                        .ok_or_else(not_found)?,
+                ),
+            };
+            Ok(Target {
+                kind,
+                name,
+                config: rd.spec.template.spec.config.clone(),
+                replicas: rd.spec.replicas,
+                effective_time: rd.spec.effective_time.as_ref().map(k8s_time),
+            })
+        }
+        ScaleTargetKind::RunnerSet => {
+            let rs = Api::<RunnerSet>::namespaced(ctx.client.clone(), ns)
+                .get_opt(&name)
+                .await
+                .map_err(kube_err("get runnerset", format!("{ns}/{name}")))?
+                .ok_or_else(not_found)?;
+            Ok(Target {
+                kind,
+                name,
+                config: rs.spec.config.clone(),
+                replicas: rs.spec.stateful_set.replicas,
+                effective_time: rs.spec.effective_time.as_ref().map(k8s_time),
+            })
+        }
+    }
+}
+
+/// Runner names of the target, GitHub's runners at its scope, and the target's pods whose
+/// unregistration GitHub refused (they run a job).
+async fn observe_runners(
+    ctx: &Context,
+    github: &dyn GitHubApi,
+    ns: &str,
+    target: &Target,
+    scope: &RunnerScope,
+) -> Result<RunnerObservation, Error> {
+    let target_runners: Vec<String> = match target.kind {
+        // Runner names are pod names; Runners carry their deployment's name as a label.
+        ScaleTargetKind::RunnerDeployment => ctx
+            .stores
+            .runners
+            .state()
+            .iter()
+            .filter(|r| r.namespace().as_deref() == Some(ns))
+            .filter(|r| {
+                r.labels()
+                    .get(label::RUNNER_DEPLOYMENT_NAME)
+                    .map(String::as_str)
+                    == Some(target.name.as_str())
+            })
+            .map(|r| r.name_any())
+            .collect(),
+        ScaleTargetKind::RunnerSet => ctx
+            .stores
+            .pods
+            .state()
+            .iter()
+            .filter(|p| p.namespace().as_deref() == Some(ns))
+            .filter(|p| {
+                p.labels().get(label::RUNNERSET_NAME).map(String::as_str)
+                    == Some(target.name.as_str())
+            })
+            .map(|p| p.name_any())
+            .collect(),
+    };
+    let failing_unregistration = target_runners
+        .iter()
+        .filter(|name| {
+            ctx.stores
+                .pods
+                .get(&ObjectRef::new(name).within(ns))
+                .is_some_and(|p| {
+                    p.annotations()
+                        .contains_key(ann::UNREGISTRATION_FAILURE_MESSAGE)
+                })
+        })
+        .cloned()
+        .collect();
+    let github_scope = github_scope(scope);
+    let github_runners = github
+        .list_runners(&github_scope)
+        .await
+        .map_err(github_err("list runners", &github_scope))?
+        .into_iter()
+        .map(|r| GitHubRunner {
+            name: r.name,
+            busy: r.busy,
+        })
+        .collect();
+    Ok(RunnerObservation {
+        target_runners,
+        github_runners,
+        failing_unregistration,
+    })
+}
+
+/// A repository's queued and in-progress runs with their jobs. A run that moves from queued
+/// to in progress between the two list calls is counted once.
+async fn observe_runs(
+    github: &dyn GitHubApi,
+    owner: &str,
+    repo: &str,
+) -> Result<Vec<WorkflowRun>, Error> {
+    let scope = format!("{owner}/{repo}");
+    let mut run_ids = BTreeMap::new();
+    for status in [RunStatus::Queued, RunStatus::InProgress] {
+        let runs = github
+            .list_workflow_runs(owner, repo, status)
+            .await
+            .map_err(github_err("list workflow runs", &scope))?;
+        run_ids.extend(runs.into_iter().map(|r| (r.id, ())));
+    }
+    let mut out = Vec::with_capacity(run_ids.len());
+    for run_id in run_ids.into_keys() {
+        let jobs = github
+            .list_jobs(owner, repo, run_id)
+            .await
+            .map_err(github_err("list jobs", &scope))?;
+        out.push(WorkflowRun {
+            jobs: jobs
+                .into_iter()
+                .map(|j| WorkflowJob {
+                    status: JobStatus::from_github(j.status.as_str()),
+                    labels: j.labels,
+                })
+                .collect(),
+        });
+    }
+    Ok(out)
+}
+
+/// Sets the target's `spec.replicas` and, when given, `spec.effectiveTime`. A merge patch: the
+/// autoscaler owns these fields in ARC too, and a merge patch never conflicts with the field
+/// ownership of whoever applied the manifest.
+async fn patch_target(
+    ctx: &Context,
+    ns: &str,
+    target: &Target,
+    replicas: i32,
+    effective_time: Option<SystemTime>,
+) -> Result<(), Error> {
+    let mut spec = json!({ "replicas": replicas });
+    if let Some(t) = effective_time {
+        spec["effectiveTime"] = json!(rfc3339(t));
+    }
+    let patch = json!({ "spec": spec });
+    let params = patch_params();
+    let object = format!("{ns}/{}", target.name);
+    match target.kind {
+        ScaleTargetKind::RunnerDeployment => {
+            Api::<RunnerDeployment>::namespaced(ctx.client.clone(), ns)
+                .patch(&target.name, &params, &Patch::Merge(&patch))
+                .await
+                .map_err(kube_err("scale runnerdeployment", object))?;
+        }
+        ScaleTargetKind::RunnerSet => {
+            Api::<RunnerSet>::namespaced(ctx.client.clone(), ns)
+                .patch(&target.name, &params, &Patch::Merge(&patch))
+                .await
+                .map_err(kube_err("scale runnerset", object))?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes back only the unexpired reservations, if nobody changed the list meanwhile (the
+/// webhook server writes it too; on a conflict the next reconcile prunes).
+async fn prune_reservations(
+    ctx: &Context,
+    hra: &HorizontalRunnerAutoscaler,
+    ns: &str,
+    active: &[&CapacityReservation],
+) -> Result<(), Error> {
+    let active: Vec<CapacityReservation> = active.iter().map(|r| (*r).clone()).collect();
+    let patch = reservations_patch(hra, &active);
+    let result = Api::<HorizontalRunnerAutoscaler>::namespaced(ctx.client.clone(), ns)
+        .patch(&hra.name_any(), &patch_params(), &patch)
+        .await;
+    match result {
+        Ok(_) => {
+            debug!(autoscaler = %object_name(hra), kept = active.len(), "pruned expired capacity reservations");
+            Ok(())
+        }
+        Err(e) if is_conflict(&e) => Ok(()),
+        Err(e) => Err(kube_err(
+            "prune capacity reservations of horizontalrunnerautoscaler",
+            object_name(hra),
+        )(e)),
+    }
+}
+
+/// A JSON patch replacing `spec.capacityReservations` of `hra` (as read) with `new`, that fails
+/// if the list changed since: a compare-and-swap on exactly this field, so the controller's own
+/// status writes never make it conflict. Without a stored list, the object's `resourceVersion`
+/// is compared instead.
+pub fn reservations_patch(
+    hra: &HorizontalRunnerAutoscaler,
+    new: &[CapacityReservation],
+) -> Patch<serde_json::Value> {
+    const PATH: &str = "/spec/capacityReservations";
+    let ops = match &hra.spec.capacity_reservations {
+        Some(old) => json!([
+            {"op": "test", "path": PATH, "value": old},
+            {"op": "replace", "path": PATH, "value": new},
+        ]),
+        None => json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": hra.resource_version()},
+            {"op": "add", "path": PATH, "value": new},
+        ]),
+    };
+    Patch::Json(serde_json::from_value(ops).expect("a well-formed JSON patch"))
+}
+
+/// A failed compare-and-swap: 409, or 422 for a failed JSON-patch `test`.
+pub fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409 || s.code == 422)
+}
+
+/// A stored reservation as the core sees it. Missing times count as the epoch (never active),
+/// as Go's zero time did in ARC; a negative replica count as zero.
+pub fn reservation_of(r: &CapacityReservation) -> Reservation {
+    Reservation {
+        name: r.name.clone(),
+        effective_time: r
+            .effective_time
+            .as_ref()
+            .map_or(SystemTime::UNIX_EPOCH, k8s_time),
+        expiration_time: r
+            .expiration_time
+            .as_ref()
+            .map_or(SystemTime::UNIX_EPOCH, k8s_time),
+        replicas: r.replicas.and_then(|n| u32::try_from(n).ok()).unwrap_or(0),
+    }
+}
+
+/// A core reservation in the API's shape.
+pub fn capacity_reservation(r: &Reservation) -> CapacityReservation {
+    let time = |t: SystemTime| jiff::Timestamp::try_from(t).ok().map(Time);
+    CapacityReservation {
+        name: r.name.clone(),
+        effective_time: time(r.effective_time),
+        expiration_time: time(r.expiration_time),
+        replicas: Some(i32::try_from(r.replicas).unwrap_or(i32::MAX)),
+    }
+}
+
+/// One `spec.metrics` entry in the core's terms; the error names the entry and field.
+fn metric_of(index: usize, spec: &MetricSpec) -> Result<Metric, String> {
+    let kind = match spec.type_ {
+        Some(MetricType::TotalNumberOfQueuedAndInProgressWorkflowRuns) => {
+            MetricKind::TotalNumberOfQueuedAndInProgressWorkflowRuns
+        }
+        Some(MetricType::PercentageRunnersBusy) => MetricKind::PercentageRunnersBusy,
+        None => return Err(format!("metrics[{index}].type is required")),
+    };
+    let decimal = |field, value: &Option<String>| {
+        parse_decimal(field, value.as_deref()).map_err(|e| e.to_string())
+    };
+    Ok(Metric {
+        kind,
+        repository_names: spec.repository_names.clone().unwrap_or_default(),
+        scale_up_threshold: decimal(MetricField::ScaleUpThreshold, &spec.scale_up_threshold)?,
+        scale_down_threshold: decimal(MetricField::ScaleDownThreshold, &spec.scale_down_threshold)?,
+        scale_up_factor: decimal(MetricField::ScaleUpFactor, &spec.scale_up_factor)?,
+        scale_down_factor: decimal(MetricField::ScaleDownFactor, &spec.scale_down_factor)?,
+        scale_up_adjustment: spec.scale_up_adjustment,
+        scale_down_adjustment: spec.scale_down_adjustment,
+    })
+}
+
+/// `spec.scheduledOverrides` in the core's terms.
+fn scheduled_overrides(overrides: &[ApiOverride]) -> Result<Vec<ScheduledOverride>, String> {
+    overrides
+        .iter()
+        .enumerate()
+        .map(|(index, o)| {
+            let min_replicas = o
+                .min_replicas
+                .map(|m| {
+                    u32::try_from(m).map_err(|_| {
+                        format!(
+                            "scheduledOverrides[{index}].minReplicas is {m}; it must be 0 or more"
+                        )
+                    })
+                })
+                .transpose()?;
+            let recurrence = o.recurrence_rule.as_ref().and_then(|rule| {
+                let frequency = match rule.frequency? {
+                    RecurrenceFrequency::Daily => Frequency::Daily,
+                    RecurrenceFrequency::Weekly => Frequency::Weekly,
+                    RecurrenceFrequency::Monthly => Frequency::Monthly,
+                    RecurrenceFrequency::Yearly => Frequency::Yearly,
+                };
+                Some(Recurrence {
+                    frequency,
+                    until: rule.until_time.as_ref().map(k8s_time),
+                })
+            });
+            Ok(ScheduledOverride {
+                start: k8s_time(&o.start_time),
+                end: k8s_time(&o.end_time),
+                min_replicas,
+                recurrence,
+            })
+        })
+        .collect()
+}
+
+/// Bad specs are reported as a Warning event and retried after the sync period, not on the
+/// next change only: a missing target may be created later, and time moves schedules. Other
+/// failures back off per autoscaler ([`crate::error::Backoff`]); credential and permission
+/// problems are reported as Warning events too.
+pub fn error_policy(
+    hra: Arc<HorizontalRunnerAutoscaler>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
+    let name = object_name(hra.as_ref());
+    warn!(autoscaler = %name, %error, "reconcile failed");
+    match error.retry() {
+        Retry::OnChange => {
+            ctx.event(
+                hra.object_ref(&()),
+                true,
+                error.category(),
+                error.to_string(),
+            );
+            Action::requeue(ctx.settings.sync_period)
+        }
+        Retry::Slowly => {
+            ctx.event(
+                hra.object_ref(&()),
+                true,
+                error.category(),
+                error.to_string(),
+            );
+            ctx.backoff.next(&backoff_key(&name), error)
+        }
+        Retry::Soon { .. } => ctx.backoff.next(&backoff_key(&name), error),
+    }
+}
+
+fn backoff_key(object: &str) -> String {
+    format!("hra/{object}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn requeue_is_the_earliest_wake_up_or_the_period() {
+        let period = Duration::from_secs(60);
+        assert_eq!(requeue_after(at(100), &[], period), period);
+        assert_eq!(
+            requeue_after(at(100), &[at(110), at(130)], period),
+            Duration::from_secs(10) + BOUNDARY_SLACK
+        );
+        // A boundary already passed wakes at once (plus slack), never panics.
+        assert_eq!(requeue_after(at(100), &[at(90)], period), BOUNDARY_SLACK);
+    }
+
+    #[test]
+    fn reservations_round_trip_and_missing_times_never_count() {
+        let r = Reservation {
+            name: None,
+            effective_time: at(1_700_000_000),
+            expiration_time: at(1_700_000_600),
+            replicas: 1,
+        };
+        assert_eq!(reservation_of(&capacity_reservation(&r)), r);
+        let empty = reservation_of(&CapacityReservation::default());
+        assert!(!empty.is_active(at(1)));
+        assert_eq!(empty.replicas, 0);
+    }
+
+    #[test]
+    fn metric_strings_are_parsed_and_errors_name_the_field() {
+        let spec = MetricSpec {
+            type_: Some(MetricType::PercentageRunnersBusy),
+            scale_up_threshold: Some("0.75".into()),
+            ..MetricSpec::default()
+        };
+        let m = metric_of(0, &spec).unwrap();
+        assert_eq!(m.kind, MetricKind::PercentageRunnersBusy);
+        assert_eq!(m.scale_up_threshold, Some(0.75));
+        let bad = MetricSpec {
+            scale_down_factor: Some("lots".into()),
+            ..spec
+        };
+        assert!(metric_of(1, &bad).unwrap_err().contains("scaleDownFactor"));
+        assert!(
+            metric_of(2, &MetricSpec::default())
+                .unwrap_err()
+                .contains("metrics[2].type")
+        );
+    }
+
+    #[test]
+    fn recurrence_without_frequency_happens_once() {
+        let o: ApiOverride = serde_json::from_value(json!({
+            "startTime": "2024-05-04T09:00:00Z",
+            "endTime": "2024-05-04T17:00:00Z",
+            "minReplicas": 3,
+            "recurrenceRule": {}
+        }))
+        .unwrap();
+        let core = scheduled_overrides(&[o]).unwrap();
+        assert_eq!(core[0].min_replicas, Some(3));
+        assert_eq!(core[0].recurrence, None);
+    }
+}

@@ -1,0 +1,841 @@
+//! RunnerSet controller: keeps `replicas` runners, each in a StatefulSet of its own, through
+//! owner sync.
+//!
+//! Why one single-replica StatefulSet per runner (as ARC does): a StatefulSet cannot add pods
+//! while finished ephemeral pods exist, and everything but `replicas`, `template` and
+//! `updateStrategy` is immutable. So the StatefulSets are the *owners* of
+//! `hangar_core::owner_sync`, exactly as Runners are for a RunnerReplicaSet: scale-up creates
+//! StatefulSets, scale-down and rollouts retire them through unregister-before-delete, and the
+//! `effectiveTime` guard and 10-minute recreation delay apply unchanged.
+//!
+//! Observe: the set's StatefulSets (a store of StatefulSets labelled `runnerset-name`) and their
+//! pods (the runner-pod store). Decide: `owner_sync::plan`. Apply: create StatefulSets (named
+//! `<set>-<suffix>`, pod `<set>-<suffix>-0`) with their registration Secret, annotate retiring
+//! pods and StatefulSets, delete StatefulSets whose runners are unregistered or finished (the
+//! garbage collector takes the pod and the Secret; PVCs of `volumeClaimTemplates` stay).
+//! Status: replicas, readyReplicas, availableReplicas, updatedReplicas, desiredReplicas, the
+//! scale selector, and the conditions `Available` and `Progressing`.
+//!
+//! The pod template is the user's, completed as the Runner controller completes a runner pod
+//! ([`crate::runner_pod::build`]): the container named `runner` (added if absent) gets the
+//! runner environment, the `docker` sidecar is added or completed, and the pod carries the
+//! labels and finalizer the runner-pod controller acts on. The registration credential comes
+//! from a Secret per StatefulSet (`<statefulset>-registration`: a token, or a JIT configuration
+//! for the runner named after the pod), read through `valueFrom`.
+//!
+//! `restartPolicy`: a StatefulSet's template must say `Always`. ARC's pod admission webhook
+//! turns it into `Never` on each pod; until Hangar's webhook does too, a runner container that
+//! exits is restarted by the kubelet, so a runner container that *restarted* counts as finished
+//! (as a pod that stopped would): its StatefulSet is deleted and replaced, never reused.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use hangar_api::runner_config::RunnerPodSpec;
+use hangar_api::{RunnerSet, RunnerSpec, annotation as ann, finalizer, label};
+use hangar_core::RunnerScope;
+use hangar_core::owner_sync::{self, Action as PlanAction, OwnerView, PodView, RetireReason, Wait};
+use hangar_core::template_hash::template_hash;
+use hangar_github::{GitHubApi, GitHubError, JitConfigRequest};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Resource, ResourceExt};
+use tracing::{info, warn};
+
+use super::{
+    annotation, github_scope, k8s_time, object_name, parse_time, pod_view, rfc3339,
+    runner_restarted, wait_until_stored,
+};
+use crate::conditions::{self, Desired, kind, reason};
+use crate::context::Context;
+use crate::credentials::GitHubClients;
+use crate::error::{Error, github_err, ignore_not_found, kube_err};
+use crate::runner_pod::{self, JIT_CONFIG_KEY, PodDefaults, TOKEN_KEY};
+
+/// Field manager for what this controller applies.
+pub const MANAGER: &str = "hangar-runnerset";
+
+/// Longest RunnerSet name prefix of a StatefulSet name: a StatefulSet's name ends up, with a
+/// suffix, in label values of 63 characters at most (`controller-revision-hash`).
+const MAX_PREFIX: usize = 40;
+
+/// The controller's state: the shared context and its StatefulSet store.
+pub struct RunnerSetContext {
+    /// What every reconciler shares.
+    pub ctx: Arc<Context>,
+    /// StatefulSets labelled `runnerset-name`.
+    pub stateful_sets: Store<StatefulSet>,
+}
+
+impl std::fmt::Debug for RunnerSetContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunnerSetContext")
+            .field("ctx", &self.ctx)
+            .field("stateful_sets", &self.stateful_sets.len())
+            .finish()
+    }
+}
+
+/// Runs the controller until the stream ends. It keeps its own store of the StatefulSets it
+/// manages (label `runnerset-name`), so the shared stores need not know about them.
+pub async fn run(ctx: Arc<Context>, sets: Api<RunnerSet>) {
+    let ns = sets.namespace().map(str::to_owned);
+    let sts_api: Api<StatefulSet> = crate::manager::api(&ctx.client, ns.as_deref());
+    let pod_api: Api<Pod> = crate::manager::api(&ctx.client, ns.as_deref());
+    let by_label = || watcher::Config::default().labels(label::RUNNERSET_NAME);
+    let stateful_sets = crate::manager::spawn_store(sts_api.clone(), by_label());
+    let _ = stateful_sets.wait_until_ready().await;
+    let state = Arc::new(RunnerSetContext { ctx, stateful_sets });
+    Controller::new(sets, watcher::Config::default())
+        .owns(sts_api, by_label())
+        // A pod change (ready, registered, finished) matters to its set.
+        .watches(pod_api, by_label(), |pod: Pod| {
+            let set = pod.labels().get(label::RUNNERSET_NAME)?;
+            Some(ObjectRef::new(set).within(&pod.namespace()?))
+        })
+        .run(reconcile_with_backoff, error_policy, state)
+        .for_each(|_| async {})
+        .await;
+}
+
+/// The template hash of a set: a hash of its spec without `replicas` and `effectiveTime` (the
+/// two fields that change without changing what a runner looks like).
+pub fn desired_hash(set: &RunnerSet) -> String {
+    let mut spec = serde_json::to_value(&set.spec).unwrap_or_default();
+    if let Some(map) = spec.as_object_mut() {
+        map.remove("replicas");
+        map.remove("effectiveTime");
+    }
+    template_hash(&serde_json::to_vec(&spec).unwrap_or_default())
+}
+
+/// The set's pod selector: `spec.selector` when it selects anything, else the `runnerset-name`
+/// label (Hangar's default; ARC requires a selector).
+pub fn selector(set: &RunnerSet) -> LabelSelector {
+    let s = &set.spec.stateful_set.selector;
+    let empty = s.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
+        && s.match_expressions.as_ref().is_none_or(Vec::is_empty);
+    if empty {
+        LabelSelector {
+            match_labels: Some([(label::RUNNERSET_NAME.to_owned(), set.name_any())].into()),
+            match_expressions: None,
+        }
+    } else {
+        s.clone()
+    }
+}
+
+/// A label selector in the string form of the scale subresource (`a=b,c in (d,e)`).
+pub fn selector_string(s: &LabelSelector) -> String {
+    let mut parts: Vec<String> = s
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    for e in s.match_expressions.iter().flatten() {
+        let values = e.values.clone().unwrap_or_default().join(",");
+        parts.push(match e.operator.as_str() {
+            "In" => format!("{} in ({values})", e.key),
+            "NotIn" => format!("{} notin ({values})", e.key),
+            "Exists" => e.key.clone(),
+            _ => format!("!{}", e.key),
+        });
+    }
+    parts.join(",")
+}
+
+/// Whether the set's runners register with JIT configurations: `--jit`, or the annotation
+/// `hangar.dev/registration: jit` on the RunnerSet or its pod template.
+pub fn uses_jit(set: &RunnerSet, controller_jit: bool) -> bool {
+    let template = set.spec.stateful_set.template.metadata.as_ref();
+    let jit = |a: Option<&BTreeMap<String, String>>| {
+        a.and_then(|a| a.get("hangar.dev/registration"))
+            .is_some_and(|v| v == "jit")
+    };
+    controller_jit
+        || jit(set.metadata.annotations.as_ref())
+        || jit(template.and_then(|m| m.annotations.as_ref()))
+}
+
+/// The name of a StatefulSet's registration Secret.
+pub fn registration_secret_name(stateful_set: &str) -> String {
+    format!("{stateful_set}-registration")
+}
+
+/// The name of the only pod of a StatefulSet of one replica.
+pub fn pod_name(stateful_set: &str) -> String {
+    format!("{stateful_set}-0")
+}
+
+/// A fresh StatefulSet name for `set`: `<set>-<suffix>`, the suffix derived from the set's UID,
+/// the time and a counter, so names do not repeat.
+pub fn new_name(set: &RunnerSet, now: SystemTime) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let seed = format!(
+        "{}/{nanos}/{}",
+        set.uid().unwrap_or_default(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    );
+    let mut prefix = set.name_any();
+    prefix.truncate(MAX_PREFIX);
+    let prefix = prefix.trim_end_matches(['-', '.']);
+    format!("{prefix}-{}", template_hash(seed.as_bytes()))
+}
+
+/// The StatefulSet for one runner of `set`: the set's StatefulSet fields with one replica, the
+/// default selector when none is given, and the pod template completed into a runner pod
+/// (runner environment, docker sidecar, labels, finalizer). `defaults` names the registration
+/// Secret and the registration mode. Pure.
+pub fn build_stateful_set(
+    set: &RunnerSet,
+    name: &str,
+    hash: &str,
+    defaults: &PodDefaults,
+    sync_time: &str,
+    runner_id: Option<u64>,
+) -> StatefulSet {
+    let ns = set.namespace().unwrap_or_default();
+    let sts = &set.spec.stateful_set;
+    let template_meta = sts.template.metadata.clone().unwrap_or_default();
+    let mut pod_spec = sts.template.spec.clone().unwrap_or_default();
+    let pod = pod_name(name);
+
+    // The runner pod builder completes the containers and volumes exactly as for a Runner;
+    // every other field of the user's pod spec is kept as written.
+    let runner_spec = RunnerSpec {
+        config: set.spec.config.clone(),
+        pod: RunnerPodSpec {
+            containers: Some(pod_spec.containers.clone()),
+            volumes: pod_spec.volumes.clone(),
+            work_volume_claim_template: set.spec.work_volume_claim_template.clone(),
+            ..Default::default()
+        },
+    };
+    let built = runner_pod::build(&pod, &ns, &BTreeMap::new(), &runner_spec, defaults)
+        .spec
+        .unwrap_or_default();
+    pod_spec.containers = built.containers;
+    pod_spec.volumes = built.volumes;
+    // A StatefulSet's pods must restart Always (see the module documentation).
+    pod_spec.restart_policy = Some("Always".into());
+    if pod_spec.service_account_name.is_none() {
+        pod_spec.service_account_name = set.spec.service_account_name.clone();
+    }
+
+    let selector = selector(set);
+    let mut pod_labels = template_meta.labels.clone().unwrap_or_default();
+    pod_labels.extend(selector.match_labels.clone().unwrap_or_default());
+    pod_labels.insert(label::RUNNERSET_NAME.into(), set.name_any());
+    pod_labels.insert(label::RUNNER_TEMPLATE_HASH.into(), hash.into());
+    pod_labels.insert(label::ACTIONS_RUNNER.into(), String::new());
+    let mut pod_annotations = template_meta.annotations.clone().unwrap_or_default();
+    if let Some(secret) =
+        GitHubClients::secret_name(set.spec.config.github_api_credentials_from.as_ref())
+    {
+        pod_annotations.insert(ann::GITHUB_API_CREDS_SECRET.into(), secret.into());
+    }
+    if let Some(id) = runner_id {
+        pod_annotations.insert(ann::RUNNER_ID.into(), id.to_string());
+    }
+
+    let labels: BTreeMap<String, String> = [
+        (label::RUNNERSET_NAME.to_owned(), set.name_any()),
+        (label::RUNNER_TEMPLATE_HASH.to_owned(), hash.to_owned()),
+    ]
+    .into();
+    StatefulSet {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns),
+            labels: Some(labels),
+            annotations: Some([(ann::SYNC_TIME.to_owned(), sync_time.to_owned())].into()),
+            owner_references: set.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: Some(StatefulSetSpec {
+            replicas: Some(1),
+            selector,
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: (!pod_annotations.is_empty()).then_some(pod_annotations),
+                    // The pod carries the runner-pod finalizer from birth, as Runner pods do.
+                    finalizers: Some(vec![finalizer::RUNNER_POD.to_owned()]),
+                    ..Default::default()
+                }),
+                spec: Some(pod_spec),
+            },
+            ..sts.clone()
+        }),
+        status: None,
+    }
+}
+
+/// The pods of a StatefulSet, from the runner-pod store: `<name>-<ordinal>` controlled by it.
+fn pods_of(ctx: &Context, sts: &StatefulSet) -> Vec<Arc<Pod>> {
+    let ns = sts.namespace().unwrap_or_default();
+    let uid = sts.uid().unwrap_or_default();
+    let replicas = sts
+        .spec
+        .as_ref()
+        .and_then(|s| s.replicas)
+        .unwrap_or(1)
+        .max(0);
+    (0..replicas)
+        .filter_map(|i| {
+            let name = format!("{}-{i}", sts.name_any());
+            ctx.stores
+                .pods
+                .get(&ObjectRef::<Pod>::new(&name).within(&ns))
+        })
+        .filter(|p| {
+            p.owner_references()
+                .iter()
+                .any(|o| o.controller == Some(true) && o.uid == uid)
+        })
+        .collect()
+}
+
+/// A StatefulSet pod as owner sync sees it: a runner container that restarted has finished
+/// (its pod restarts `Always`; see the module documentation).
+fn stateful_pod_view(pod: &Pod) -> PodView {
+    let mut view = pod_view(pod);
+    view.runner_stopped |= runner_restarted(pod);
+    view
+}
+
+fn owner_view(ctx: &Context, sts: &StatefulSet, now: SystemTime) -> OwnerView {
+    let pods = pods_of(ctx, sts);
+    let want = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let have = sts.status.as_ref().map_or(0, |s| s.replicas);
+    OwnerView {
+        name: sts.name_any(),
+        created: sts
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(k8s_time)
+            .unwrap_or(now),
+        template_hash: sts.labels().get(label::RUNNER_TEMPLATE_HASH).cloned(),
+        sync_time: annotation(sts, ann::SYNC_TIME).and_then(parse_time),
+        deleting: sts.metadata.deletion_timestamp.is_some(),
+        unregistration_requested: annotation(sts, ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_some(),
+        unregistration_complete: annotation(sts, ann::UNREGISTRATION_COMPLETE_TIMESTAMP).is_some(),
+        // Settled once the StatefulSet controller created its pods and they reached our store:
+        // pods not yet seen must not count as missing.
+        settled: have == want && pods.len() == usize::try_from(want).unwrap_or(0),
+        pods: pods.iter().map(|p| stateful_pod_view(p)).collect(),
+    }
+}
+
+fn scope_of(set: &RunnerSet) -> Result<RunnerScope, Error> {
+    let c = &set.spec.config;
+    RunnerScope::from_fields(
+        c.enterprise.as_deref(),
+        c.organization.as_deref(),
+        c.repository.as_deref(),
+    )
+    .map_err(|e| Error::InvalidSpec {
+        object: object_name(set),
+        reason: e.to_string(),
+    })
+}
+
+/// Reconciles one RunnerSet.
+pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Result<Action, Error> {
+    let ctx = &state.ctx;
+    if set.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let scope = scope_of(&set)?;
+    let ns = set.namespace().unwrap_or_default();
+    let uid = set.uid().unwrap_or_default();
+    let now = ctx.now();
+    let owned: Vec<Arc<StatefulSet>> = state
+        .stateful_sets
+        .state()
+        .into_iter()
+        .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|s| {
+            s.owner_references()
+                .iter()
+                .any(|o| o.controller == Some(true) && o.uid == uid)
+        })
+        .collect();
+    let owners: Vec<OwnerView> = owned.iter().map(|s| owner_view(ctx, s, now)).collect();
+
+    let input = owner_sync::Input {
+        desired: u32::try_from(set.spec.stateful_set.replicas.unwrap_or(1).max(0)).unwrap_or(0),
+        desired_template_hash: desired_hash(&set),
+        effective_time: set.spec.effective_time.as_ref().map(k8s_time),
+        ephemeral: set.spec.config.ephemeral.unwrap_or(true),
+        owners,
+        now,
+    };
+    let plan = owner_sync::plan(&input);
+    for action in &plan.actions {
+        apply(&set, &state, &scope, action, &input.desired_template_hash).await?;
+    }
+
+    patch_status(&set, ctx, &owned, &input, &plan).await?;
+
+    let requeue = match plan.wait {
+        Some(Wait::RecreationDelay { until }) => {
+            until.duration_since(now).unwrap_or_default() + Duration::from_secs(1)
+        }
+        Some(ref w) => {
+            if matches!(w, Wait::OwnerWithoutTemplateHash(_) | Wait::Inconsistent(_)) {
+                warn!(set = %object_name(set.as_ref()), wait = ?w, "owner sync cannot proceed");
+            }
+            Duration::from_secs(10)
+        }
+        None => ctx.settings.sync_period,
+    };
+    Ok(Action::requeue(requeue.min(ctx.settings.sync_period)))
+}
+
+/// Counts for the status, over StatefulSets that are not being deleted.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct StatusCounts {
+    /// Runners (one per StatefulSet).
+    pub replicas: i32,
+    /// Runners whose pod is Ready and whose runner is registered.
+    pub ready: i32,
+    /// Runners of the current template.
+    pub updated: i32,
+}
+
+fn status_counts(ctx: &Context, owned: &[Arc<StatefulSet>], hash: &str) -> StatusCounts {
+    let mut c = StatusCounts::default();
+    for sts in owned
+        .iter()
+        .filter(|s| s.metadata.deletion_timestamp.is_none())
+    {
+        c.replicas += 1;
+        if sts
+            .labels()
+            .get(label::RUNNER_TEMPLATE_HASH)
+            .map(String::as_str)
+            == Some(hash)
+        {
+            c.updated += 1;
+        }
+        let ready = pods_of(ctx, sts).iter().any(|p| {
+            super::runner_id(p).is_some()
+                && super::ready_since(p).is_some()
+                && !super::runner_stopped(p)
+        });
+        if ready {
+            c.ready += 1;
+        }
+    }
+    c
+}
+
+async fn patch_status(
+    set: &RunnerSet,
+    ctx: &Context,
+    owned: &[Arc<StatefulSet>],
+    input: &owner_sync::Input,
+    plan: &owner_sync::Plan,
+) -> Result<(), Error> {
+    let counts = status_counts(ctx, owned, &input.desired_template_hash);
+    let retiring = owned
+        .iter()
+        .filter(|s| s.metadata.deletion_timestamp.is_none())
+        .filter(|s| annotation(s.as_ref(), ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_some())
+        .count();
+    let old_conditions = set
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let new_conditions = conditions::merge(
+        &old_conditions,
+        &set_conditions(input.desired, counts.ready, retiring, plan),
+        set.metadata.generation,
+        ctx.now(),
+    );
+    let status = serde_json::json!({
+        "replicas": counts.replicas,
+        "readyReplicas": counts.ready,
+        "availableReplicas": counts.ready,
+        "updatedReplicas": counts.updated,
+        "desiredReplicas": input.desired,
+        "selector": selector_string(&selector(set)),
+        "conditions": new_conditions,
+    });
+    let current = serde_json::to_value(&set.status).unwrap_or_default();
+    let changed = status
+        .as_object()
+        .into_iter()
+        .flatten()
+        .any(|(k, v)| current.get(k) != Some(v));
+    if !changed {
+        return Ok(());
+    }
+    Api::<RunnerSet>::namespaced(ctx.client.clone(), &set.namespace().unwrap_or_default())
+        .patch_status(
+            &set.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({ "status": status })),
+        )
+        .await
+        .map(drop)
+        .map_err(kube_err("patch status of runnerset", object_name(set)))
+}
+
+/// The set's conditions: `Available` from the counts, `Progressing` from the plan and the
+/// StatefulSets being retired.
+pub fn set_conditions(
+    desired: u32,
+    ready: i32,
+    retiring: usize,
+    plan: &owner_sync::Plan,
+) -> Vec<Desired> {
+    let counts = format!("{ready} of {desired} runner(s) registered and ready");
+    let available = if i64::from(ready) >= i64::from(desired) {
+        Desired::yes(kind::AVAILABLE, reason::RUNNERS_AVAILABLE, counts)
+    } else {
+        Desired::no(kind::AVAILABLE, reason::RUNNERS_UNAVAILABLE, counts)
+    };
+    let created: u32 = plan
+        .actions
+        .iter()
+        .map(|a| match a {
+            PlanAction::Create { count } => *count,
+            _ => 0,
+        })
+        .sum();
+    let outdated = plan.actions.iter().any(|a| {
+        matches!(
+            a,
+            PlanAction::RequestUnregistration {
+                reason: RetireReason::Outdated,
+                ..
+            }
+        )
+    });
+    let progressing = if created > 0 {
+        Desired::yes(
+            kind::PROGRESSING,
+            reason::SCALING_UP,
+            format!("creating {created} runner(s)"),
+        )
+    } else if outdated {
+        Desired::yes(
+            kind::PROGRESSING,
+            reason::ROLLING_OUT,
+            "retiring runners of an outdated template",
+        )
+    } else if retiring > 0 {
+        Desired::yes(
+            kind::PROGRESSING,
+            reason::SCALING_DOWN,
+            format!(
+                "unregistering {retiring} runner(s) from GitHub before deleting them; a busy \
+                 runner finishes its job first"
+            ),
+        )
+    } else if let Some(Wait::RecreationDelay { until }) = &plan.wait {
+        Desired::yes(
+            kind::PROGRESSING,
+            reason::SCALING_UP,
+            format!(
+                "completed ephemeral runners are replaced at {} or when effectiveTime moves \
+                 (a scale-down is probably on its way)",
+                rfc3339(*until)
+            ),
+        )
+    } else {
+        Desired::no(
+            kind::PROGRESSING,
+            reason::REPLICAS_SYNCED,
+            "the runners match the spec",
+        )
+    };
+    vec![available, progressing]
+}
+
+async fn apply(
+    set: &RunnerSet,
+    state: &RunnerSetContext,
+    scope: &RunnerScope,
+    action: &PlanAction,
+    hash: &str,
+) -> Result<(), Error> {
+    let ctx = &state.ctx;
+    let ns = set.namespace().unwrap_or_default();
+    let sets: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let now = rfc3339(ctx.now());
+    let annotate = |key: &'static str| serde_json::json!({ "metadata": { "annotations": { key: now.clone() } } });
+    match action {
+        PlanAction::Create { count } => {
+            let github = ctx
+                .github_for(&ns, set.spec.config.github_api_credentials_from.as_ref())
+                .await?;
+            let mut created = Vec::new();
+            for _ in 0..*count {
+                created.push(create_runner(set, ctx, scope, github.as_ref(), hash, &now).await?);
+            }
+            info!(set = %object_name(set), count, "created runner statefulsets");
+            // As for RunnerReplicaSets: the next reconcile must see these StatefulSets, or it
+            // would create them again.
+            wait_until_stored(&state.stateful_sets, &ns, &created).await;
+            ctx.event(
+                set.object_ref(&()),
+                false,
+                "CreatedRunners",
+                format!("created {count} runner(s): {}", created.join(", ")),
+            );
+        }
+        PlanAction::Delete { owner, reason } => {
+            sets.delete(owner, &DeleteParams::background())
+                .await
+                .map(drop)
+                .or_else(ignore_not_found)
+                .map_err(kube_err("delete statefulset", format!("{ns}/{owner}")))?;
+            info!(set = %object_name(set), statefulset = owner, ?reason, "deleted runner statefulset");
+            ctx.event(
+                set.object_ref(&()),
+                false,
+                "DeletedRunner",
+                format!("deleted runner statefulset {owner} ({reason:?})"),
+            );
+        }
+        PlanAction::RequestUnregistration {
+            owner,
+            pods: pod_names,
+            reason,
+        } => {
+            // Pods first: the owner's annotation means "all my pods were asked".
+            for pod in pod_names {
+                pods.patch(
+                    pod,
+                    &PatchParams::default(),
+                    &Patch::Merge(&annotate(ann::UNREGISTRATION_REQUEST_TIMESTAMP)),
+                )
+                .await
+                .map(drop)
+                .or_else(ignore_not_found)
+                .map_err(kube_err(
+                    "request unregistration of pod",
+                    format!("{ns}/{pod}"),
+                ))?;
+            }
+            sets.patch(
+                owner,
+                &PatchParams::default(),
+                &Patch::Merge(&annotate(ann::UNREGISTRATION_REQUEST_TIMESTAMP)),
+            )
+            .await
+            .map_err(kube_err(
+                "request unregistration of statefulset",
+                format!("{ns}/{owner}"),
+            ))?;
+            info!(set = %object_name(set), statefulset = owner, ?reason, "retiring runner");
+            ctx.event(
+                set.object_ref(&()),
+                false,
+                "UnregisteringRunner",
+                format!("unregistering runner {owner} from GitHub before deleting it ({reason:?})"),
+            );
+        }
+        PlanAction::MarkUnregistrationComplete { owner } => {
+            sets.patch(
+                owner,
+                &PatchParams::default(),
+                &Patch::Merge(&annotate(ann::UNREGISTRATION_COMPLETE_TIMESTAMP)),
+            )
+            .await
+            .map_err(kube_err(
+                "mark statefulset unregistered",
+                format!("{ns}/{owner}"),
+            ))?;
+        }
+    }
+    Ok(())
+}
+
+/// Creates one runner: its registration Secret (owned by the set until the StatefulSet exists,
+/// so the pod never waits for it), the StatefulSet, then hands the Secret to the StatefulSet
+/// (the garbage collector deletes it with the StatefulSet). Returns the StatefulSet's name.
+async fn create_runner(
+    set: &RunnerSet,
+    ctx: &Context,
+    scope: &RunnerScope,
+    github: &dyn GitHubApi,
+    hash: &str,
+    now: &str,
+) -> Result<String, Error> {
+    let ns = set.namespace().unwrap_or_default();
+    let name = new_name(set, ctx.now());
+    let pod = pod_name(&name);
+    let secret_name = registration_secret_name(&name);
+    let jit = uses_jit(set, ctx.settings.jit);
+    let gh_scope = github_scope(scope);
+
+    let mut data = BTreeMap::new();
+    let mut registered_id = None;
+    if jit {
+        let request = JitConfigRequest {
+            name: pod.clone(),
+            runner_group_id: 1,
+            labels: set.spec.config.labels.clone().unwrap_or_default(),
+            work_folder: None,
+        };
+        let config = match github.generate_jit_config(&gh_scope, &request).await {
+            Err(GitHubError::Conflict { .. }) => {
+                if let Some(old) = github
+                    .find_runner(&gh_scope, &pod)
+                    .await
+                    .map_err(github_err("find runner", scope))?
+                {
+                    github
+                        .delete_runner(&gh_scope, old.id)
+                        .await
+                        .map_err(github_err("delete stale runner", scope))?;
+                }
+                github.generate_jit_config(&gh_scope, &request).await
+            }
+            other => other,
+        }
+        .map_err(github_err("generate JIT config", scope))?;
+        registered_id = Some(config.runner.id.0);
+        data.insert(
+            JIT_CONFIG_KEY.to_owned(),
+            ByteString(config.encoded_jit_config.expose().as_bytes().to_vec()),
+        );
+    } else {
+        let token = github
+            .registration_token(&gh_scope)
+            .await
+            .map_err(github_err("get registration token", scope))?;
+        data.insert(
+            TOKEN_KEY.to_owned(),
+            ByteString(token.token.expose().as_bytes().to_vec()),
+        );
+        data.insert(
+            "expires_at".to_owned(),
+            ByteString(token.expires_at.to_string().into_bytes()),
+        );
+    }
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let secret =
+        |owner: Option<OwnerReference>, data: Option<BTreeMap<String, ByteString>>| Secret {
+            metadata: ObjectMeta {
+                name: Some(secret_name.clone()),
+                namespace: Some(ns.clone()),
+                owner_references: owner.map(|o| vec![o]),
+                labels: Some(
+                    [
+                        (
+                            "app.kubernetes.io/managed-by".to_owned(),
+                            "hangar".to_owned(),
+                        ),
+                        (label::RUNNERSET_NAME.to_owned(), set.name_any()),
+                    ]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            data,
+            type_: Some("Opaque".into()),
+            ..Default::default()
+        };
+    let set_owner = set.controller_owner_ref(&()).map(|mut o| {
+        o.controller = None;
+        o
+    });
+    secrets
+        .patch(
+            &secret_name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&secret(set_owner, Some(data.clone()))),
+        )
+        .await
+        .map_err(kube_err(
+            "apply registration secret",
+            format!("{ns}/{secret_name}"),
+        ))?;
+
+    let mut defaults = ctx.settings.pod_defaults.clone();
+    defaults.registration_secret = secret_name.clone();
+    defaults.jit = jit;
+    let sts = build_stateful_set(set, &name, hash, &defaults, now, registered_id);
+    let created = Api::<StatefulSet>::namespaced(ctx.client.clone(), &ns)
+        .create(&PostParams::default(), &sts)
+        .await
+        .map_err(kube_err("create statefulset for", object_name(set)))?;
+    let sts_owner = created.controller_owner_ref(&()).map(|mut o| {
+        o.controller = None;
+        o
+    });
+    secrets
+        .patch(
+            &secret_name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&secret(sts_owner, Some(data))),
+        )
+        .await
+        .map_err(kube_err(
+            "hand registration secret to statefulset",
+            format!("{ns}/{secret_name}"),
+        ))?;
+    info!(set = %object_name(set), statefulset = name, %scope, jit, "created runner statefulset");
+    Ok(name)
+}
+
+fn backoff_key(set: &RunnerSet) -> String {
+    format!("runnerset/{}", object_name(set))
+}
+
+/// Reconciles a set, resetting its back-off after a success.
+async fn reconcile_with_backoff(
+    set: Arc<RunnerSet>,
+    state: Arc<RunnerSetContext>,
+) -> Result<Action, Error> {
+    let key = backoff_key(&set);
+    let action = reconcile(set, state.clone()).await?;
+    state.ctx.backoff.reset(&key);
+    Ok(action)
+}
+
+/// Failures back off per set and are Warning events on it (invalid specs wait for a change).
+pub fn error_policy(set: Arc<RunnerSet>, error: &Error, state: Arc<RunnerSetContext>) -> Action {
+    let ctx = &state.ctx;
+    let action = ctx.backoff.next(&backoff_key(&set), error);
+    warn!(set = %object_name(set.as_ref()), %error, retry = ?action, "reconcile failed");
+    let ev = Event {
+        type_: EventType::Warning,
+        reason: error.category().into(),
+        note: Some(error.to_string()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    let reference = set.object_ref(&());
+    let recorder = ctx.recorder.clone();
+    tokio::spawn(async move {
+        let _ = recorder.publish(&ev, &reference).await;
+    });
+    action
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,237 @@
+//! StatefulSet building and the pure helpers of the RunnerSet controller, without a cluster.
+
+use super::*;
+
+/// The seed 002 example (examples/runnerset-seed002-pod-template.yaml), as stored.
+fn seed_example() -> RunnerSet {
+    let yaml = include_str!("../../../../../examples/runnerset-seed002-pod-template.yaml");
+    let mut set: RunnerSet = serde_yaml::from_str(yaml).unwrap();
+    set.metadata.namespace = Some("ci".into());
+    set.metadata.uid = Some("uid-1".into());
+    set
+}
+
+fn defaults() -> PodDefaults {
+    PodDefaults {
+        registration_secret: "example-abc-registration".into(),
+        github_url: "http://ghsim/".into(),
+        ..PodDefaults::default()
+    }
+}
+
+fn runner(sts: &StatefulSet) -> k8s_openapi::api::core::v1::Container {
+    pod_spec(sts)
+        .containers
+        .iter()
+        .find(|c| c.name == "runner")
+        .cloned()
+        .unwrap()
+}
+
+fn pod_spec(sts: &StatefulSet) -> k8s_openapi::api::core::v1::PodSpec {
+    sts.spec.clone().unwrap().template.spec.unwrap()
+}
+
+fn env<'a>(
+    c: &'a k8s_openapi::api::core::v1::Container,
+    name: &str,
+) -> &'a k8s_openapi::api::core::v1::EnvVar {
+    c.env
+        .iter()
+        .flatten()
+        .find(|e| e.name == name)
+        .unwrap_or_else(|| panic!("no {name}"))
+}
+
+#[test]
+fn a_runner_statefulset_has_one_replica_and_belongs_to_its_set() {
+    let set = seed_example();
+    let sts = build_stateful_set(
+        &set,
+        "example-abc",
+        "h1",
+        &defaults(),
+        "2024-01-01T00:00:00Z",
+        None,
+    );
+    let spec = sts.spec.clone().unwrap();
+    assert_eq!(spec.replicas, Some(1));
+    let owner = &sts.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+        ("RunnerSet", "example", Some(true))
+    );
+    let labels = sts.metadata.labels.clone().unwrap();
+    assert_eq!(labels["runnerset-name"], "example");
+    assert_eq!(labels["runner-template-hash"], "h1");
+    assert_eq!(
+        sts.metadata.annotations.clone().unwrap()["sync-time"],
+        "2024-01-01T00:00:00Z"
+    );
+}
+
+#[test]
+fn without_a_selector_pods_are_selected_by_the_runnerset_name_label() {
+    let set = seed_example();
+    let sts = build_stateful_set(&set, "example-abc", "h1", &defaults(), "t", None);
+    let spec = sts.spec.clone().unwrap();
+    assert_eq!(
+        spec.selector.match_labels.clone().unwrap(),
+        BTreeMap::from([("runnerset-name".to_owned(), "example".to_owned())])
+    );
+    let meta = spec.template.metadata.unwrap();
+    let labels = meta.labels.unwrap();
+    assert_eq!(labels["runnerset-name"], "example");
+    assert_eq!(labels["runner-template-hash"], "h1");
+    assert_eq!(labels["actions-runner"], "");
+    assert_eq!(
+        meta.finalizers.unwrap(),
+        ["actions.summerwind.dev/runner-pod"]
+    );
+    assert_eq!(selector_string(&selector(&set)), "runnerset-name=example");
+}
+
+#[test]
+fn a_given_selector_is_kept_and_the_template_carries_its_labels() {
+    let yaml = include_str!("../../../../../examples/runnerset-seed002-statefulset-fields.yaml");
+    let set: RunnerSet = serde_yaml::from_str(yaml).unwrap();
+    let sts = build_stateful_set(&set, "example-abc", "h1", &defaults(), "t", None);
+    let spec = sts.spec.unwrap();
+    assert_eq!(spec.selector.match_labels.unwrap()["app"], "example");
+    assert_eq!(
+        spec.template.metadata.unwrap().labels.unwrap()["app"],
+        "example"
+    );
+    assert_eq!(spec.service_name.as_deref(), Some("example"));
+}
+
+#[test]
+fn the_runner_container_gets_the_runner_environment_and_keeps_the_users_settings() {
+    let set = seed_example();
+    let sts = build_stateful_set(&set, "example-abc", "h1", &defaults(), "t", None);
+    let c = runner(&sts);
+    assert_eq!(
+        env(&c, "RUNNER_NAME").value.as_deref(),
+        Some("example-abc-0")
+    );
+    assert_eq!(
+        env(&c, "RUNNER_REPO").value.as_deref(),
+        Some("mumoshu/actions-runner-controller-ci")
+    );
+    assert_eq!(env(&c, "RUNNER_EPHEMERAL").value.as_deref(), Some("false"));
+    assert_eq!(env(&c, "DOCKERD_IN_RUNNER").value.as_deref(), Some("true"));
+    let token = env(&c, "RUNNER_TOKEN")
+        .value_from
+        .clone()
+        .unwrap()
+        .secret_key_ref
+        .unwrap();
+    assert_eq!(
+        (token.name.as_str(), token.key.as_str()),
+        ("example-abc-registration", "runner_token")
+    );
+    let limits = c.resources.unwrap().limits.unwrap();
+    assert_eq!(limits["cpu"].0, "4.0");
+    let spec = pod_spec(&sts);
+    assert_eq!(
+        spec.restart_policy.as_deref(),
+        Some("Always"),
+        "StatefulSets only allow Always"
+    );
+    assert!(
+        spec.security_context.unwrap().se_linux_options.is_some(),
+        "pod settings kept"
+    );
+}
+
+#[test]
+fn a_runner_container_is_added_when_the_template_has_none() {
+    let mut set = seed_example();
+    set.spec.stateful_set.template.spec = None;
+    set.spec.config.dockerd_within_runner_container = None;
+    let sts = build_stateful_set(&set, "example-abc", "h1", &defaults(), "t", None);
+    let names: Vec<String> = pod_spec(&sts)
+        .containers
+        .iter()
+        .map(|c| c.name.clone())
+        .collect();
+    assert_eq!(names, ["runner", "docker"]);
+    assert!(runner(&sts).image.is_some());
+}
+
+#[test]
+fn jit_runners_read_their_configuration_from_the_secret_and_are_born_registered() {
+    let set = seed_example();
+    let d = PodDefaults {
+        jit: true,
+        ..defaults()
+    };
+    let sts = build_stateful_set(&set, "example-abc", "h1", &d, "t", Some(42));
+    let c = runner(&sts);
+    let jit = env(&c, "ACTIONS_RUNNER_INPUT_JITCONFIG")
+        .value_from
+        .clone()
+        .unwrap()
+        .secret_key_ref
+        .unwrap();
+    assert_eq!(jit.key, "jit_config");
+    assert!(c.env.iter().flatten().all(|e| e.name != "RUNNER_TOKEN"));
+    let annotations = sts
+        .spec
+        .unwrap()
+        .template
+        .metadata
+        .unwrap()
+        .annotations
+        .unwrap();
+    assert_eq!(annotations["actions-runner/id"], "42");
+}
+
+#[test]
+fn the_template_hash_ignores_replicas_and_effective_time_only() {
+    let set = seed_example();
+    let base = desired_hash(&set);
+    let mut scaled = set.clone();
+    scaled.spec.stateful_set.replicas = Some(7);
+    scaled.spec.effective_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        jiff::Timestamp::UNIX_EPOCH,
+    ));
+    assert_eq!(desired_hash(&scaled), base);
+    let mut changed = set.clone();
+    changed.spec.config.labels = Some(vec!["gpu".into()]);
+    assert_ne!(desired_hash(&changed), base);
+}
+
+#[test]
+fn statefulset_names_are_fresh_and_short_enough_for_labels() {
+    let mut set = seed_example();
+    set.metadata.name = Some("a".repeat(60));
+    let now = SystemTime::now();
+    let (a, b) = (new_name(&set, now), new_name(&set, now));
+    assert_ne!(a, b);
+    // `controller-revision-hash` = `<statefulset>-<10 characters>` must fit in 63.
+    assert!(a.len() <= 52, "{a}");
+}
+
+#[test]
+fn a_restarted_runner_container_counts_as_finished() {
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "example-abc-0"},
+        "status": {"phase": "Running", "containerStatuses": [{
+            "name": "runner", "image": "i", "imageID": "", "ready": true, "restartCount": 1,
+            "state": {"running": {}}
+        }]}
+    }))
+    .unwrap();
+    assert!(stateful_pod_view(&pod).is_stopped());
+}
+
+#[test]
+fn the_jit_annotation_on_the_set_or_its_template_selects_jit() {
+    let mut set = seed_example();
+    assert!(!uses_jit(&set, false));
+    assert!(uses_jit(&set, true));
+    set.metadata.annotations =
+        Some([("hangar.dev/registration".to_owned(), "jit".to_owned())].into());
+    assert!(uses_jit(&set, false));
+}

@@ -1,0 +1,559 @@
+//! Prometheus metrics, `/healthz` and `/readyz`.
+//!
+//! Contract: instruments are cheap to update from any task; everything derivable from state
+//! Hangar already holds — runners by state (the pod cache), autoscaler and deployment replicas
+//! (their caches), GitHub calls and rate limits (the client registry) — is computed when
+//! Prometheus scrapes, so there is no second copy to keep in sync. The one exception is which
+//! runners are busy: a background task asks GitHub's List Runners per scope at most every
+//! [`BUSY_REFRESH`], through the caching client (a 304 costs no rate limit).
+//!
+//! Names: Hangar's own are `hangar_*`; ARC's legacy gauges keep their names
+//! (`horizontalrunnerautoscaler_*`, `runnerdeployment_spec_replicas`, `github_rate_limit*`) so
+//! existing dashboards keep working.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hangar_api::annotation as ann;
+use hangar_github::ClientRegistry;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// How often the busy/idle split of registered runners is refreshed from GitHub.
+pub const BUSY_REFRESH: Duration = Duration::from_secs(30);
+
+type Labels = Vec<(&'static str, String)>;
+
+/// Every instrument Hangar exports.
+pub struct Metrics {
+    registry: Registry,
+    reconcile_duration: Family<Labels, Histogram>,
+    reconcile_errors: Family<Labels, Counter>,
+    webhook_deliveries: Family<Labels, Counter>,
+    delivery_to_pod: Histogram,
+    queue_to_assignment: Histogram,
+    runners: Family<Labels, Gauge>,
+    github_calls: Family<Labels, Gauge>,
+    rate_limit_remaining: Family<Labels, Gauge>,
+    rate_limit_legacy: Family<Labels, Gauge>,
+    rate_limit_remaining_legacy: Family<Labels, Gauge>,
+    hra_desired: Family<Labels, Gauge>,
+    hra_min: Family<Labels, Gauge>,
+    hra_max: Family<Labels, Gauge>,
+    deployment_replicas: Family<Labels, Gauge>,
+    busy: Mutex<HashSet<String>>,
+    started: Instant,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+fn latency_histogram() -> Histogram {
+    // 10 ms … ~82 s.
+    Histogram::new(exponential_buckets(0.01, 2.0, 14))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// All instruments, registered.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let m = Self {
+            reconcile_duration: Family::new_with_constructor(latency_histogram),
+            reconcile_errors: Family::default(),
+            webhook_deliveries: Family::default(),
+            delivery_to_pod: latency_histogram(),
+            queue_to_assignment: latency_histogram(),
+            runners: Family::default(),
+            github_calls: Family::default(),
+            rate_limit_remaining: Family::default(),
+            rate_limit_legacy: Family::default(),
+            rate_limit_remaining_legacy: Family::default(),
+            hra_desired: Family::default(),
+            hra_min: Family::default(),
+            hra_max: Family::default(),
+            deployment_replicas: Family::default(),
+            busy: Mutex::new(HashSet::new()),
+            started: Instant::now(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "hangar_reconcile_duration_seconds",
+            "Time one reconcile took, by controller",
+            m.reconcile_duration.clone(),
+        );
+        registry.register(
+            "hangar_reconcile_errors",
+            "Reconciles that failed, by controller",
+            m.reconcile_errors.clone(),
+        );
+        registry.register(
+            "hangar_webhook_deliveries",
+            "GitHub webhook deliveries, by event and outcome",
+            m.webhook_deliveries.clone(),
+        );
+        registry.register(
+            "hangar_webhook_delivery_to_pod_seconds",
+            "From a queued workflow_job delivery to the runner pod it caused being created",
+            m.delivery_to_pod.clone(),
+        );
+        registry.register(
+            "hangar_job_queue_to_assignment_seconds",
+            "From a job being queued to a runner picking it up (workflow_job timestamps)",
+            m.queue_to_assignment.clone(),
+        );
+        registry.register(
+            "hangar_runners",
+            "Runner pods by state: pending, idle, busy, unregistering",
+            m.runners.clone(),
+        );
+        registry.register(
+            "hangar_github_api_calls",
+            "GitHub REST calls by endpoint; cached=true answered by the cache, revalidated = 304",
+            m.github_calls.clone(),
+        );
+        registry.register(
+            "hangar_github_rate_limit_remaining",
+            "Primary rate-limit budget left, by credential",
+            m.rate_limit_remaining.clone(),
+        );
+        registry.register(
+            "github_rate_limit",
+            "Primary rate limit (ARC legacy name)",
+            m.rate_limit_legacy.clone(),
+        );
+        registry.register(
+            "github_rate_limit_remaining",
+            "Primary rate-limit budget left (ARC legacy name)",
+            m.rate_limit_remaining_legacy.clone(),
+        );
+        registry.register(
+            "horizontalrunnerautoscaler_desired_replicas",
+            "Desired replicas of a HorizontalRunnerAutoscaler (ARC legacy name)",
+            m.hra_desired.clone(),
+        );
+        registry.register(
+            "horizontalrunnerautoscaler_min_replicas",
+            "minReplicas of a HorizontalRunnerAutoscaler (ARC legacy name)",
+            m.hra_min.clone(),
+        );
+        registry.register(
+            "horizontalrunnerautoscaler_max_replicas",
+            "maxReplicas of a HorizontalRunnerAutoscaler (ARC legacy name)",
+            m.hra_max.clone(),
+        );
+        registry.register(
+            "runnerdeployment_spec_replicas",
+            "spec.replicas of a RunnerDeployment (ARC legacy name)",
+            m.deployment_replicas.clone(),
+        );
+        Self { registry, ..m }
+    }
+
+    /// Records one reconcile of `controller`.
+    pub fn reconciled(&self, controller: &'static str, took: Duration, failed: bool) {
+        let labels = vec![("controller", controller.to_owned())];
+        self.reconcile_duration
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+        if failed {
+            self.reconcile_errors.get_or_create(&labels).inc();
+        }
+    }
+
+    /// Records one webhook delivery.
+    pub fn delivery(&self, event: &str, outcome: &str) {
+        self.webhook_deliveries
+            .get_or_create(&vec![
+                ("event", event.to_owned()),
+                ("outcome", outcome.to_owned()),
+            ])
+            .inc();
+    }
+
+    /// Records the time from a queued delivery to the pod it caused.
+    pub fn delivery_to_pod(&self, took: Duration) {
+        self.delivery_to_pod.observe(took.as_secs_f64());
+    }
+
+    /// Records the time a job waited for a runner.
+    pub fn queue_to_assignment(&self, took: Duration) {
+        self.queue_to_assignment.observe(took.as_secs_f64());
+    }
+
+    /// Replaces the set of runner names GitHub reports busy.
+    pub fn set_busy(&self, names: HashSet<String>) {
+        *self.busy.lock().expect("busy lock") = names;
+    }
+
+    /// The exposition text, after refreshing the derived gauges from `state`.
+    pub fn render(&self, state: &ScrapeState<'_>) -> String {
+        self.refresh(state);
+        let mut out = String::new();
+        if encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+
+    fn refresh(&self, state: &ScrapeState<'_>) {
+        let busy = self.busy.lock().expect("busy lock").clone();
+        let mut counts: BTreeMap<(&str, &str), i64> = BTreeMap::new();
+        for pod in state.pods {
+            let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+            *counts.entry((ns, runner_state(pod, &busy))).or_default() += 1;
+        }
+        self.runners.clear();
+        for ((ns, state), n) in counts {
+            self.runners
+                .get_or_create(&vec![
+                    ("namespace", ns.to_owned()),
+                    ("state", state.to_owned()),
+                ])
+                .set(n);
+        }
+        if let Some(registry) = state.github {
+            self.github_calls.clear();
+            self.rate_limit_remaining.clear();
+            self.rate_limit_legacy.clear();
+            self.rate_limit_remaining_legacy.clear();
+            let mut calls: BTreeMap<(String, &str), i64> = BTreeMap::new();
+            for report in registry.reports() {
+                for (endpoint, stats) in &report.endpoints {
+                    *calls.entry((endpoint.clone(), "false")).or_default() +=
+                        stats.requests as i64 - stats.not_modified as i64;
+                    *calls.entry((endpoint.clone(), "revalidated")).or_default() +=
+                        stats.not_modified as i64;
+                    *calls.entry((endpoint.clone(), "true")).or_default() +=
+                        stats.cache_hits as i64;
+                }
+                if let Some(limit) = report.rate_limit {
+                    let credential = vec![("credential", report.credential.to_string())];
+                    self.rate_limit_remaining
+                        .get_or_create(&credential)
+                        .set(limit.remaining as i64);
+                    self.rate_limit_remaining_legacy
+                        .get_or_create(&credential)
+                        .set(limit.remaining as i64);
+                    self.rate_limit_legacy
+                        .get_or_create(&credential)
+                        .set(limit.limit as i64);
+                }
+            }
+            for ((endpoint, cached), n) in calls {
+                if n > 0 {
+                    self.github_calls
+                        .get_or_create(&vec![("endpoint", endpoint), ("cached", cached.to_owned())])
+                        .set(n);
+                }
+            }
+        }
+        self.hra_desired.clear();
+        self.hra_min.clear();
+        self.hra_max.clear();
+        for hra in state.autoscalers {
+            let labels = vec![
+                ("namespace", hra.namespace.clone()),
+                ("horizontalrunnerautoscaler", hra.name.clone()),
+            ];
+            if let Some(v) = hra.desired {
+                self.hra_desired.get_or_create(&labels).set(v);
+            }
+            if let Some(v) = hra.min {
+                self.hra_min.get_or_create(&labels).set(v);
+            }
+            if let Some(v) = hra.max {
+                self.hra_max.get_or_create(&labels).set(v);
+            }
+        }
+        self.deployment_replicas.clear();
+        for (namespace, name, replicas) in state.deployments {
+            self.deployment_replicas
+                .get_or_create(&vec![
+                    ("namespace", namespace.clone()),
+                    ("runnerdeployment", name.clone()),
+                ])
+                .set(*replicas);
+        }
+    }
+
+    /// Seconds since start (for `/healthz` bodies and tests).
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+}
+
+/// Renders the exposition from whatever the manager has attached.
+type Source = Box<dyn Fn(&Metrics) -> String + Send + Sync>;
+
+/// The `/metrics`, `/healthz` and `/readyz` endpoints of one process. Started before leader
+/// election (a follower must answer probes too); the manager attaches its caches once synced.
+pub struct Exporter {
+    /// The instruments.
+    pub metrics: Arc<Metrics>,
+    source: std::sync::OnceLock<Source>,
+    ready: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for Exporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Exporter")
+            .field("attached", &self.source.get().is_some())
+            .field("ready", &self.is_ready())
+            .finish()
+    }
+}
+
+impl Default for Exporter {
+    fn default() -> Self {
+        Self {
+            metrics: Arc::new(Metrics::new()),
+            source: std::sync::OnceLock::new(),
+            ready: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+impl Exporter {
+    /// Makes scrapes render from `source` (the manager's caches). Only the first call counts.
+    pub fn attach(&self, source: impl Fn(&Metrics) -> String + Send + Sync + 'static) {
+        let _ = self.source.set(Box::new(source));
+    }
+
+    /// Marks this process ready (`/readyz` 200): caches synced, or following a leader.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether `/readyz` answers 200.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The current exposition text.
+    pub fn render(&self) -> String {
+        match self.source.get() {
+            Some(source) => source(&self.metrics),
+            None => self.metrics.render(&ScrapeState::default()),
+        }
+    }
+
+    /// The HTTP routes: `/metrics`, `/healthz`, `/readyz`.
+    pub fn router(self: Arc<Self>) -> axum::Router {
+        use axum::http::{StatusCode, header};
+        use axum::routing::get;
+        let metrics = self.clone();
+        let ready = self;
+        axum::Router::new()
+            .route(
+                "/metrics",
+                get(move || {
+                    let body = metrics.render();
+                    async move {
+                        (
+                            [(
+                                header::CONTENT_TYPE,
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            )],
+                            body,
+                        )
+                    }
+                }),
+            )
+            .route("/healthz", get(|| async { "ok" }))
+            .route(
+                "/readyz",
+                get(move || {
+                    let ok = ready.is_ready();
+                    async move {
+                        if ok {
+                            (StatusCode::OK, "ok")
+                        } else {
+                            (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+                        }
+                    }
+                }),
+            )
+    }
+}
+
+/// Serves `router` on `listener` until the process ends.
+pub async fn serve(listener: tokio::net::TcpListener, router: axum::Router) -> std::io::Result<()> {
+    axum::serve(listener, router).await
+}
+
+/// What a scrape reads: the caches' current contents.
+#[derive(Debug, Default)]
+pub struct ScrapeState<'a> {
+    /// Runner pods.
+    pub pods: &'a [Arc<Pod>],
+    /// Clients and their counters.
+    pub github: Option<&'a ClientRegistry>,
+    /// Autoscalers.
+    pub autoscalers: &'a [AutoscalerView],
+    /// RunnerDeployments: namespace, name, spec.replicas.
+    pub deployments: &'a [(String, String, i64)],
+}
+
+/// The numbers of one HorizontalRunnerAutoscaler the gauges show.
+#[derive(Clone, Debug, Default)]
+pub struct AutoscalerView {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// status.desiredReplicas.
+    pub desired: Option<i64>,
+    /// spec.minReplicas.
+    pub min: Option<i64>,
+    /// spec.maxReplicas.
+    pub max: Option<i64>,
+}
+
+/// A runner pod's state for `hangar_runners`.
+pub fn runner_state(pod: &Pod, busy: &HashSet<String>) -> &'static str {
+    let annotations = pod.annotations();
+    if annotations.contains_key(ann::UNREGISTRATION_REQUEST_TIMESTAMP)
+        || pod.metadata.deletion_timestamp.is_some()
+    {
+        return "unregistering";
+    }
+    let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+    if !running || !annotations.contains_key(ann::RUNNER_ID) {
+        return "pending";
+    }
+    if busy.contains(&pod.name_any()) {
+        "busy"
+    } else {
+        "idle"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, phase: &str, annotations: &[(&str, &str)]) -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {
+                    "name": name,
+                    "namespace": "ns",
+                    "annotations": annotations.iter().map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect::<BTreeMap<_, _>>(),
+                },
+                "status": {"phase": phase},
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn runner_states() {
+        let busy: HashSet<String> = ["b".to_owned()].into();
+        let cases = [
+            (pod("p", "Pending", &[]), "pending"),
+            (pod("r", "Running", &[]), "pending"),
+            (pod("i", "Running", &[(ann::RUNNER_ID, "1")]), "idle"),
+            (pod("b", "Running", &[(ann::RUNNER_ID, "2")]), "busy"),
+            (
+                pod(
+                    "u",
+                    "Running",
+                    &[
+                        (ann::RUNNER_ID, "3"),
+                        (
+                            ann::UNREGISTRATION_REQUEST_TIMESTAMP,
+                            "2026-01-01T00:00:00Z",
+                        ),
+                    ],
+                ),
+                "unregistering",
+            ),
+        ];
+        for (pod, want) in cases {
+            assert_eq!(runner_state(&pod, &busy), want, "{}", pod.name_any());
+        }
+    }
+
+    #[tokio::test]
+    async fn the_endpoints_answer_over_http() {
+        let exporter = Arc::new(Exporter::default());
+        exporter.metrics.delivery("ping", "ok");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve(listener, exporter.clone().router()));
+        let get = |path: &'static str| async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+            stream
+                .write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut text = String::new();
+            stream.read_to_string(&mut text).await.unwrap();
+            text
+        };
+        assert!(get("/healthz").await.starts_with("HTTP/1.0 200"));
+        assert!(get("/readyz").await.starts_with("HTTP/1.0 503"));
+        exporter.set_ready(true);
+        assert!(get("/readyz").await.starts_with("HTTP/1.0 200"));
+        let metrics = get("/metrics").await;
+        assert!(
+            metrics.contains("hangar_webhook_deliveries_total{event=\"ping\",outcome=\"ok\"} 1"),
+            "{metrics}"
+        );
+    }
+
+    #[test]
+    fn exposition_has_the_documented_names() {
+        let m = Metrics::new();
+        m.reconciled("runner", Duration::from_millis(30), true);
+        m.delivery("workflow_job", "scaled");
+        m.set_busy(["b".to_owned()].into());
+        let pods = vec![
+            pod("b", "Running", &[(ann::RUNNER_ID, "2")]),
+            pod("i", "Running", &[(ann::RUNNER_ID, "1")]),
+        ];
+        let autoscalers = vec![AutoscalerView {
+            namespace: "ns".into(),
+            name: "hra".into(),
+            desired: Some(3),
+            min: Some(0),
+            max: Some(10),
+        }];
+        let deployments = vec![("ns".to_owned(), "rd".to_owned(), 3)];
+        let text = m.render(&ScrapeState {
+            pods: &pods,
+            github: None,
+            autoscalers: &autoscalers,
+            deployments: &deployments,
+        });
+        for line in [
+            "hangar_reconcile_errors_total{controller=\"runner\"} 1",
+            "hangar_reconcile_duration_seconds_count{controller=\"runner\"} 1",
+            "hangar_webhook_deliveries_total{event=\"workflow_job\",outcome=\"scaled\"} 1",
+            "hangar_runners{namespace=\"ns\",state=\"busy\"} 1",
+            "hangar_runners{namespace=\"ns\",state=\"idle\"} 1",
+            "horizontalrunnerautoscaler_desired_replicas{namespace=\"ns\",horizontalrunnerautoscaler=\"hra\"} 3",
+            "runnerdeployment_spec_replicas{namespace=\"ns\",runnerdeployment=\"rd\"} 3",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+    }
+}

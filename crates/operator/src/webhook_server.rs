@@ -1,0 +1,749 @@
+//! The GitHub webhook server: `workflow_job` deliveries become capacity reservations on the
+//! matching HorizontalRunnerAutoscaler, quickly and at most once.
+//!
+//! Contract, in the order a delivery is handled:
+//! 1. **Bounded body**: bodies over [`WebhookConfig::max_body_bytes`] get 413 before anything
+//!    reads them.
+//! 2. **Signature first**: `X-Hub-Signature-256` is verified over the raw body in constant time
+//!    (`hangar_github::webhook`) before any parsing; a missing or wrong signature gets 401. The
+//!    server refuses to start without a secret unless unsigned deliveries are allowed
+//!    explicitly ([`WebhookConfig::new`]); ARC silently accepts them.
+//! 3. **Parse**: no `X-GitHub-Event` or a payload that is not the event's JSON gets 400 with the
+//!    reason.
+//! 4. **Deduplicate**: a delivery id seen within the window gets 200 "duplicate" and changes
+//!    nothing; so does a `workflow_job` with a (job id, attempt, queued/completed) already seen, so
+//!    redeliveries and the old `completed` events a re-run resends (ARC #4315) neither scale
+//!    twice nor cancel the re-run's reservation. A `queued` that arrives after its job's
+//!    `completed` (reordered deliveries) is ignored, so no reservation lingers.
+//! 5. **Decide** (`hangar_core::autoscaler::webhook`): `queued` reserves a runner, `completed`
+//!    releases one (not for `skipped`, nor `success` without a runner); other actions and
+//!    events (`ping` → "pong", legacy `check_run`/`pull_request`/`push`, anything else) get
+//!    200 "ignored" — never a 5xx that makes GitHub show a failure. The autoscaler is chosen by
+//!    `select_target` over autoscalers in a reflector store (no LIST per delivery), in
+//!    namespace/name order; runner-group visibility is asked of GitHub only when a matching
+//!    candidate uses a group and credentials are configured.
+//! 6. **Queue**: the operation joins a bounded [`Batcher`]; a full queue gets 503 (and the
+//!    delivery is forgotten by the dedup, so GitHub's redelivery is accepted later). Otherwise
+//!    202.
+//!
+//! The batch writer applies each autoscaler's pending operations with
+//! `apply_scale_operations` and writes `spec.capacityReservations` in one JSON patch that
+//! tests the list it read (a compare-and-swap on that field alone, so status writes never
+//! conflict; re-read and retried on conflict, put back into the batcher on other errors), at
+//! most once per autoscaler per [`WebhookConfig::batch_interval`]. A lone delivery is written
+//! after a 20 ms pause that gathers a burst into one write. The spec change triggers the HRA
+//! controller's watch, which scales the target in the same moment: that is the fast path from
+//! a queued job to a new runner pod.
+//! Reservation times are rounded *up* to the whole second, because the API stores seconds and
+//! the target's `effectiveTime` must never look older than a runner created before it (see
+//! `hangar_core::owner_sync`'s recreation delay).
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use hangar_api::horizontal_runner_autoscaler::ScaleTargetKind;
+use hangar_api::{HorizontalRunnerAutoscaler, RunnerConfig, RunnerDeployment, RunnerSet};
+use hangar_core::RunnerScope;
+use hangar_core::autoscaler::webhook::{GroupOwner, GroupRef};
+use hangar_core::autoscaler::{
+    Batch, Batcher, DEFAULT_RESERVATION_DURATION, Dedup, JobOrigin, JobOutcome, ScaleOp, Seen,
+    TargetCandidate, TriggerView, apply_scale_operations, job_trigger_duration, select_target,
+    workflow_job_operation,
+};
+use hangar_github::webhook::{WebhookError, WebhookEvent, WorkflowJobAction, WorkflowJobEvent};
+use hangar_github::{GitHubApi, Secret};
+use kube::api::PatchParams;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::Notify;
+use tracing::{debug, info, warn};
+
+use crate::context::Clock;
+use crate::controllers::hra::{
+    capacity_reservation, is_conflict, reservation_of, reservations_patch,
+};
+
+/// Field manager of the reservation writes.
+pub const MANAGER: &str = "hangar-webhook";
+
+/// Default body limit: `workflow_job` payloads are a few KiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Default interval between two reservation writes of one autoscaler.
+/// Short, so that the jobs of a burst wait little for their runners; long enough that a burst
+/// costs a handful of writes a second, not one per delivery.
+pub const DEFAULT_BATCH_INTERVAL: Duration = Duration::from_millis(250);
+/// Default limit of pending operations (ARC's `--queue-limit` is 100).
+pub const DEFAULT_QUEUE_LIMIT: usize = 1000;
+/// How long delivery ids and (job, action) pairs are remembered (ARC PR #4594 uses 1 h).
+pub const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(3600);
+/// How many keys the dedup remembers at most.
+pub const DEFAULT_DEDUP_CAPACITY: usize = 100_000;
+/// How long the runner-group visibility lookup may take before groups count as visible, so
+/// that every answer stays well within GitHub's 10 s delivery timeout.
+const VISIBILITY_TIMEOUT: Duration = Duration::from_secs(4);
+/// How long the writer waits after being woken before taking due batches.
+const GATHER: Duration = Duration::from_millis(20);
+/// Writes of one batch tried before it is put back into the queue (conflicts only).
+const WRITE_ATTEMPTS: usize = 4;
+
+/// The server refuses to start.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// No secret and no explicit permission to accept unsigned deliveries.
+    #[error(
+        "no webhook secret: set GITHUB_WEBHOOK_SECRET_TOKEN (or --github-webhook-secret-token) \
+         to the secret configured on the GitHub webhook, or pass \
+         --insecure-accept-unsigned-webhooks to accept deliveries anyone could forge"
+    )]
+    MissingSecret,
+}
+
+/// How the server behaves.
+#[derive(Clone, Debug)]
+pub struct WebhookConfig {
+    /// Accepted signing secrets (several during a rotation); empty only when unsigned
+    /// deliveries are allowed.
+    pub secrets: Vec<Secret>,
+    /// Largest accepted body.
+    pub max_body_bytes: usize,
+    /// At most one reservation write per autoscaler per interval.
+    pub batch_interval: Duration,
+    /// Pending operations beyond this are refused with 503.
+    pub queue_limit: usize,
+    /// How long deliveries and job events are remembered.
+    pub dedup_window: Duration,
+    /// How many of them at most.
+    pub dedup_capacity: usize,
+}
+
+impl WebhookConfig {
+    /// Defaults around `secret`. Without one, `allow_unsigned` must be set explicitly; with one,
+    /// signatures are always verified.
+    pub fn new(secret: Option<Secret>, allow_unsigned: bool) -> Result<Self, ConfigError> {
+        let secrets: Vec<Secret> = secret.into_iter().filter(|s| !s.is_empty()).collect();
+        if secrets.is_empty() && !allow_unsigned {
+            return Err(ConfigError::MissingSecret);
+        }
+        if secrets.is_empty() {
+            warn!(
+                "webhook signatures are NOT verified: anyone who can reach the server can scale runners"
+            );
+        }
+        Ok(Self {
+            secrets,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            batch_interval: DEFAULT_BATCH_INTERVAL,
+            queue_limit: DEFAULT_QUEUE_LIMIT,
+            dedup_window: DEFAULT_DEDUP_WINDOW,
+            dedup_capacity: DEFAULT_DEDUP_CAPACITY,
+        })
+    }
+}
+
+/// What the server reads: autoscalers and their targets, from reflector stores.
+#[derive(Clone)]
+pub struct WebhookStores {
+    /// HorizontalRunnerAutoscalers.
+    pub hras: Store<HorizontalRunnerAutoscaler>,
+    /// RunnerDeployments (targets).
+    pub deployments: Store<RunnerDeployment>,
+    /// RunnerSets (targets).
+    pub runner_sets: Store<RunnerSet>,
+}
+
+impl std::fmt::Debug for WebhookStores {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookStores")
+            .field("hras", &self.hras.len())
+            .field("deployments", &self.deployments.len())
+            .field("runner_sets", &self.runner_sets.len())
+            .finish()
+    }
+}
+
+/// An autoscaler: namespace and name.
+pub type HraKey = (String, String);
+
+/// What the dedup remembers.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum SeenKey {
+    Delivery(String),
+    /// Job id, run attempt, operation. The attempt keeps a re-run that reused the job id
+    /// distinct from the attempt that completed.
+    Job(u64, u32, ScaleOp),
+}
+
+/// Counters of what the server did, for tests, benchmarks and logs.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Deliveries whose signature (and JSON) checked out.
+    pub verified: AtomicU64,
+    /// 401s.
+    pub unauthorized: AtomicU64,
+    /// 400s.
+    pub malformed: AtomicU64,
+    /// Duplicates by delivery id or job event.
+    pub duplicates: AtomicU64,
+    /// 200 "ignored" (pings included) and deliveries no autoscaler matched.
+    pub ignored: AtomicU64,
+    /// Operations queued (202).
+    pub accepted: AtomicU64,
+    /// 503s.
+    pub queue_full: AtomicU64,
+    /// Reservation writes that succeeded.
+    pub writes: AtomicU64,
+    /// Writes that hit a conflict and were retried.
+    pub write_conflicts: AtomicU64,
+}
+
+/// The server's shared state: configuration, stores, dedup memory and the batcher.
+pub struct WebhookServer {
+    config: WebhookConfig,
+    stores: WebhookStores,
+    github: Option<Arc<dyn GitHubApi>>,
+    clock: Arc<dyn Clock>,
+    dedup: Mutex<Dedup<SeenKey>>,
+    batcher: Mutex<Batcher<HraKey>>,
+    wake: Notify,
+    stats: Stats,
+}
+
+impl std::fmt::Debug for WebhookServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookServer")
+            .field("stores", &self.stores)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An answer: status and a one-line text for GitHub's delivery log.
+#[derive(Debug)]
+struct Reply(StatusCode, String);
+
+impl IntoResponse for Reply {
+    fn into_response(self) -> Response {
+        (self.0, self.1).into_response()
+    }
+}
+
+impl WebhookServer {
+    /// A server over `stores`. `github` (optional) answers runner-group visibility; without it
+    /// every group counts as visible, as in ARC.
+    pub fn new(
+        config: WebhookConfig,
+        stores: WebhookStores,
+        github: Option<Arc<dyn GitHubApi>>,
+        clock: Arc<dyn Clock>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            dedup: Mutex::new(Dedup::new(config.dedup_window, config.dedup_capacity)),
+            batcher: Mutex::new(Batcher::new(config.batch_interval, config.queue_limit)),
+            config,
+            stores,
+            github,
+            clock,
+            wake: Notify::new(),
+            stats: Stats::default(),
+        })
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// `GET /` answers that the server runs; `POST` to any path is a delivery.
+    pub fn router(self: &Arc<Self>) -> Router {
+        Router::new()
+            .route("/", get(running).post(deliver))
+            .route("/{*path}", post(deliver))
+            .layer(DefaultBodyLimit::max(self.config.max_body_bytes))
+            .with_state(self.clone())
+    }
+
+    /// Serves deliveries on `listener` and writes reservations with `client` until `shutdown`
+    /// completes.
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: tokio::net::TcpListener,
+        client: Client,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let addr: Option<SocketAddr> = listener.local_addr().ok();
+        info!(?addr, "webhook server listening");
+        let writer = tokio::spawn(self.clone().run_writer(client));
+        let result = axum::serve(listener, self.router())
+            .with_graceful_shutdown(shutdown)
+            .await;
+        writer.abort();
+        result
+    }
+
+    /// Handles one delivery.
+    async fn handle(&self, headers: &HeaderMap, body: &[u8]) -> Reply {
+        let delivery = match hangar_github::webhook::receive(headers, body, &self.config.secrets) {
+            Ok(d) => d,
+            Err(WebhookError::Signature(e)) => {
+                self.stats.unauthorized.fetch_add(1, Ordering::Relaxed);
+                debug!(error = %e, "rejected delivery");
+                return Reply(StatusCode::UNAUTHORIZED, e.to_string());
+            }
+            Err(e) => {
+                self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                let reason = match &e {
+                    WebhookError::Payload { source, .. } => format!("{e}: {source}"),
+                    _ => e.to_string(),
+                };
+                debug!(%reason, "malformed delivery");
+                return Reply(StatusCode::BAD_REQUEST, reason);
+            }
+        };
+        self.stats.verified.fetch_add(1, Ordering::Relaxed);
+        let now = self.clock.now();
+        let delivery_key = delivery.id.clone().map(SeenKey::Delivery);
+        if let Some(key) = &delivery_key {
+            let seen = self.lock_dedup().observe(key.clone(), now);
+            if seen == Seen::Duplicate {
+                self.stats.duplicates.fetch_add(1, Ordering::Relaxed);
+                return Reply(StatusCode::OK, "duplicate delivery: already handled".into());
+            }
+        }
+        let reply = match delivery.event {
+            WebhookEvent::Ping(_) => Reply(StatusCode::OK, "pong".into()),
+            WebhookEvent::WorkflowJob(event) => {
+                return self.workflow_job(&event, delivery_key, now).await;
+            }
+            WebhookEvent::CheckRun(_) | WebhookEvent::PullRequest(_) | WebhookEvent::Push(_) => {
+                Reply(
+                    StatusCode::OK,
+                    "ignored: check_run, pull_request and push triggers have no effect (as in \
+                     ARC since v0.27); subscribe the webhook to workflow_job"
+                        .into(),
+                )
+            }
+            WebhookEvent::Other { event } => Reply(
+                StatusCode::OK,
+                format!("ignored: {event} events are not used"),
+            ),
+        };
+        self.stats.ignored.fetch_add(1, Ordering::Relaxed);
+        reply
+    }
+
+    async fn workflow_job(
+        &self,
+        event: &WorkflowJobEvent,
+        delivery_key: Option<SeenKey>,
+        now: SystemTime,
+    ) -> Reply {
+        let job = &event.workflow_job;
+        let outcome = workflow_job_operation(
+            action_name(event.action),
+            job.conclusion.map(|c| c.as_str()),
+            job.runner_id,
+        );
+        let op = match outcome {
+            JobOutcome::Scale(op) => op,
+            JobOutcome::Ignore(reason) => {
+                self.stats.ignored.fetch_add(1, Ordering::Relaxed);
+                return Reply(StatusCode::OK, format!("ignored: {reason:?}"));
+            }
+        };
+        let attempt = job.run_attempt.unwrap_or(1);
+        let job_key = SeenKey::Job(job.id, attempt, op);
+        {
+            let mut dedup = self.lock_dedup();
+            if dedup.observe(job_key.clone(), now) == Seen::Duplicate {
+                self.stats.duplicates.fetch_add(1, Ordering::Relaxed);
+                return Reply(
+                    StatusCode::OK,
+                    format!("duplicate: job {} was already {op:?}", job.id),
+                );
+            }
+            let completed = SeenKey::Job(job.id, attempt, ScaleOp::Down);
+            if op == ScaleOp::Up && dedup.contains(&completed, now) {
+                self.stats.ignored.fetch_add(1, Ordering::Relaxed);
+                return Reply(
+                    StatusCode::OK,
+                    format!("ignored: job {} already completed", job.id),
+                );
+            }
+        }
+        let forget = |server: &Self| {
+            let mut dedup = server.lock_dedup();
+            dedup.forget(&job_key);
+            if let Some(key) = &delivery_key {
+                dedup.forget(key);
+            }
+        };
+        let Some(key) = self.select(event).await else {
+            // Forgotten, so that a redelivery after the autoscaler is created counts.
+            forget(self);
+            self.stats.ignored.fetch_add(1, Ordering::Relaxed);
+            return Reply(
+                StatusCode::OK,
+                format!(
+                    "ignored: no HorizontalRunnerAutoscaler with a workflowJob trigger matches \
+                     {} with labels {:?}",
+                    event.repository.full_name, job.labels
+                ),
+            );
+        };
+        let pushed = self.lock_batcher().push(key.clone(), op, now);
+        if let Err(full) = pushed {
+            forget(self);
+            self.stats.queue_full.fetch_add(1, Ordering::Relaxed);
+            warn!(autoscaler = %format!("{}/{}", key.0, key.1), "webhook queue full");
+            return Reply(StatusCode::SERVICE_UNAVAILABLE, full.to_string());
+        }
+        self.wake.notify_one();
+        self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+        debug!(job = job.id, ?op, autoscaler = %format!("{}/{}", key.0, key.1), "queued");
+        Reply(
+            StatusCode::ACCEPTED,
+            format!("accepted: {op:?} for {}/{}", key.0, key.1),
+        )
+    }
+
+    /// The autoscaler a job scales, if any.
+    async fn select(&self, event: &WorkflowJobEvent) -> Option<HraKey> {
+        let candidates = self.candidates();
+        let repo = &event.repository;
+        let origin = JobOrigin {
+            owner: &repo.owner.login,
+            repository: &repo.name,
+            owner_is_user: repo.owner.kind.as_deref() == Some("User"),
+            enterprise: event.enterprise.as_ref().and_then(|e| e.slug.as_deref()),
+        };
+        let visible = self.visible_groups(&origin, &candidates).await;
+        select_target(
+            &origin,
+            &event.workflow_job.labels,
+            &candidates,
+            |group: &GroupRef<'_>| {
+                let known = match group.owner_kind {
+                    GroupOwner::Organization => visible.organization.as_ref(),
+                    GroupOwner::Enterprise => visible.enterprise.as_ref(),
+                };
+                known.is_none_or(|names| names.contains(&group.name.to_lowercase()))
+            },
+        )
+        .map(|(candidate, _tier)| candidate.id.clone())
+    }
+
+    /// Autoscalers taking part in `workflow_job` scaling, with their targets' scope, group and
+    /// labels, in namespace/name order.
+    fn candidates(&self) -> Vec<TargetCandidate<HraKey>> {
+        let mut hras = self.stores.hras.state();
+        hras.sort_by_key(|h| (h.namespace(), h.name_any()));
+        hras.iter()
+            .filter(|hra| job_duration(hra).is_some())
+            .filter_map(|hra| {
+                let ns = hra.namespace()?;
+                let config = self.target_config(hra, &ns)?;
+                let scope = RunnerScope::from_fields(
+                    config.enterprise.as_deref(),
+                    config.organization.as_deref(),
+                    config.repository.as_deref(),
+                )
+                .ok()?;
+                Some(TargetCandidate {
+                    id: (ns, hra.name_any()),
+                    scope,
+                    group: config.group.clone(),
+                    labels: config.labels.clone().unwrap_or_default(),
+                })
+            })
+            .collect()
+    }
+
+    fn target_config(&self, hra: &HorizontalRunnerAutoscaler, ns: &str) -> Option<RunnerConfig> {
+        let reference = hra.spec.scale_target_ref.as_ref()?;
+        let name = reference.name.as_deref()?;
+        match reference.kind.unwrap_or_default() {
+            ScaleTargetKind::RunnerDeployment => self
+                .stores
+                .deployments
+                .get(&ObjectRef::new(name).within(ns))
+                .map(|rd| rd.spec.template.spec.config.clone()),
+            ScaleTargetKind::RunnerSet => self
+                .stores
+                .runner_sets
+                .get(&ObjectRef::new(name).within(ns))
+                .map(|rs| rs.spec.config.clone()),
+        }
+    }
+
+    /// Names (lower case) of the runner groups visible to the job's repository, per tier, when
+    /// GitHub can be asked and a candidate needs it; `None` means "assume visible".
+    async fn visible_groups(
+        &self,
+        origin: &JobOrigin<'_>,
+        candidates: &[TargetCandidate<HraKey>],
+    ) -> VisibleGroups {
+        let mut visible = VisibleGroups::default();
+        let Some(github) = &self.github else {
+            return visible;
+        };
+        let grouped = |owner_kind: GroupOwner, owner: &str| {
+            candidates.iter().any(|c| {
+                let in_scope = match (&c.scope, owner_kind) {
+                    (RunnerScope::Organization(o), GroupOwner::Organization) => {
+                        o.eq_ignore_ascii_case(owner)
+                    }
+                    (RunnerScope::Enterprise(e), GroupOwner::Enterprise) => {
+                        e.eq_ignore_ascii_case(owner)
+                    }
+                    _ => false,
+                };
+                in_scope && c.group.as_deref().is_some_and(|g| !g.is_empty())
+            })
+        };
+        let names = |groups: Vec<hangar_github::RunnerGroup>| -> HashSet<String> {
+            groups.into_iter().map(|g| g.name.to_lowercase()).collect()
+        };
+        let lookup = async {
+            if !origin.owner_is_user && grouped(GroupOwner::Organization, origin.owner) {
+                match github
+                    .list_org_runner_groups(origin.owner, Some(origin.repository))
+                    .await
+                {
+                    Ok(groups) => visible.organization = Some(names(groups)),
+                    Err(e) => {
+                        warn!(org = origin.owner, error = %e, "cannot list runner groups; assuming visible")
+                    }
+                }
+            }
+            if let Some(enterprise) = origin.enterprise
+                && !origin.owner_is_user
+                && grouped(GroupOwner::Enterprise, enterprise)
+            {
+                match github
+                    .list_enterprise_runner_groups(enterprise, Some(origin.owner))
+                    .await
+                {
+                    Ok(groups) => visible.enterprise = Some(names(groups)),
+                    Err(e) => {
+                        warn!(enterprise, error = %e, "cannot list runner groups; assuming visible")
+                    }
+                }
+            }
+        };
+        if tokio::time::timeout(VISIBILITY_TIMEOUT, lookup)
+            .await
+            .is_err()
+        {
+            warn!("runner group lookup timed out; assuming visible");
+        }
+        visible
+    }
+
+    /// Writes due batches until the task is aborted.
+    pub async fn run_writer(self: Arc<Self>, client: Client) {
+        loop {
+            let now = self.clock.now();
+            let (due, next) = {
+                let mut batcher = self.lock_batcher();
+                let due = batcher.take_due(now);
+                (due, batcher.next_due())
+            };
+            if !due.is_empty() {
+                futures::future::join_all(due.into_iter().map(|b| self.write(&client, b))).await;
+                continue;
+            }
+            let wait = next.map_or(Duration::from_secs(3600), |t| {
+                t.duration_since(now).unwrap_or_default()
+            });
+            tokio::select! {
+                // A burst of deliveries (GitHub sends one per job) arrives within milliseconds:
+                // gather it into the first write instead of leaving all but one job to wait a
+                // batch interval.
+                () = self.wake.notified() => tokio::time::sleep(GATHER).await,
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// Applies one batch to its autoscaler's reservations.
+    async fn write(&self, client: &Client, batch: Batch<HraKey>) {
+        let (ns, name) = batch.key.clone();
+        let api = Api::<HorizontalRunnerAutoscaler>::namespaced(client.clone(), &ns);
+        let mut cached = self.stores.hras.get(&ObjectRef::new(&name).within(&ns));
+        for _ in 0..WRITE_ATTEMPTS {
+            let hra = match cached.take() {
+                Some(hra) => hra,
+                None => match api.get_opt(&name).await {
+                    Ok(Some(hra)) => Arc::new(hra),
+                    Ok(None) => {
+                        debug!(autoscaler = %format!("{ns}/{name}"), "autoscaler gone; dropping its operations");
+                        return;
+                    }
+                    Err(e) => {
+                        warn!(autoscaler = %format!("{ns}/{name}"), error = %e, "cannot read autoscaler; retrying");
+                        break;
+                    }
+                },
+            };
+            let now = ceil_to_second(self.clock.now());
+            let stored: Vec<_> = hra
+                .spec
+                .capacity_reservations
+                .iter()
+                .flatten()
+                .map(reservation_of)
+                .collect();
+            let max = hra.spec.max_replicas.and_then(|m| u32::try_from(m).ok());
+            let duration = job_duration(&hra).unwrap_or(DEFAULT_RESERVATION_DURATION);
+            let update = apply_scale_operations(&stored, &batch.ops, now, max, duration);
+            if !update.changed() {
+                return;
+            }
+            let reservations: Vec<_> = update
+                .reservations
+                .iter()
+                .map(capacity_reservation)
+                .collect();
+            let patch = reservations_patch(&hra, &reservations);
+            let params = PatchParams {
+                field_manager: Some(MANAGER.to_owned()),
+                ..PatchParams::default()
+            };
+            match api.patch(&name, &params, &patch).await {
+                Ok(_) => {
+                    self.stats.writes.fetch_add(1, Ordering::Relaxed);
+                    info!(
+                        autoscaler = %format!("{ns}/{name}"),
+                        added = update.added,
+                        removed = update.removed,
+                        expired = update.expired,
+                        extended = update.extended,
+                        reservations = update.reservations.len(),
+                        "capacity reservations updated"
+                    );
+                    return;
+                }
+                Err(e) if is_conflict(&e) => {
+                    self.stats.write_conflicts.fetch_add(1, Ordering::Relaxed);
+                    continue; // re-read and retry
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => return,
+                Err(e) => {
+                    warn!(autoscaler = %format!("{ns}/{name}"), error = %e, "cannot write capacity reservations; retrying");
+                    break;
+                }
+            }
+        }
+        self.lock_batcher().requeue(batch, self.clock.now());
+        self.wake.notify_one();
+    }
+
+    fn lock_dedup(&self) -> std::sync::MutexGuard<'_, Dedup<SeenKey>> {
+        // A panic while holding the lock leaves plain data behind; keep serving.
+        self.dedup.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_batcher(&self) -> std::sync::MutexGuard<'_, Batcher<HraKey>> {
+        self.batcher.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[derive(Debug, Default)]
+struct VisibleGroups {
+    organization: Option<HashSet<String>>,
+    enterprise: Option<HashSet<String>>,
+}
+
+async fn running() -> &'static str {
+    "webhook server is running"
+}
+
+async fn deliver(
+    State(server): State<Arc<WebhookServer>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    server.handle(&headers, &body).await.into_response()
+}
+
+fn action_name(action: WorkflowJobAction) -> &'static str {
+    match action {
+        WorkflowJobAction::Queued => "queued",
+        WorkflowJobAction::Waiting => "waiting",
+        WorkflowJobAction::InProgress => "in_progress",
+        WorkflowJobAction::Completed => "completed",
+        WorkflowJobAction::Unknown => "unknown",
+    }
+}
+
+/// The reservation lifetime of an autoscaler that takes part in `workflow_job` scaling.
+fn job_duration(hra: &HorizontalRunnerAutoscaler) -> Option<Duration> {
+    let triggers: Vec<TriggerView> = hra
+        .spec
+        .scale_up_triggers
+        .iter()
+        .flatten()
+        .map(|t| TriggerView {
+            workflow_job: t
+                .github_event
+                .as_ref()
+                .is_some_and(|e| e.workflow_job.is_some()),
+            duration: t.parsed_duration().and_then(Result::ok).map(Duration::from),
+        })
+        .collect();
+    job_trigger_duration(&triggers).ok()
+}
+
+/// The webhook server on its own (`hangar webhook-server`): its own reflectors over `namespace`
+/// (all when `None`), serving on `listener` until `shutdown`. The HRA controller of a `hangar run`
+/// elsewhere sees the reservations through its watch.
+pub async fn run_standalone(
+    client: Client,
+    namespace: Option<String>,
+    github: Option<Arc<dyn GitHubApi>>,
+    listener: tokio::net::TcpListener,
+    config: WebhookConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use crate::manager::{api, spawn_store};
+    use kube::runtime::watcher::Config;
+    let ns = namespace.as_deref();
+    let stores = WebhookStores {
+        hras: spawn_store(api(&client, ns), Config::default()),
+        deployments: spawn_store(api(&client, ns), Config::default()),
+        runner_sets: spawn_store(api(&client, ns), Config::default()),
+    };
+    for ready in [
+        stores.hras.wait_until_ready().await.is_ok(),
+        stores.deployments.wait_until_ready().await.is_ok(),
+        stores.runner_sets.wait_until_ready().await.is_ok(),
+    ] {
+        debug_assert!(ready);
+    }
+    let clock: Arc<dyn Clock> = Arc::new(crate::context::SystemClock);
+    WebhookServer::new(config, stores, github, clock)
+        .serve(listener, client, shutdown)
+        .await
+}
+
+/// `t` rounded up to a whole second.
+pub fn ceil_to_second(t: SystemTime) -> SystemTime {
+    let since = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    if since.subsec_nanos() == 0 {
+        t
+    } else {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(since.as_secs() + 1)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,391 @@
+//! The HTTP layer without a cluster: real HTTP/1.1 on loopback against the router, autoscalers
+//! and targets put straight into the reflector stores, and the batcher inspected instead of
+//! written.
+
+use std::time::Duration;
+
+use kube::runtime::reflector::{self, store::Writer};
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::*;
+use crate::context::SystemClock;
+
+const SECRET: &str = "It's a Secret to Everybody";
+
+struct Fixture {
+    server: Arc<WebhookServer>,
+    addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn apply<K>(writer: &mut Writer<K>, obj: Value)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + 'static,
+{
+    let obj: K = serde_json::from_value(obj).unwrap();
+    writer.apply_watcher_event(&watcher::Event::Apply(obj));
+}
+
+/// A server whose stores hold autoscaler `ns/hra` with a workflowJob trigger, scaling
+/// RunnerDeployment `ns/rd` of repository `octo/app` with label `linux`.
+async fn start(configure: impl FnOnce(&mut WebhookConfig)) -> Fixture {
+    let (hras, mut hra_writer) = reflector::store();
+    let (deployments, mut rd_writer) = reflector::store();
+    let (runner_sets, _rs_writer) = reflector::store::<RunnerSet>();
+    apply::<HorizontalRunnerAutoscaler>(
+        &mut hra_writer,
+        json!({
+            "apiVersion": "actions.summerwind.dev/v1alpha1",
+            "kind": "HorizontalRunnerAutoscaler",
+            "metadata": {"name": "hra", "namespace": "ns"},
+            "spec": {
+                "scaleTargetRef": {"name": "rd"},
+                "minReplicas": 0, "maxReplicas": 5,
+                "scaleUpTriggers": [{"githubEvent": {"workflowJob": {}}, "duration": "30m"}]
+            }
+        }),
+    );
+    apply::<RunnerDeployment>(
+        &mut rd_writer,
+        json!({
+            "apiVersion": "actions.summerwind.dev/v1alpha1",
+            "kind": "RunnerDeployment",
+            "metadata": {"name": "rd", "namespace": "ns"},
+            "spec": {"template": {"spec": {"repository": "octo/app", "labels": ["linux"]}}}
+        }),
+    );
+    let mut config = WebhookConfig::new(Some(Secret::new(SECRET)), false).unwrap();
+    configure(&mut config);
+    let stores = WebhookStores {
+        hras,
+        deployments,
+        runner_sets,
+    };
+    let server = WebhookServer::new(config, stores, None, Arc::new(SystemClock));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = server.router();
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    Fixture { server, addr, task }
+}
+
+/// Sends one request with a fresh connection; returns status and body.
+async fn request(
+    addr: SocketAddr,
+    method: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut head = format!(
+        "{method} / HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head += &format!("{k}: {v}\r\n");
+    }
+    head += "\r\n";
+    stream.write_all(head.as_bytes()).await.unwrap();
+    // The server may answer (413) before reading a large body; a failed write is fine then.
+    let _ = stream.write_all(body).await;
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response).await;
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status: u16 = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP status in {text:?}"));
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
+    (status, body)
+}
+
+/// A signed delivery of `event` with `payload` and delivery id `guid`.
+async fn post(f: &Fixture, event: &str, guid: &str, payload: &Value) -> (u16, String) {
+    let body = serde_json::to_vec(payload).unwrap();
+    let headers = [
+        ("content-type", "application/json".to_owned()),
+        ("x-github-event", event.to_owned()),
+        ("x-github-delivery", guid.to_owned()),
+        (
+            "x-hub-signature-256",
+            hangar_github::webhook::sign(SECRET.as_bytes(), &body),
+        ),
+    ];
+    request(f.addr, "POST", &headers, &body).await
+}
+
+fn workflow_job(action: &str, job_id: u64, labels: &[&str], conclusion: Option<&str>) -> Value {
+    json!({
+        "action": action,
+        "workflow_job": {
+            "id": job_id, "run_id": 7, "run_attempt": 1, "name": "build",
+            "status": if action == "completed" { "completed" } else { "queued" },
+            "conclusion": conclusion,
+            "labels": labels,
+            "runner_id": if action == "completed" { json!(42) } else { Value::Null },
+        },
+        "repository": {
+            "id": 1, "name": "app", "full_name": "octo/app", "private": true,
+            "owner": {"login": "octo", "id": 2, "type": "Organization"}
+        },
+        "organization": {"login": "octo", "id": 2}
+    })
+}
+
+fn pending(f: &Fixture) -> usize {
+    f.server.lock_batcher().queued()
+}
+
+#[test]
+fn refuses_to_start_without_a_secret_unless_told_to() {
+    assert!(matches!(
+        WebhookConfig::new(None, false),
+        Err(ConfigError::MissingSecret)
+    ));
+    assert!(matches!(
+        WebhookConfig::new(Some(Secret::new("")), false),
+        Err(ConfigError::MissingSecret)
+    ));
+    assert!(WebhookConfig::new(None, true).unwrap().secrets.is_empty());
+    assert_eq!(
+        WebhookConfig::new(Some(Secret::new("s")), true)
+            .unwrap()
+            .secrets
+            .len(),
+        1,
+        "with a secret, signatures are verified even when unsigned deliveries are allowed"
+    );
+}
+
+#[tokio::test]
+async fn ping_is_answered_with_pong_and_get_says_running() {
+    let f = start(|_| {}).await;
+    let (status, body) = post(
+        &f,
+        "ping",
+        "d-1",
+        &json!({"zen": "Keep it simple.", "hook_id": 1}),
+    )
+    .await;
+    assert_eq!((status, body.as_str()), (200, "pong"));
+    let (status, body) = request(f.addr, "GET", &[], b"").await;
+    assert_eq!((status, body.as_str()), (200, "webhook server is running"));
+}
+
+#[tokio::test]
+async fn bad_or_missing_signatures_get_401_and_change_nothing() {
+    let f = start(|_| {}).await;
+    let body = serde_json::to_vec(&workflow_job("queued", 1, &["linux"], None)).unwrap();
+    let forged = [
+        ("x-github-event", "workflow_job".to_owned()),
+        ("x-github-delivery", "d-1".to_owned()),
+        (
+            "x-hub-signature-256",
+            hangar_github::webhook::sign(b"not the secret", &body),
+        ),
+    ];
+    assert_eq!(request(f.addr, "POST", &forged, &body).await.0, 401);
+    let unsigned = [("x-github-event", "workflow_job".to_owned())];
+    assert_eq!(request(f.addr, "POST", &unsigned, &body).await.0, 401);
+    let malformed = [
+        ("x-github-event", "workflow_job".to_owned()),
+        ("x-hub-signature-256", "sha256=zz".to_owned()),
+    ];
+    assert_eq!(request(f.addr, "POST", &malformed, &body).await.0, 401);
+    assert_eq!(pending(&f), 0);
+    // The forged delivery's id was not remembered: the genuine one is still accepted.
+    let (status, _) = post(
+        &f,
+        "workflow_job",
+        "d-1",
+        &workflow_job("queued", 1, &["linux"], None),
+    )
+    .await;
+    assert_eq!(status, 202);
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_get_413() {
+    let f = start(|c| c.max_body_bytes = 1024).await;
+    let payload = json!({"zen": "x".repeat(2048), "hook_id": 1});
+    let (status, _) = post(&f, "ping", "d-1", &payload).await;
+    assert_eq!(status, 413);
+}
+
+#[tokio::test]
+async fn malformed_json_gets_400_with_the_reason() {
+    let f = start(|_| {}).await;
+    let body = b"{\"action\": \"queued\"";
+    let headers = [
+        ("x-github-event", "workflow_job".to_owned()),
+        (
+            "x-hub-signature-256",
+            hangar_github::webhook::sign(SECRET.as_bytes(), body),
+        ),
+    ];
+    let (status, reason) = request(f.addr, "POST", &headers, body).await;
+    assert_eq!(status, 400);
+    assert!(reason.contains("workflow_job"), "{reason}");
+    let no_event = [(
+        "x-hub-signature-256",
+        hangar_github::webhook::sign(SECRET.as_bytes(), b"{}"),
+    )];
+    let (status, reason) = request(f.addr, "POST", &no_event, b"{}").await;
+    assert_eq!(status, 400);
+    assert!(reason.contains("X-GitHub-Event"), "{reason}");
+}
+
+#[tokio::test]
+async fn events_no_trigger_uses_are_ignored_with_200() {
+    let f = start(|_| {}).await;
+    let (status, body) = post(&f, "issues", "d-1", &json!({"action": "opened"})).await;
+    assert_eq!(status, 200);
+    assert!(body.starts_with("ignored"), "{body}");
+    let (status, body) = post(
+        &f,
+        "workflow_job",
+        "d-2",
+        &workflow_job("in_progress", 1, &["linux"], None),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(body.starts_with("ignored"), "{body}");
+    let skipped = workflow_job("completed", 1, &["linux"], Some("skipped"));
+    assert_eq!(post(&f, "workflow_job", "d-3", &skipped).await.0, 200);
+    // No autoscaler has runners labelled gpu.
+    let (status, body) = post(
+        &f,
+        "workflow_job",
+        "d-4",
+        &workflow_job("queued", 2, &["gpu"], None),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(body.contains("no HorizontalRunnerAutoscaler"), "{body}");
+    assert_eq!(pending(&f), 0);
+}
+
+#[tokio::test]
+async fn duplicates_by_delivery_id_and_by_job_event_count_once() {
+    let f = start(|_| {}).await;
+    let queued = workflow_job("queued", 1, &["self-hosted", "Linux"], None);
+    assert_eq!(post(&f, "workflow_job", "d-1", &queued).await.0, 202);
+    // GitHub's redelivery: same delivery id.
+    let (status, body) = post(&f, "workflow_job", "d-1", &queued).await;
+    assert_eq!(status, 200);
+    assert!(body.contains("duplicate"), "{body}");
+    // The same job event under a new delivery id.
+    let (status, body) = post(&f, "workflow_job", "d-2", &queued).await;
+    assert_eq!(status, 200);
+    assert!(body.contains("duplicate"), "{body}");
+    assert_eq!(pending(&f), 1);
+    let batch = f
+        .server
+        .lock_batcher()
+        .take_due(SystemTime::now() + Duration::from_secs(5));
+    assert_eq!(batch.len(), 1);
+    assert_eq!(batch[0].key, ("ns".to_owned(), "hra".to_owned()));
+    assert_eq!(batch[0].ops, vec![ScaleOp::Up]);
+}
+
+#[tokio::test]
+async fn a_queued_that_arrives_after_its_completed_is_ignored() {
+    let f = start(|_| {}).await;
+    let completed = workflow_job("completed", 9, &["linux"], Some("success"));
+    assert_eq!(post(&f, "workflow_job", "d-2", &completed).await.0, 202);
+    let (status, body) = post(
+        &f,
+        "workflow_job",
+        "d-1",
+        &workflow_job("queued", 9, &["linux"], None),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(body.contains("already completed"), "{body}");
+    let batches = f
+        .server
+        .lock_batcher()
+        .take_due(SystemTime::now() + Duration::from_secs(5));
+    assert_eq!(batches[0].ops, vec![ScaleOp::Down]);
+}
+
+#[tokio::test]
+async fn a_full_queue_answers_503_and_accepts_the_redelivery_later() {
+    let f = start(|c| c.queue_limit = 1).await;
+    assert_eq!(
+        post(
+            &f,
+            "workflow_job",
+            "d-1",
+            &workflow_job("queued", 1, &["linux"], None)
+        )
+        .await
+        .0,
+        202
+    );
+    let second = workflow_job("queued", 2, &["linux"], None);
+    assert_eq!(post(&f, "workflow_job", "d-2", &second).await.0, 503);
+    f.server
+        .lock_batcher()
+        .take_due(SystemTime::now() + Duration::from_secs(5));
+    assert_eq!(
+        post(&f, "workflow_job", "d-2", &second).await.0,
+        202,
+        "redelivery after 503"
+    );
+}
+
+#[tokio::test]
+async fn form_encoded_deliveries_are_verified_over_the_form_bytes() {
+    let f = start(|_| {}).await;
+    let json = serde_json::to_string(&workflow_job("queued", 1, &["linux"], None)).unwrap();
+    let body = format!("payload={}", url_encode(&json));
+    let headers = [
+        (
+            "content-type",
+            "application/x-www-form-urlencoded".to_owned(),
+        ),
+        ("x-github-event", "workflow_job".to_owned()),
+        (
+            "x-hub-signature-256",
+            hangar_github::webhook::sign(SECRET.as_bytes(), body.as_bytes()),
+        ),
+    ];
+    assert_eq!(
+        request(f.addr, "POST", &headers, body.as_bytes()).await.0,
+        202
+    );
+}
+
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[test]
+fn reservation_times_round_up_to_the_second() {
+    let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_250);
+    assert_eq!(
+        ceil_to_second(t),
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_001)
+    );
+    let whole = SystemTime::UNIX_EPOCH + Duration::from_secs(5);
+    assert_eq!(ceil_to_second(whole), whole);
+}

@@ -1,0 +1,913 @@
+//! Autoscaling end to end: HorizontalRunnerAutoscalers and the webhook server against the real
+//! control plane, ghsim sending signed webhooks (with its delivery faults), and nodesim running
+//! the runner pods that take the jobs.
+//!
+//! Each test starts ghsim, the manager with the webhook server ([`Harness::start_with_webhook`])
+//! and, where jobs must run, two simulated nodes of its own pool. Assertions are on what a user
+//! sees: the RunnerDeployment's replicas, the autoscaler's spec and status, ghsim's job and
+//! delivery records. Long timers (the scale-down delay, schedule windows) are crossed with
+//! `h.clock.advance`, never by sleeping. Submission-to-pod latencies are printed
+//! (`--nocapture`), not asserted: performance is for benchmarks.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures::StreamExt;
+use ghsim::webhooks::{ContentType, NewHook};
+use ghsim::world::{JobStatus, SubmitJobs};
+use hangar_api::{HorizontalRunnerAutoscaler, Runner, RunnerDeployment};
+use hangar_github::{ClientOptions, Secret};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::ListParams;
+use kube::runtime::{WatchStreamExt, watcher};
+use nodesim::program::RunnerProgram;
+use nodesim::{NodeSim, NodeSimConfig, NodeSimHandle, Timing};
+use serde_json::{Value, json};
+use support::Harness;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const WAIT: Duration = Duration::from_secs(60);
+const SECRET: &str = "hangar-autoscaling-test-secret";
+/// The simulated runners' own PAT in ghsim (see e2e.rs).
+const RUNNER_PAT: &str = "ghp_nodesim_runner";
+static POOLS: AtomicU32 = AtomicU32::new(0);
+
+/// The manager with its webhook server, ghsim, and optionally simulated nodes.
+struct Stack {
+    h: Harness,
+    webhook_url: String,
+    nodes: Option<NodeSimHandle>,
+    watchers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        for w in &self.watchers {
+            w.abort();
+        }
+    }
+}
+
+impl Stack {
+    /// The stack for one test; `with_nodes` adds two simulated nodes running runner pods.
+    async fn start(prefix: &str, with_nodes: bool) -> Self {
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .try_init();
+        // No response cache: a runner registering right after a List Runners call would
+        // otherwise be seen only a minute later (see e2e.rs).
+        let options = ClientOptions {
+            cache: false,
+            ..ClientOptions::default()
+        };
+        let config = hangar::webhook_server::WebhookConfig::new(Some(Secret::new(SECRET)), false)
+            .expect("a secret is configured");
+        let (h, webhook_url) = Harness::start_with_webhook(prefix, options, |_| {}, config).await;
+        let nodes = if with_nodes {
+            let pool = format!(
+                "as-{prefix}-{}-{}",
+                std::process::id(),
+                POOLS.fetch_add(1, Ordering::Relaxed)
+            );
+            h.sim.update(|w, _| w.add_pat(RUNNER_PAT, "nodesim-runner"));
+            let runner = RunnerProgram::new().with_remove_credential(RUNNER_PAT);
+            let config = NodeSimConfig::new(pool, 2)
+                .with_timing(Timing::fast())
+                .with_runner_program(runner);
+            Some(NodeSim::start(h.client.clone(), config).await.unwrap())
+        } else {
+            None
+        };
+        Self {
+            h,
+            webhook_url,
+            nodes,
+            watchers: vec![],
+        }
+    }
+
+    /// Subscribes the webhook server to ghsim's `workflow_job` events, signed with `secret`,
+    /// and waits for the answer to the hook's `ping`.
+    async fn subscribe(&self, secret: &str) -> u16 {
+        let hook = self.h.sim.add_hook(NewHook {
+            url: self.webhook_url.clone(),
+            secret: Some(secret.to_owned()),
+            content_type: ContentType::Json,
+            events: vec!["workflow_job".to_owned()],
+            owner: None,
+        });
+        eventually(self, "the ping to be answered", WAIT, || async {
+            self.h
+                .sim
+                .deliveries()
+                .iter()
+                .find(|d| d.hook_id == hook.id && d.event == "ping")
+                .and_then(|d| d.attempts.last()?.status)
+        })
+        .await
+    }
+
+    /// RunnerDeployment `name` for `octo/app` with runner label `label`, on this test's nodes.
+    fn apply_deployment(&self, name: &str, label: &str, replicas: i32) {
+        let mut spec = json!({"repository": "octo/app", "labels": [label]});
+        if let Some(nodes) = &self.nodes {
+            let placement = nodes.placement();
+            spec["nodeSelector"] = json!(placement.node_selector);
+            spec["tolerations"] = json!(placement.tolerations);
+        }
+        let rd = json!({
+            "apiVersion": "actions.summerwind.dev/v1alpha1",
+            "kind": "RunnerDeployment",
+            "metadata": {"name": name},
+            "spec": {"replicas": replicas, "template": {"spec": spec}},
+        });
+        self.h.apply(&rd.to_string());
+    }
+
+    /// Autoscaler `name` scaling RunnerDeployment `name`, with `spec` merged in.
+    fn apply_hra(&self, name: &str, spec: Value) {
+        let mut full = json!({"scaleTargetRef": {"kind": "RunnerDeployment", "name": name}});
+        if let (Some(full), Some(extra)) = (full.as_object_mut(), spec.as_object()) {
+            full.extend(extra.clone());
+        }
+        let hra = json!({
+            "apiVersion": "actions.summerwind.dev/v1alpha1",
+            "kind": "HorizontalRunnerAutoscaler",
+            "metadata": {"name": name},
+            "spec": full,
+        });
+        self.h.apply(&hra.to_string());
+    }
+
+    async fn deployment(&self, name: &str) -> RunnerDeployment {
+        self.h.api::<RunnerDeployment>().get(name).await.unwrap()
+    }
+
+    async fn replicas(&self, name: &str) -> Option<i32> {
+        self.deployment(name).await.spec.replicas
+    }
+
+    async fn hra(&self, name: &str) -> HorizontalRunnerAutoscaler {
+        self.h
+            .api::<HorizontalRunnerAutoscaler>()
+            .get(name)
+            .await
+            .unwrap()
+    }
+
+    async fn reservations(&self, name: &str) -> usize {
+        self.hra(name)
+            .await
+            .spec
+            .capacity_reservations
+            .map_or(0, |r| r.len())
+    }
+
+    async fn desired(&self, name: &str) -> Option<i32> {
+        self.hra(name).await.status?.desired_replicas
+    }
+
+    async fn runners(&self) -> Vec<Runner> {
+        self.h
+            .api::<Runner>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+    }
+
+    async fn pods(&self) -> Vec<Pod> {
+        self.h
+            .api::<Pod>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// Queues `count` jobs for runners labelled `label`, lasting `duration`, ending with
+    /// `conclusion`.
+    fn submit(&self, count: u32, label: &str, duration: Duration, conclusion: &str) -> Vec<u64> {
+        self.h.sim.update(|w, now| {
+            let request = SubmitJobs {
+                repository: "octo/app".into(),
+                count,
+                labels: vec!["self-hosted".to_owned(), label.to_owned()],
+                duration_ms: duration.as_millis() as u64,
+                conclusion: Some(conclusion.to_owned()),
+                workflow: None,
+                job_name: None,
+            };
+            w.submit_jobs(&request, now).unwrap().1
+        })
+    }
+
+    /// Whether every job completed with `conclusion`, none interrupted.
+    fn all_completed(&self, ids: &[u64], conclusion: &str) -> bool {
+        self.h.sim.read(|w, _| {
+            ids.iter().all(|id| {
+                let j = &w.jobs[id];
+                j.status == JobStatus::Completed
+                    && j.conclusion.as_deref() == Some(conclusion)
+                    && !j.interrupted
+            })
+        })
+    }
+
+    fn interrupted(&self) -> u64 {
+        ghsim::accounting::snapshot(&self.h.sim)
+            .jobs_summary
+            .interrupted
+    }
+
+    /// Status codes the webhook server gave to deliveries of `event` with `action`, in order
+    /// (every attempt, duplicates and redeliveries included).
+    fn answers(&self, event: &str, action: &str) -> Vec<u16> {
+        self.h
+            .sim
+            .deliveries()
+            .iter()
+            .filter(|d| d.event == event && d.action.as_deref() == Some(action))
+            .flat_map(|d| d.attempts.iter().filter_map(|a| a.status))
+            .collect()
+    }
+
+    /// Records the highest `spec.replicas` RunnerDeployment `name` ever has, from a watch.
+    fn track_max_replicas(&mut self, name: &str) -> Arc<AtomicI32> {
+        let max = Arc::new(AtomicI32::new(0));
+        let api = self.h.api::<RunnerDeployment>();
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let seen = max.clone();
+        self.watchers.push(tokio::spawn(async move {
+            let mut stream = watcher(api, config)
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(Ok(rd)) = stream.next().await {
+                seen.fetch_max(rd.spec.replicas.unwrap_or(0), Ordering::SeqCst);
+            }
+        }));
+        max
+    }
+
+    /// Records when each pod of the namespace is first seen, from a watch.
+    fn track_pods(&mut self) -> Arc<Mutex<BTreeMap<String, Instant>>> {
+        let seen = Arc::new(Mutex::new(BTreeMap::new()));
+        let api = self.h.api::<Pod>();
+        let record = seen.clone();
+        self.watchers.push(tokio::spawn(async move {
+            let mut stream = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(Ok(pod)) = stream.next().await {
+                record
+                    .lock()
+                    .unwrap()
+                    .entry(pod.name_any())
+                    .or_insert_with(Instant::now);
+            }
+        }));
+        seen
+    }
+
+    /// What a failing test should print.
+    async fn describe(&self) -> String {
+        let mut out = String::new();
+        for rd in self
+            .h
+            .api::<RunnerDeployment>()
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
+            out += &format!(
+                "runnerdeployment {} replicas={:?} effectiveTime={:?}\n",
+                rd.name_any(),
+                rd.spec.replicas,
+                rd.spec.effective_time
+            );
+        }
+        for hra in self
+            .h
+            .api::<HorizontalRunnerAutoscaler>()
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
+            out += &format!(
+                "hra {} reservations={:?} status={:?}\n",
+                hra.name_any(),
+                hra.spec.capacity_reservations,
+                hra.status
+            );
+        }
+        for r in self.runners().await {
+            out += &format!(
+                "runner {} phase={:?} deleting={}\n",
+                r.name_any(),
+                r.status.as_ref().and_then(|s| s.phase.clone()),
+                r.metadata.deletion_timestamp.is_some()
+            );
+        }
+        for p in self.pods().await {
+            out += &format!(
+                "pod {} phase={:?} deleting={}\n",
+                p.name_any(),
+                p.status.as_ref().and_then(|s| s.phase.clone()),
+                p.metadata.deletion_timestamp.is_some()
+            );
+        }
+        let deliveries = self.h.sim.deliveries();
+        for d in &deliveries {
+            out += &format!(
+                "delivery {} {} {:?} dropped={} attempts={:?}\n",
+                d.guid,
+                d.event,
+                d.action,
+                d.dropped,
+                d.attempts
+                    .iter()
+                    .map(|a| (a.status, a.duplicate, a.redelivery))
+                    .collect::<Vec<_>>()
+            );
+        }
+        let jobs = self.h.sim.read(|w, _| {
+            w.jobs
+                .values()
+                .map(|j| {
+                    format!(
+                        "job {} status={:?} conclusion={:?} runner={:?}\n",
+                        j.id, j.status, j.conclusion, j.runner_name
+                    )
+                })
+                .collect::<String>()
+        });
+        out + &jobs
+    }
+
+    async fn shutdown(mut self) {
+        if let Some(nodes) = self.nodes.take() {
+            nodes.shutdown().await.unwrap();
+        }
+    }
+}
+
+/// Polls `check` every 100 ms until it returns `Some`; on timeout, panics with `what` and the
+/// state of the test's objects.
+async fn eventually<T, F, Fut>(s: &Stack, what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let until = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if tokio::time::Instant::now() >= until {
+            panic!(
+                "timed out after {timeout:?} waiting for {what}\n{}",
+                s.describe().await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until the autoscaler has reconciled once (its status has a desired count) and the
+/// deployment carries it.
+async fn wait_reconciled(s: &Stack, name: &str, desired: i32) {
+    eventually(
+        s,
+        &format!("{name} reconciled to {desired}"),
+        WAIT,
+        || async {
+            let ok =
+                s.desired(name).await == Some(desired) && s.replicas(name).await == Some(desired);
+            ok.then_some(())
+        },
+    )
+    .await;
+}
+
+/// Waits until the deployment has no runners and no pods left.
+async fn wait_empty(s: &Stack, name: &str) {
+    eventually(s, "no runners or pods left", WAIT, || async {
+        let ok = s.replicas(name).await == Some(0)
+            && s.runners().await.is_empty()
+            && s.pods().await.is_empty();
+        ok.then_some(())
+    })
+    .await;
+}
+
+/// Milliseconds from `start` to each pod's first sighting, sorted.
+fn latencies(start: Instant, pods: &Mutex<BTreeMap<String, Instant>>) -> Vec<u128> {
+    let mut ms: Vec<u128> = pods
+        .lock()
+        .unwrap()
+        .values()
+        .map(|t| t.saturating_duration_since(start).as_millis())
+        .collect();
+    ms.sort_unstable();
+    ms
+}
+
+/// A delivery signed with `secret`, sent like GitHub does; returns status and body.
+async fn post_delivery(
+    url: &str,
+    event: &str,
+    guid: &str,
+    secret: &str,
+    payload: &Value,
+) -> (u16, String) {
+    let body = serde_json::to_vec(payload).unwrap();
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST / HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nx-github-event: {event}\r\nx-github-delivery: {guid}\r\n\
+         x-hub-signature-256: {}\r\n\r\n",
+        body.len(),
+        hangar_github::webhook::sign(secret.as_bytes(), &body)
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&body).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
+    (status, body)
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    jiff::Timestamp::try_from(t)
+        .unwrap()
+        .round(jiff::Unit::Second)
+        .unwrap()
+        .to_string()
+}
+
+/// An autoscaler spec scaling on `workflow_job` between `min` and `max`.
+fn webhook_spec(min: i32, max: i32) -> Value {
+    json!({
+        "minReplicas": min,
+        "maxReplicas": max,
+        "scaleUpTriggers": [{"githubEvent": {"workflowJob": {}}, "duration": "30m"}],
+    })
+}
+
+#[tokio::test]
+async fn queued_jobs_scale_a_deployment_from_zero_and_back_to_min() {
+    let mut s = Stack::start("as-zero", true).await;
+    assert_eq!(s.subscribe(SECRET).await, 200);
+    s.apply_deployment("zero", "zero", 0);
+    s.apply_hra("zero", webhook_spec(0, 5));
+    wait_reconciled(&s, "zero", 0).await;
+    let max = s.track_max_replicas("zero");
+    let pods = s.track_pods();
+
+    let submitted = Instant::now();
+    let jobs = s.submit(3, "zero", Duration::from_secs(2), "success");
+    eventually(&s, "3 jobs done by 3 new runners", WAIT, || async {
+        s.all_completed(&jobs, "success").then_some(())
+    })
+    .await;
+    let first_pods = latencies(submitted, &pods);
+    println!("submission -> runner pod seen (ms): {first_pods:?}");
+    assert!(
+        max.load(Ordering::SeqCst) <= 3,
+        "never more replicas than queued jobs\n{}",
+        s.describe().await
+    );
+    assert!(
+        s.answers("workflow_job", "queued")
+            .iter()
+            .all(|c| *c == 202)
+    );
+
+    // Completions release the reservations; the count is held for the scale-down delay (10
+    // minutes by default), then returns to minReplicas.
+    eventually(&s, "reservations released", WAIT, || async {
+        (s.reservations("zero").await == 0).then_some(())
+    })
+    .await;
+    s.h.clock.advance(Duration::from_secs(11 * 60));
+    wait_empty(&s, "zero").await;
+    wait_reconciled(&s, "zero", 0).await;
+    assert_eq!(s.interrupted(), 0);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn duplicated_and_reordered_deliveries_neither_double_scale_nor_strand_a_job() {
+    let mut s = Stack::start("as-faults", true).await;
+    assert_eq!(s.subscribe(SECRET).await, 200);
+    let faults =
+        s.h.sim
+            .faults()
+            .merged(json!({
+                "webhook_duplicate_rate": 0.5,
+                "webhook_reorder_rate": 0.5,
+                "webhook_max_delay_ms": 200,
+            }))
+            .unwrap();
+    s.h.sim.set_faults(faults);
+    s.apply_deployment("faults", "faults", 0);
+    let mut spec = webhook_spec(0, 8);
+    spec["scaleDownDelaySecondsAfterScaleOut"] = json!(0);
+    s.apply_hra("faults", spec);
+    wait_reconciled(&s, "faults", 0).await;
+    let max = s.track_max_replicas("faults");
+
+    let jobs = s.submit(4, "faults", Duration::from_secs(2), "success");
+    eventually(&s, "4 jobs done", WAIT, || async {
+        s.all_completed(&jobs, "success").then_some(())
+    })
+    .await;
+    // Every completed delivery (and its duplicates) has been answered by now or soon; then
+    // nothing is reserved any more and the deployment is back at zero.
+    eventually(
+        &s,
+        "reservations released and scaled to zero",
+        WAIT,
+        || async {
+            let ok = s.reservations("faults").await == 0 && s.replicas("faults").await == Some(0);
+            ok.then_some(())
+        },
+    )
+    .await;
+    let duplicates =
+        s.h.sim
+            .deliveries()
+            .iter()
+            .filter(|d| d.attempts.iter().any(|a| a.duplicate))
+            .count();
+    assert!(duplicates > 0, "the duplicate fault was not exercised");
+    assert!(
+        max.load(Ordering::SeqCst) <= 4,
+        "duplicates must not scale beyond the 4 queued jobs\n{}",
+        s.describe().await
+    );
+
+    // GitHub's redelivery of a past queued or completed delivery changes nothing.
+    s.h.sim.set_faults(ghsim::Faults::default());
+    let before = s.answers("workflow_job", "queued").len();
+    let queued =
+        s.h.sim
+            .deliveries()
+            .into_iter()
+            .find(|d| d.action.as_deref() == Some("queued"))
+            .unwrap();
+    s.h.sim.redeliver(&queued.guid).unwrap();
+    let answer = eventually(&s, "the redelivery answered", WAIT, || async {
+        let answers = s.answers("workflow_job", "queued");
+        (answers.len() > before).then(|| answers[answers.len() - 1])
+    })
+    .await;
+    assert_eq!(
+        answer, 200,
+        "a redelivered queued event is a duplicate, not a 202"
+    );
+    assert_eq!(s.reservations("faults").await, 0);
+    assert_eq!(s.interrupted(), 0);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn deliveries_with_a_wrong_signature_are_rejected_with_401() {
+    let s = Stack::start("as-sig", false).await;
+    assert_eq!(s.subscribe("not-the-secret").await, 401);
+    s.apply_deployment("sig", "sig", 0);
+    s.apply_hra("sig", webhook_spec(0, 3));
+    wait_reconciled(&s, "sig", 0).await;
+    s.submit(1, "sig", Duration::from_secs(1), "success");
+    let answers = eventually(&s, "the queued delivery answered", WAIT, || async {
+        let answers = s.answers("workflow_job", "queued");
+        (!answers.is_empty()).then_some(answers)
+    })
+    .await;
+    assert_eq!(answers, vec![401]);
+    // A rejected delivery is never queued, so nothing can have been reserved.
+    assert_eq!(s.reservations("sig").await, 0);
+    assert_eq!(s.replicas("sig").await, Some(0));
+
+    // A correctly signed one from the same origin is accepted.
+    let (status, body) = post_delivery(
+        &s.webhook_url,
+        "ping",
+        "manual-ping",
+        SECRET,
+        &json!({"zen": "Design for failure.", "hook_id": 1}),
+    )
+    .await;
+    assert_eq!((status, body.as_str()), (200, "pong"));
+}
+
+#[tokio::test]
+async fn the_queued_jobs_metric_alone_scales_up_and_back_down() {
+    let mut s = Stack::start("as-pull", true).await;
+    s.apply_deployment("pull", "pull", 0);
+    s.apply_hra(
+        "pull",
+        json!({
+            "minReplicas": 0,
+            "maxReplicas": 5,
+            "scaleDownDelaySecondsAfterScaleOut": 0,
+            "metrics": [{"type": "TotalNumberOfQueuedAndInProgressWorkflowRuns"}],
+        }),
+    );
+    wait_reconciled(&s, "pull", 0).await;
+    let max = s.track_max_replicas("pull");
+    // Jobs for other runners do not count.
+    s.submit(2, "someone-else", Duration::from_secs(1), "success");
+    let jobs = s.submit(3, "pull", Duration::from_secs(3), "success");
+    eventually(&s, "3 jobs done", WAIT, || async {
+        s.all_completed(&jobs, "success").then_some(())
+    })
+    .await;
+    wait_empty(&s, "pull").await;
+    let max = max.load(Ordering::SeqCst);
+    assert!(
+        (1..=3).contains(&max),
+        "scaled to {max}: the metric counts only the 3 matching jobs"
+    );
+    assert!(s.h.sim.deliveries().is_empty(), "no webhooks were involved");
+    assert_eq!(s.interrupted(), 0);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn percentage_runners_busy_adds_runners_when_most_are_busy() {
+    let mut s = Stack::start("as-busy", true).await;
+    s.apply_deployment("busy", "busy", 2);
+    s.apply_hra(
+        "busy",
+        json!({
+            "minReplicas": 2,
+            "maxReplicas": 4,
+            "metrics": [{
+                "type": "PercentageRunnersBusy",
+                "scaleUpThreshold": "0.75",
+                "scaleDownThreshold": "0.3",
+            }],
+        }),
+    );
+    wait_reconciled(&s, "busy", 2).await;
+    let max = s.track_max_replicas("busy");
+    // Both runners take a long job: 2 of 2 busy ≥ 75% → ceil(2 × 1.3) = 3.
+    let jobs = s.submit(2, "busy", Duration::from_secs(15), "success");
+    eventually(&s, "a third runner while both are busy", WAIT, || async {
+        (s.replicas("busy").await == Some(3)).then_some(())
+    })
+    .await;
+    eventually(&s, "the long jobs done", WAIT, || async {
+        s.all_completed(&jobs, "success").then_some(())
+    })
+    .await;
+    // Idle again: below 30% busy → floor(3 × 0.7) = 2, once the scale-down delay has passed.
+    s.h.clock.advance(Duration::from_secs(11 * 60));
+    eventually(&s, "back to 2 runners", WAIT, || async {
+        (s.replicas("busy").await == Some(2)).then_some(())
+    })
+    .await;
+    assert_eq!(
+        max.load(Ordering::SeqCst),
+        3,
+        "2 of 3 busy is between the thresholds"
+    );
+    assert_eq!(s.interrupted(), 0);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_scheduled_override_raises_min_replicas_only_within_its_window() {
+    let s = Stack::start("as-schedule", false).await;
+    s.apply_deployment("sched", "sched", 0);
+    let start = SystemTime::now() + Duration::from_secs(3600);
+    let end = start + Duration::from_secs(3600);
+    s.apply_hra(
+        "sched",
+        json!({
+            "minReplicas": 0,
+            "maxReplicas": 3,
+            "scheduledOverrides": [{
+                "startTime": rfc3339(start),
+                "endTime": rfc3339(end),
+                "minReplicas": 2,
+            }],
+        }),
+    );
+    wait_reconciled(&s, "sched", 0).await;
+    let summary = s
+        .hra("sched")
+        .await
+        .status
+        .unwrap()
+        .scheduled_overrides_summary;
+    assert!(
+        summary.as_deref().is_some_and(|s| s.starts_with("min=2 ")),
+        "the upcoming window is summarized: {summary:?}"
+    );
+
+    s.h.clock.advance(Duration::from_secs(3600 + 60));
+    wait_reconciled(&s, "sched", 2).await;
+    // After the window (and long after the scale-out), back to the spec's minReplicas.
+    s.h.clock.advance(Duration::from_secs(3600));
+    wait_reconciled(&s, "sched", 0).await;
+    let status = s.hra("sched").await.status.unwrap();
+    assert_eq!(
+        status.scheduled_overrides_summary, None,
+        "a one-off window is over"
+    );
+    assert!(status.last_successful_scale_out_time.is_some());
+}
+
+#[tokio::test]
+async fn a_rerun_of_a_failed_job_is_not_stuck_by_its_old_completed_event() {
+    let s = Stack::start("as-rerun", true).await;
+    assert_eq!(s.subscribe(SECRET).await, 200);
+    s.apply_deployment("rerun", "rerun", 0);
+    let mut spec = webhook_spec(0, 3);
+    spec["scaleDownDelaySecondsAfterScaleOut"] = json!(0);
+    s.apply_hra("rerun", spec);
+    wait_reconciled(&s, "rerun", 0).await;
+
+    let failed = s.submit(1, "rerun", Duration::from_secs(1), "failure");
+    eventually(&s, "the first attempt to fail", WAIT, || async {
+        s.all_completed(&failed, "failure").then_some(())
+    })
+    .await;
+    wait_empty(&s, "rerun").await;
+    let (job_id, run_id) =
+        s.h.sim
+            .read(|w, _| (w.jobs[&failed[0]].id, w.jobs[&failed[0]].run_id));
+
+    // The re-run queues a new job; GitHub also resends the old attempt's `completed` (ARC
+    // #4315), which must not cancel the new job's reservation.
+    // Long enough that its reservation is still there when the test looks.
+    let rerun = s.submit(1, "rerun", Duration::from_secs(5), "success");
+    eventually(&s, "the re-run's reservation", WAIT, || async {
+        (s.reservations("rerun").await == 1).then_some(())
+    })
+    .await;
+    let old_completed = json!({
+        "action": "completed",
+        "workflow_job": {
+            "id": job_id, "run_id": run_id, "run_attempt": 1, "name": "job",
+            "status": "completed", "conclusion": "failure",
+            "labels": ["self-hosted", "rerun"], "runner_id": 1, "runner_name": "gone",
+        },
+        "repository": {
+            "id": 1, "name": "app", "full_name": "octo/app", "private": true,
+            "owner": {"login": "octo", "id": 1, "type": "Organization"}
+        },
+        "organization": {"login": "octo", "id": 1}
+    });
+    let (status, body) = post_delivery(
+        &s.webhook_url,
+        "workflow_job",
+        "resent-after-rerun",
+        SECRET,
+        &old_completed,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("duplicate"), "{body}");
+    eventually(&s, "the re-run to succeed", WAIT, || async {
+        s.all_completed(&rerun, "success").then_some(())
+    })
+    .await;
+    wait_empty(&s, "rerun").await;
+    assert_eq!(s.interrupted(), 0);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_runner_set_target_gets_replicas_and_the_newest_reservation_as_effective_time() {
+    let s = Stack::start("as-set", false).await;
+    s.h.apply(
+        &json!({
+            "apiVersion": "actions.summerwind.dev/v1alpha1",
+            "kind": "RunnerSet",
+            "metadata": {"name": "set"},
+            "spec": {
+                "repository": "octo/app",
+                "labels": ["set"],
+                "replicas": 0,
+                "template": {"spec": {"containers": [{"name": "runner"}]}},
+            },
+        })
+        .to_string(),
+    );
+    // Reservations as the webhook server writes them: one long expired, one current.
+    let now = SystemTime::now();
+    let effective = now - Duration::from_secs(5);
+    s.h.apply(
+        &json!({
+            "apiVersion": "actions.summerwind.dev/v1alpha1",
+            "kind": "HorizontalRunnerAutoscaler",
+            "metadata": {"name": "set"},
+            "spec": {
+                "scaleTargetRef": {"kind": "RunnerSet", "name": "set"},
+                "minReplicas": 1,
+                "maxReplicas": 3,
+                "capacityReservations": [
+                    {
+                        "effectiveTime": rfc3339(now - Duration::from_secs(7200)),
+                        "expirationTime": rfc3339(now - Duration::from_secs(3600)),
+                        "replicas": 1,
+                    },
+                    {
+                        "effectiveTime": rfc3339(effective),
+                        "expirationTime": rfc3339(now + Duration::from_secs(3600)),
+                        "replicas": 1,
+                    },
+                ],
+            },
+        })
+        .to_string(),
+    );
+    let api = s.h.api::<hangar_api::RunnerSet>();
+    let set = eventually(
+        &s,
+        "the RunnerSet scaled to 1 + 1 reserved",
+        WAIT,
+        || async {
+            let set = api.get("set").await.ok()?;
+            (set.spec.stateful_set.replicas == Some(2)).then_some(set)
+        },
+    )
+    .await;
+    let effective_time = set
+        .spec
+        .effective_time
+        .map(|t| serde_json::to_value(t).unwrap());
+    assert_eq!(
+        effective_time,
+        Some(json!(rfc3339(effective))),
+        "ephemeral runners: effectiveTime is the newest reservation's"
+    );
+    // Status is written after the target and the pruning: wait for all three.
+    eventually(&s, "the expired reservation pruned", WAIT, || async {
+        let ok = s.reservations("set").await == 1 && s.desired("set").await == Some(2);
+        ok.then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_autoscaler_that_cannot_work_says_why_in_a_warning_event() {
+    let s = Stack::start("as-invalid", false).await;
+    s.apply_hra("ghost", json!({"minReplicas": 0, "maxReplicas": 2}));
+    s.apply_deployment("unbounded", "unbounded", 1);
+    s.apply_hra("unbounded", json!({"minReplicas": 0}));
+    let warnings = |name: &'static str| {
+        let api = s.h.api::<k8s_openapi::api::events::v1::Event>();
+        async move {
+            api.list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                        && e.type_.as_deref() == Some("Warning")
+                        && e.reason.as_deref() == Some("InvalidSpec")
+                })
+                .filter_map(|e| e.note)
+                .collect::<Vec<_>>()
+        }
+    };
+    let ghost = eventually(&s, "a warning about the missing target", WAIT, || async {
+        let notes = warnings("ghost").await;
+        (!notes.is_empty()).then_some(notes)
+    })
+    .await;
+    assert!(ghost[0].contains("does not exist"), "{ghost:?}");
+    let unbounded = eventually(&s, "a warning about maxReplicas", WAIT, || async {
+        let notes = warnings("unbounded").await;
+        (!notes.is_empty()).then_some(notes)
+    })
+    .await;
+    assert!(unbounded[0].contains("maxReplicas"), "{unbounded:?}");
+    // The target is left alone.
+    assert_eq!(s.replicas("unbounded").await, Some(1));
+}
