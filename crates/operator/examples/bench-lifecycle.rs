@@ -76,13 +76,13 @@ enum Scenario {
 }
 
 #[derive(Debug, Serialize)]
-struct Report {
+struct Report<'a> {
     benchmark: &'static str,
     runners: usize,
     nodes: usize,
     machine_cpus: usize,
     job_seconds: f64,
-    runs: Vec<RunReport>,
+    runs: &'a [RunReport],
 }
 
 #[derive(Debug, Serialize)]
@@ -151,8 +151,15 @@ async fn main() -> anyhow::Result<()> {
                 run.controller_cpu_seconds
             );
             runs.push(run);
+            // Written after every run, so a run that fails later keeps what was measured.
+            let out = write_report(&root, &args, &runs)?;
+            println!("wrote {}", out.display());
         }
     }
+    Ok(())
+}
+
+fn write_report(root: &Path, args: &Args, runs: &[RunReport]) -> anyhow::Result<PathBuf> {
     let report = Report {
         benchmark: "lifecycle",
         runners: args.runners,
@@ -171,8 +178,7 @@ async fn main() -> anyhow::Result<()> {
     }
     std::fs::write(&out, serde_json::to_string_pretty(&report)? + "\n")
         .with_context(|| format!("failed to write {}", out.display()))?;
-    println!("wrote {}", out.display());
-    Ok(())
+    Ok(out)
 }
 
 async fn bench(

@@ -100,17 +100,21 @@ impl LogArgs {
     }
 }
 
+/// A listen address that may be switched off (`0`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Listen(Option<std::net::SocketAddr>);
+
 /// Parses a Go-style listen address: `:8080` means all interfaces; `0` disables.
-fn parse_listen(s: &str) -> Result<Option<std::net::SocketAddr>, String> {
+fn parse_listen(s: &str) -> Result<Listen, String> {
     if s == "0" {
-        return Ok(None);
+        return Ok(Listen(None));
     }
     let full = if s.starts_with(':') {
         format!("0.0.0.0{s}")
     } else {
         s.to_owned()
     };
-    full.parse().map(Some).map_err(|_| {
+    full.parse().map(|a| Listen(Some(a))).map_err(|_| {
         format!("invalid address {s:?} (use e.g. :8080 or 127.0.0.1:8080; 0 disables)")
     })
 }
@@ -158,6 +162,15 @@ struct RunArgs {
     /// Personal access token (prefer the environment variable; flags show up in `ps`).
     #[arg(long, env = "GITHUB_TOKEN", hide_env_values = true)]
     github_token: Option<String>,
+    /// GitHub App id (with the installation id and private key, instead of a token).
+    #[arg(long, env = "GITHUB_APP_ID")]
+    github_app_id: Option<String>,
+    /// GitHub App installation id.
+    #[arg(long, env = "GITHUB_APP_INSTALLATION_ID")]
+    github_app_installation_id: Option<String>,
+    /// GitHub App private key: the PEM text, or a path to it.
+    #[arg(long, env = "GITHUB_APP_PRIVATE_KEY", hide_env_values = true)]
+    github_app_private_key: Option<String>,
     /// Only watch this namespace (default: all).
     #[arg(long)]
     watch_namespace: Option<String>,
@@ -189,10 +202,10 @@ struct RunArgs {
     webhook_addr: Option<std::net::SocketAddr>,
     /// Prometheus metrics address (`/metrics`); `0` disables.
     #[arg(long, default_value = ":8080", value_parser = parse_listen)]
-    metrics_addr: Option<std::net::SocketAddr>,
+    metrics_addr: Listen,
     /// Health probe address (`/healthz`, `/readyz`); `0` disables.
     #[arg(long, default_value = ":8081", value_parser = parse_listen)]
-    health_probe_bind_address: Option<std::net::SocketAddr>,
+    health_probe_bind_address: Listen,
     /// Elect a leader among replicas with a Lease: only the leader reconciles (the webhook
     /// server runs on every replica).
     #[arg(long)]
@@ -362,17 +375,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         (None, None) => Endpoint::from_web_url(&args.github_url),
     }
     .context("invalid GitHub URL")?;
-    let token = args
-        .github_token
-        .clone()
-        .context("no GitHub credentials: set GITHUB_TOKEN (GitHub App flags are not wired yet)")?;
+    let credentials = controller_credentials(&args)?;
     // One registry for the controller's client and every githubAPICredentialsFrom Secret.
     let registry = Arc::new(ClientRegistry::new(
         endpoint.clone(),
         ClientOptions::default(),
     ));
     let github = registry
-        .client(Credentials::Token(Secret::new(token)))
+        .client(credentials)
         .context("cannot build the GitHub client")?;
     let client = kube::Client::try_default()
         .await
@@ -414,7 +424,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let exporter = settings.exporter.clone().unwrap_or_default();
     serve_exporter(
         &exporter,
-        &[args.metrics_addr, args.health_probe_bind_address],
+        &[args.metrics_addr.0, args.health_probe_bind_address.0],
     )
     .await?;
 
@@ -493,6 +503,42 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     outcome
 }
 
+/// The controller-wide credential from `GITHUB_TOKEN`, or ARC's `GITHUB_APP_ID`,
+/// `GITHUB_APP_INSTALLATION_ID` and `GITHUB_APP_PRIVATE_KEY` (the PEM itself, or a path to it).
+fn controller_credentials(args: &RunArgs) -> anyhow::Result<Credentials> {
+    let mut data: Vec<(&str, Vec<u8>)> = Vec::new();
+    if let Some(token) = &args.github_token {
+        data.push(("github_token", token.clone().into_bytes()));
+    }
+    if let Some(id) = &args.github_app_id {
+        data.push(("github_app_id", id.clone().into_bytes()));
+    }
+    if let Some(id) = &args.github_app_installation_id {
+        data.push(("github_app_installation_id", id.clone().into_bytes()));
+    }
+    if let Some(key) = &args.github_app_private_key {
+        let pem = if key.trim_start().starts_with("-----BEGIN") {
+            key.clone().into_bytes()
+        } else {
+            std::fs::read(key).with_context(|| {
+                "GITHUB_APP_PRIVATE_KEY is neither a PEM key nor a readable file".to_owned()
+            })?
+        };
+        data.push(("github_app_private_key", pem));
+    }
+    Credentials::from_secret_data(data.iter().map(|(k, v)| (*k, v.as_slice()))).map_err(|e| {
+        // Name the environment variables, not the Secret keys the message speaks of.
+        anyhow::anyhow!(
+            "{}",
+            e.to_string()
+                .replace("github_token", "GITHUB_TOKEN")
+                .replace("github_app_id", "GITHUB_APP_ID")
+                .replace("github_app_installation_id", "GITHUB_APP_INSTALLATION_ID")
+                .replace("github_app_private_key", "GITHUB_APP_PRIVATE_KEY")
+        )
+    })
+}
+
 /// Joins YAML documents into one stream, each introduced by `---`.
 fn join_documents(docs: &[String]) -> String {
     docs.iter()
@@ -509,6 +555,37 @@ mod tests {
     fn every_document_gets_exactly_one_separator() {
         let joined = join_documents(&["a: 1\n".into(), "---\nb: 2\n".into()]);
         assert_eq!(joined, "---\na: 1\n---\nb: 2\n");
+    }
+
+    #[test]
+    fn the_command_line_is_consistent_and_arc_flags_parse() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from([
+            "hangar",
+            "run",
+            "--metrics-addr=:8080",
+            "--health-probe-bind-address=0",
+            "--enable-leader-election",
+            "--leader-election-id=hangar-controller",
+            "--log-level=debug",
+            "--log-format=json",
+            "--sync-period=1m",
+            "--default-scale-down-delay=10m",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(
+            args.metrics_addr,
+            Listen(Some("0.0.0.0:8080".parse().unwrap()))
+        );
+        assert_eq!(args.health_probe_bind_address, Listen(None));
+        assert!(args.enable_leader_election);
+        assert_eq!(args.log.log_format, "json");
+        let wrong = Cli::try_parse_from(["hangar", "run", "--log-format=xml"]).unwrap_err();
+        assert!(wrong.to_string().contains("--log-format"), "{wrong}");
     }
 
     #[test]

@@ -129,6 +129,9 @@ pub async fn run_with_webhook(
                 runner_sets,
             };
             let server = WebhookServer::new(config, stores, Some(github.clone()), clock.clone());
+            if let Some(exporter) = &settings.exporter {
+                server.set_metrics(exporter.metrics.clone());
+            }
             Some(server.serve(listener, client.clone(), std::future::pending()))
         }
         None => None,

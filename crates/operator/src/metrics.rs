@@ -109,12 +109,12 @@ impl Metrics {
         );
         registry.register(
             "hangar_webhook_delivery_to_pod_seconds",
-            "From a queued workflow_job delivery to the runner pod it caused being created",
+            "From a queued workflow_job delivery to the runner pod it caused being created (not recorded yet)",
             m.delivery_to_pod.clone(),
         );
         registry.register(
             "hangar_job_queue_to_assignment_seconds",
-            "From a job being queued to a runner picking it up (workflow_job timestamps)",
+            "From a job being queued to a runner picking it up (not recorded yet)",
             m.queue_to_assignment.clone(),
         );
         registry.register(

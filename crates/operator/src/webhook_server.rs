@@ -215,6 +215,7 @@ pub struct WebhookServer {
     batcher: Mutex<Batcher<HraKey>>,
     wake: Notify,
     stats: Stats,
+    metrics: std::sync::OnceLock<Arc<crate::metrics::Metrics>>,
 }
 
 impl std::fmt::Debug for WebhookServer {
@@ -254,7 +255,14 @@ impl WebhookServer {
             clock,
             wake: Notify::new(),
             stats: Stats::default(),
+            metrics: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Counts deliveries into `metrics` (`hangar_webhook_deliveries_total{event,outcome}`,
+    /// outcome = the HTTP status answered). Only the first call counts.
+    pub fn set_metrics(&self, metrics: Arc<crate::metrics::Metrics>) {
+        let _ = self.metrics.set(metrics);
     }
 
     /// The counters.
@@ -672,7 +680,20 @@ async fn deliver(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    server.handle(&headers, &body).await.into_response()
+    let reply = server.handle(&headers, &body).await;
+    if let Some(metrics) = server.metrics.get() {
+        let event = headers
+            .get("x-github-event")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("unknown");
+        // Bounded label values: GitHub's event names, or "other".
+        let event = match event {
+            "workflow_job" | "ping" | "check_run" | "pull_request" | "push" => event,
+            _ => "other",
+        };
+        metrics.delivery(event, reply.0.as_str());
+    }
+    reply.into_response()
 }
 
 fn action_name(action: WorkflowJobAction) -> &'static str {

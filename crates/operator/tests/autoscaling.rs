@@ -12,30 +12,25 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt;
 use ghsim::webhooks::{ContentType, NewHook};
-use ghsim::world::{JobStatus, SubmitJobs};
 use hangar_api::{HorizontalRunnerAutoscaler, Runner, RunnerDeployment};
-use hangar_github::{ClientOptions, Secret};
+use hangar_github::Secret;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::ListParams;
 use kube::runtime::{WatchStreamExt, watcher};
-use nodesim::program::RunnerProgram;
-use nodesim::{NodeSim, NodeSimConfig, NodeSimHandle, Timing};
+use nodesim::NodeSimHandle;
 use serde_json::{Value, json};
 use support::Harness;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const WAIT: Duration = Duration::from_secs(60);
 const SECRET: &str = "hangar-autoscaling-test-secret";
-/// The simulated runners' own PAT in ghsim (see e2e.rs).
-const RUNNER_PAT: &str = "ghp_nodesim_runner";
-static POOLS: AtomicU32 = AtomicU32::new(0);
 
 /// The manager with its webhook server, ghsim, and optionally simulated nodes.
 struct Stack {
@@ -56,31 +51,15 @@ impl Drop for Stack {
 impl Stack {
     /// The stack for one test; `with_nodes` adds two simulated nodes running runner pods.
     async fn start(prefix: &str, with_nodes: bool) -> Self {
-        let _ = tracing_subscriber::fmt()
-            .with_test_writer()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .try_init();
+        support::init_tracing();
         // No response cache: a runner registering right after a List Runners call would
         // otherwise be seen only a minute later (see e2e.rs).
-        let options = ClientOptions {
-            cache: false,
-            ..ClientOptions::default()
-        };
+        let options = support::uncached();
         let config = hangar::webhook_server::WebhookConfig::new(Some(Secret::new(SECRET)), false)
             .expect("a secret is configured");
         let (h, webhook_url) = Harness::start_with_webhook(prefix, options, |_| {}, config).await;
         let nodes = if with_nodes {
-            let pool = format!(
-                "as-{prefix}-{}-{}",
-                std::process::id(),
-                POOLS.fetch_add(1, Ordering::Relaxed)
-            );
-            h.sim.update(|w, _| w.add_pat(RUNNER_PAT, "nodesim-runner"));
-            let runner = RunnerProgram::new().with_remove_credential(RUNNER_PAT);
-            let config = NodeSimConfig::new(pool, 2)
-                .with_timing(Timing::fast())
-                .with_runner_program(runner);
-            Some(NodeSim::start(h.client.clone(), config).await.unwrap())
+            Some(h.start_nodes("as", prefix).await)
         } else {
             None
         };
@@ -174,56 +153,23 @@ impl Stack {
     }
 
     async fn runners(&self) -> Vec<Runner> {
-        self.h
-            .api::<Runner>()
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
+        self.h.list().await
     }
 
     async fn pods(&self) -> Vec<Pod> {
-        self.h
-            .api::<Pod>()
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
+        self.h.list().await
     }
 
     /// Queues `count` jobs for runners labelled `label`, lasting `duration`, ending with
     /// `conclusion`.
     fn submit(&self, count: u32, label: &str, duration: Duration, conclusion: &str) -> Vec<u64> {
-        self.h.sim.update(|w, now| {
-            let request = SubmitJobs {
-                repository: "octo/app".into(),
-                count,
-                labels: vec!["self-hosted".to_owned(), label.to_owned()],
-                duration_ms: duration.as_millis() as u64,
-                conclusion: Some(conclusion.to_owned()),
-                workflow: None,
-                job_name: None,
-            };
-            w.submit_jobs(&request, now).unwrap().1
-        })
+        let labels = vec!["self-hosted".to_owned(), label.to_owned()];
+        self.h.submit_jobs(count, labels, duration, conclusion)
     }
 
     /// Whether every job completed with `conclusion`, none interrupted.
     fn all_completed(&self, ids: &[u64], conclusion: &str) -> bool {
-        self.h.sim.read(|w, _| {
-            ids.iter().all(|id| {
-                let j = &w.jobs[id];
-                j.status == JobStatus::Completed
-                    && j.conclusion.as_deref() == Some(conclusion)
-                    && !j.interrupted
-            })
-        })
-    }
-
-    fn interrupted(&self) -> u64 {
-        ghsim::accounting::snapshot(&self.h.sim)
-            .jobs_summary
-            .interrupted
+        self.h.all_completed(ids, conclusion)
     }
 
     /// Status codes the webhook server gave to deliveries of `event` with `action`, in order
@@ -363,24 +309,13 @@ impl Stack {
 
 /// Polls `check` every 100 ms until it returns `Some`; on timeout, panics with `what` and the
 /// state of the test's objects.
-async fn eventually<T, F, Fut>(s: &Stack, what: &str, timeout: Duration, mut check: F) -> T
+async fn eventually<T, F, Fut>(s: &Stack, what: &str, timeout: Duration, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let until = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        if tokio::time::Instant::now() >= until {
-            panic!(
-                "timed out after {timeout:?} waiting for {what}\n{}",
-                s.describe().await
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let poll = Duration::from_millis(100);
+    support::eventually_described(what, timeout, poll, || s.describe(), check).await
 }
 
 /// Waits until the autoscaler has reconciled once (its status has a desired count) and the
@@ -512,7 +447,7 @@ async fn queued_jobs_scale_a_deployment_from_zero_and_back_to_min() {
     s.h.clock.advance(Duration::from_secs(11 * 60));
     wait_empty(&s, "zero").await;
     wait_reconciled(&s, "zero", 0).await;
-    assert_eq!(s.interrupted(), 0);
+    assert_eq!(s.h.interrupted(), 0);
     s.shutdown().await;
 }
 
@@ -587,7 +522,7 @@ async fn duplicated_and_reordered_deliveries_neither_double_scale_nor_strand_a_j
         "a redelivered queued event is a duplicate, not a 202"
     );
     assert_eq!(s.reservations("faults").await, 0);
-    assert_eq!(s.interrupted(), 0);
+    assert_eq!(s.h.interrupted(), 0);
     s.shutdown().await;
 }
 
@@ -650,7 +585,7 @@ async fn the_queued_jobs_metric_alone_scales_up_and_back_down() {
         "scaled to {max}: the metric counts only the 3 matching jobs"
     );
     assert!(s.h.sim.deliveries().is_empty(), "no webhooks were involved");
-    assert_eq!(s.interrupted(), 0);
+    assert_eq!(s.h.interrupted(), 0);
     s.shutdown().await;
 }
 
@@ -693,7 +628,7 @@ async fn percentage_runners_busy_adds_runners_when_most_are_busy() {
         3,
         "2 of 3 busy is between the thresholds"
     );
-    assert_eq!(s.interrupted(), 0);
+    assert_eq!(s.h.interrupted(), 0);
     s.shutdown().await;
 }
 
@@ -796,7 +731,7 @@ async fn a_rerun_of_a_failed_job_is_not_stuck_by_its_old_completed_event() {
     })
     .await;
     wait_empty(&s, "rerun").await;
-    assert_eq!(s.interrupted(), 0);
+    assert_eq!(s.h.interrupted(), 0);
     s.shutdown().await;
 }
 

@@ -11,24 +11,18 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
 
-use ghsim::world::{JobStatus, SubmitJobs};
+use ghsim::world::JobStatus;
 use hangar_api::{Runner, RunnerReplicaSet};
-use hangar_github::ClientOptions;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::ListParams;
-use nodesim::program::RunnerProgram;
-use nodesim::{NodeSim, NodeSimConfig, NodeSimHandle, Timing};
+use nodesim::NodeSimHandle;
 use serde_json::json;
 use support::Harness;
 
 const WAIT: Duration = Duration::from_secs(45);
-static POOLS: AtomicU32 = AtomicU32::new(0);
-/// The simulated runners' own PAT in ghsim.
-const RUNNER_PAT: &str = "ghp_nodesim_runner";
 
 /// The controllers and ghsim ([`Harness`]) plus simulated nodes running runner pods.
 struct E2e {
@@ -38,33 +32,9 @@ struct E2e {
 
 impl E2e {
     async fn start(prefix: &str) -> Self {
-        // RUST_LOG=hangar=debug,nodesim=info shows what the controllers and runners did.
-        let _ = tracing_subscriber::fmt()
-            .with_test_writer()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .try_init();
-        let options = ClientOptions {
-            cache: false,
-            ..ClientOptions::default()
-        };
-        let h = Harness::start_with(prefix, options).await;
-        // Pool names are unique per test process and test, so concurrent tests (and test
-        // binaries) never share nodes.
-        let pool = format!(
-            "e2e-{prefix}-{}-{}",
-            std::process::id(),
-            POOLS.fetch_add(1, Ordering::Relaxed)
-        );
-        // GitHub takes the registration token for `config.sh remove`; ghsim wants a remove
-        // token, which the simulated runners mint with a PAT of their own (see nodesim's
-        // runner program). Without it a runner stopped outside the controllers' unregistration
-        // (e.g. a pod released as never started that did start) would stay registered.
-        h.sim.update(|w, _| w.add_pat(RUNNER_PAT, "nodesim-runner"));
-        let runner = RunnerProgram::new().with_remove_credential(RUNNER_PAT);
-        let config = NodeSimConfig::new(pool, 2)
-            .with_timing(Timing::fast())
-            .with_runner_program(runner);
-        let nodes = NodeSim::start(h.client.clone(), config).await.unwrap();
+        support::init_tracing();
+        let h = Harness::start_with(prefix, support::uncached()).await;
+        let nodes = h.start_nodes("e2e", prefix).await;
         Self { h, nodes }
     }
 
@@ -74,30 +44,15 @@ impl E2e {
     }
 
     async fn runners(&self) -> Vec<Runner> {
-        self.h
-            .api::<Runner>()
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
+        self.h.list().await
     }
 
     async fn pods(&self) -> Vec<Pod> {
-        self.h
-            .api::<Pod>()
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
+        self.h.list().await
     }
 
     async fn replica_sets(&self) -> Vec<RunnerReplicaSet> {
-        self.h
-            .api::<RunnerReplicaSet>()
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
+        self.h.list().await
     }
 
     /// Names of the Runners whose status says Running (registered on GitHub).
@@ -120,7 +75,7 @@ impl E2e {
             || async {
                 let runners = self.runners().await;
                 let running = self.running().await;
-                let online = self.online();
+                let online = self.h.online();
                 let ok = runners.len() == n
                     && running.len() == n
                     && running.iter().all(|name| online.contains(name));
@@ -130,35 +85,6 @@ impl E2e {
         .await
     }
 
-    /// Names of the runners online on GitHub.
-    fn online(&self) -> BTreeSet<String> {
-        self.h.sim.read(|w, _| {
-            w.runners
-                .values()
-                .filter(|r| r.online())
-                .map(|r| r.name.clone())
-                .collect()
-        })
-    }
-
-    /// Names of the runners registered on GitHub.
-    fn registered(&self) -> BTreeSet<String> {
-        self.h
-            .sim
-            .read(|w, _| w.runners.values().map(|r| r.name.clone()).collect())
-    }
-
-    /// Names of the runners running a job on GitHub.
-    fn busy(&self) -> BTreeSet<String> {
-        self.h.sim.read(|w, _| {
-            w.runners
-                .values()
-                .filter(|r| r.busy())
-                .map(|r| r.name.clone())
-                .collect()
-        })
-    }
-
     /// Queues `count` jobs of `duration` for runners labelled `label` (and self-hosted unless
     /// `custom_only`).
     fn submit(&self, count: u32, label: &str, duration: Duration, custom_only: bool) -> Vec<u64> {
@@ -166,18 +92,7 @@ impl E2e {
         if !custom_only {
             labels.insert(0, "self-hosted".to_owned());
         }
-        self.h.sim.update(|w, now| {
-            let request = SubmitJobs {
-                repository: "octo/app".into(),
-                count,
-                labels,
-                duration_ms: duration.as_millis() as u64,
-                conclusion: Some("success".into()),
-                workflow: None,
-                job_name: None,
-            };
-            w.submit_jobs(&request, now).unwrap().1
-        })
+        self.h.submit_jobs(count, labels, duration, "success")
     }
 
     /// (status, conclusion, interrupted) of each job.
@@ -193,26 +108,13 @@ impl E2e {
     }
 
     fn all_succeeded(&self, ids: &[u64]) -> bool {
-        self.jobs(ids)
-            .iter()
-            .all(|(status, conclusion, interrupted)| {
-                *status == JobStatus::Completed
-                    && conclusion.as_deref() == Some("success")
-                    && !interrupted
-            })
-    }
-
-    /// Jobs ghsim counts as interrupted (their runner vanished mid-job).
-    fn interrupted(&self) -> u64 {
-        ghsim::accounting::snapshot(&self.h.sim)
-            .jobs_summary
-            .interrupted
+        self.h.all_completed(ids, "success")
     }
 
     /// Fails if a runner that is running a job has a pod that is being deleted: the invariant
     /// every scale-down and rollout must keep.
     async fn assert_no_busy_runner_pod_deleting(&self) {
-        let busy = self.busy();
+        let busy = self.h.busy();
         for pod in self.pods().await {
             assert!(
                 !(busy.contains(&pod.name_any()) && pod.metadata.deletion_timestamp.is_some()),
@@ -254,20 +156,7 @@ impl E2e {
                 p.annotations()
             );
         }
-        let gh = self.h.sim.read(|w, _| {
-            w.runners
-                .values()
-                .map(|r| {
-                    format!(
-                        "github runner {} id={} online={} busy={}\n",
-                        r.name,
-                        r.id,
-                        r.online(),
-                        r.busy()
-                    )
-                })
-                .collect::<String>()
-        });
+        let gh = self.h.describe_github_runners();
         out + &gh
     }
 
@@ -278,24 +167,13 @@ impl E2e {
 
 /// Polls `check` every 200 ms until it returns `Some`; on timeout, panics with `what` and the
 /// state of the test's objects.
-async fn eventually<T, F, Fut>(e: &E2e, what: &str, timeout: Duration, mut check: F) -> T
+async fn eventually<T, F, Fut>(e: &E2e, what: &str, timeout: Duration, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let until = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        if tokio::time::Instant::now() >= until {
-            panic!(
-                "timed out after {timeout:?} waiting for {what}\n{}",
-                e.describe().await
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let poll = Duration::from_millis(200);
+    support::eventually_described(what, timeout, poll, || e.describe(), check).await
 }
 
 fn phase(r: &Runner) -> Option<&str> {
@@ -400,7 +278,7 @@ async fn scale_from_zero_to_three_and_back_registers_and_removes_every_runner() 
             let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
             running && p.annotations().contains_key("actions-runner/id")
         });
-    if e.registered() != names || !pods_ok {
+    if e.h.registered() != names || !pods_ok {
         panic!(
             "expected GitHub to know exactly {names:?}, each with a running, registered pod\n{}",
             e.describe().await
@@ -415,12 +293,12 @@ async fn scale_from_zero_to_three_and_back_registers_and_removes_every_runner() 
         || async {
             let gone = e.runners().await.is_empty()
                 && e.pods().await.is_empty()
-                && e.registered().is_empty();
+                && e.h.registered().is_empty();
             gone.then_some(())
         },
     )
     .await;
-    assert_eq!(e.interrupted(), 0);
+    assert_eq!(e.h.interrupted(), 0);
     e.shutdown().await;
 }
 
@@ -433,7 +311,7 @@ async fn scale_down_while_jobs_run_interrupts_no_job() {
 
     let jobs = e.submit(3, "busy", Duration::from_secs(8), false);
     eventually(&e, "all three runners busy", WAIT, || async {
-        (e.busy() == names).then_some(())
+        (e.h.busy() == names).then_some(())
     })
     .await;
     e.apply(&rd.clone().replicas(0));
@@ -441,13 +319,14 @@ async fn scale_down_while_jobs_run_interrupts_no_job() {
     // Until everything is gone, no pod of a busy runner may be on its way out.
     eventually(&e, "scale-down to finish", WAIT, || async {
         e.assert_no_busy_runner_pod_deleting().await;
-        let gone =
-            e.runners().await.is_empty() && e.pods().await.is_empty() && e.registered().is_empty();
+        let gone = e.runners().await.is_empty()
+            && e.pods().await.is_empty()
+            && e.h.registered().is_empty();
         gone.then_some(())
     })
     .await;
     assert!(e.all_succeeded(&jobs), "{:?}", e.jobs(&jobs));
-    assert_eq!(e.interrupted(), 0, "scale-down interrupted a job");
+    assert_eq!(e.h.interrupted(), 0, "scale-down interrupted a job");
     e.shutdown().await;
 }
 
@@ -462,14 +341,14 @@ async fn a_completed_ephemeral_runner_is_replaced() {
         let running = e.running().await;
         let replaced = running.len() == 1
             && running.is_disjoint(&first)
-            && e.online().is_superset(&running)
+            && e.h.online().is_superset(&running)
             && e.runners().await.len() == 1;
         replaced.then_some(running)
     })
     .await;
     assert!(e.all_succeeded(&jobs));
-    assert_eq!(e.registered(), second, "the finished runner left GitHub");
-    assert_eq!(e.interrupted(), 0);
+    assert_eq!(e.h.registered(), second, "the finished runner left GitHub");
+    assert_eq!(e.h.interrupted(), 0);
     e.shutdown().await;
 }
 
@@ -516,7 +395,7 @@ async fn effective_time_holds_back_recreation_until_newer_demand() {
     e.apply(&rd);
     let after = e.wait_running(2).await;
     assert!(after.contains(&remaining), "{after:?} lost {remaining}");
-    assert_eq!(e.interrupted(), 0);
+    assert_eq!(e.h.interrupted(), 0);
     e.shutdown().await;
 }
 
@@ -536,7 +415,7 @@ async fn effective_time_holds_back_recreation_until_the_delay_passed() {
         (runners.len() == 2 && runners.contains(&remaining)).then_some(())
     })
     .await;
-    assert_eq!(e.interrupted(), 0);
+    assert_eq!(e.h.interrupted(), 0);
     e.shutdown().await;
 }
 
@@ -556,7 +435,7 @@ async fn a_template_change_rolls_out_without_interrupting_jobs() {
 
     let jobs = e.submit(2, "roll", Duration::from_secs(8), false);
     eventually(&e, "both runners busy", WAIT, || async {
-        (e.busy() == old).then_some(())
+        (e.h.busy() == old).then_some(())
     })
     .await;
     let mut changed = rd.clone();
@@ -574,7 +453,7 @@ async fn a_template_change_rolls_out_without_interrupting_jobs() {
     })
     .await;
     assert!(e.all_succeeded(&jobs), "{:?}", e.jobs(&jobs));
-    assert_eq!(e.interrupted(), 0, "the rollout interrupted a job");
+    assert_eq!(e.h.interrupted(), 0, "the rollout interrupted a job");
     let labels = e.h.sim.read(|w, _| {
         w.runners
             .values()
@@ -635,7 +514,7 @@ async fn a_runner_that_never_registers_is_replaced_after_the_registration_timeou
         vec![first.clone()],
         "replaced before the registration timeout"
     );
-    assert!(e.registered().is_empty());
+    assert!(e.h.registered().is_empty());
 
     e.h.clock.advance(Duration::from_secs(11 * 60));
     eventually(&e, "the stuck runner replaced", WAIT, || async {
@@ -681,7 +560,7 @@ async fn jit_runners_take_and_finish_jobs() {
         },
     )
     .await;
-    if e.registered() != second {
+    if e.h.registered() != second {
         let calls: Vec<String> = ghsim::accounting::snapshot(&e.h.sim)
             .api_calls
             .iter()
@@ -692,7 +571,7 @@ async fn jit_runners_take_and_finish_jobs() {
             e.describe().await
         );
     }
-    assert_eq!(e.interrupted(), 0);
+    assert_eq!(e.h.interrupted(), 0);
     let jit = e.h.sim.read(|w, _| w.runners.values().all(|r| r.jit));
     assert!(jit);
     e.shutdown().await;
@@ -713,7 +592,7 @@ async fn jit_runners_released_before_their_pods_start_leave_no_registration() {
                 p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
                     && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")
             });
-        (pending && e.registered().len() == 2).then_some(())
+        (pending && e.h.registered().len() == 2).then_some(())
     })
     .await;
 
@@ -725,7 +604,7 @@ async fn jit_runners_released_before_their_pods_start_leave_no_registration() {
         || async {
             let gone = e.runners().await.is_empty()
                 && e.pods().await.is_empty()
-                && e.registered().is_empty();
+                && e.h.registered().is_empty();
             gone.then_some(())
         },
     )
@@ -874,7 +753,7 @@ async fn scaling_through_github_errors_and_rate_limits_converges_without_interru
     // unregistered (GitHub's errors only delay it), the busy ones wait for their jobs.
     let jobs = e.submit(2, "faulty", Duration::from_secs(6), false);
     let busy = eventually(&e, "two runners busy", WAIT, || async {
-        let busy = e.busy();
+        let busy = e.h.busy();
         (busy.len() == 2 && busy.is_subset(&names)).then_some(busy)
     })
     .await;
@@ -887,7 +766,7 @@ async fn scaling_through_github_errors_and_rate_limits_converges_without_interru
         WAIT,
         || async {
             e.assert_no_busy_runner_pod_deleting().await;
-            let registered = e.registered();
+            let registered = e.h.registered();
             idle.iter().all(|n| !registered.contains(*n)).then_some(())
         },
     )
@@ -901,14 +780,14 @@ async fn scaling_through_github_errors_and_rate_limits_converges_without_interru
             e.assert_no_busy_runner_pod_deleting().await;
             let gone = e.runners().await.is_empty()
                 && e.pods().await.is_empty()
-                && e.registered().is_empty();
+                && e.h.registered().is_empty();
             gone.then_some(())
         },
     )
     .await;
     assert!(e.all_succeeded(&jobs), "{:?}", e.jobs(&jobs));
     assert_eq!(
-        e.interrupted(),
+        e.h.interrupted(),
         0,
         "a fault made scale-down interrupt a job"
     );
@@ -1014,7 +893,7 @@ async fn a_per_resource_credential_registers_and_unregisters_its_runners() {
         || async {
             let gone = e.runners().await.is_empty()
                 && e.pods().await.is_empty()
-                && e.registered().is_empty();
+                && e.h.registered().is_empty();
             gone.then_some(())
         },
     )
@@ -1047,6 +926,6 @@ async fn a_per_resource_credential_registers_and_unregisters_its_runners() {
             "{what} calls with the controller's PAT"
         );
     }
-    assert_eq!(e.interrupted(), 0);
+    assert_eq!(e.h.interrupted(), 0);
     e.shutdown().await;
 }

@@ -9,24 +9,18 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use ghsim::world::{JobStatus, SubmitJobs};
 use hangar_api::RunnerSet;
-use hangar_github::ClientOptions;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::ResourceExt;
 use kube::api::ListParams;
-use nodesim::program::RunnerProgram;
-use nodesim::{NodeSim, NodeSimConfig, NodeSimHandle, Timing};
+use nodesim::NodeSimHandle;
 use serde_json::json;
 use support::Harness;
 
 const WAIT: Duration = Duration::from_secs(60);
-static POOLS: AtomicU32 = AtomicU32::new(0);
-const RUNNER_PAT: &str = "ghp_nodesim_runner";
 
 struct Rs {
     h: Harness,
@@ -35,26 +29,9 @@ struct Rs {
 
 impl Rs {
     async fn start(prefix: &str) -> Self {
-        let _ = tracing_subscriber::fmt()
-            .with_test_writer()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .try_init();
-        let options = ClientOptions {
-            cache: false,
-            ..ClientOptions::default()
-        };
-        let h = Harness::start_with(prefix, options).await;
-        let pool = format!(
-            "rs-{prefix}-{}-{}",
-            std::process::id(),
-            POOLS.fetch_add(1, Ordering::Relaxed)
-        );
-        h.sim.update(|w, _| w.add_pat(RUNNER_PAT, "nodesim-runner"));
-        let runner = RunnerProgram::new().with_remove_credential(RUNNER_PAT);
-        let config = NodeSimConfig::new(pool, 2)
-            .with_timing(Timing::fast())
-            .with_runner_program(runner);
-        let nodes = NodeSim::start(h.client.clone(), config).await.unwrap();
+        support::init_tracing();
+        let h = Harness::start_with(prefix, support::uncached()).await;
+        let nodes = h.start_nodes("rs", prefix).await;
         Self { h, nodes }
     }
 
@@ -88,89 +65,30 @@ impl Rs {
     }
 
     async fn stateful_sets(&self) -> Vec<StatefulSet> {
-        self.h
-            .api::<StatefulSet>()
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
+        self.h.list().await
     }
 
     async fn pods(&self) -> Vec<Pod> {
-        self.h
-            .api::<Pod>()
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
+        self.h.list().await
     }
 
     async fn set(&self, name: &str) -> RunnerSet {
         self.h.api::<RunnerSet>().get(name).await.unwrap()
     }
 
-    fn online(&self) -> BTreeSet<String> {
-        self.h.sim.read(|w, _| {
-            w.runners
-                .values()
-                .filter(|r| r.online())
-                .map(|r| r.name.clone())
-                .collect()
-        })
-    }
-
-    fn registered(&self) -> BTreeSet<String> {
-        self.h
-            .sim
-            .read(|w, _| w.runners.values().map(|r| r.name.clone()).collect())
-    }
-
-    fn busy(&self) -> BTreeSet<String> {
-        self.h.sim.read(|w, _| {
-            w.runners
-                .values()
-                .filter(|r| r.busy())
-                .map(|r| r.name.clone())
-                .collect()
-        })
-    }
-
     fn submit(&self, count: u32, label: &str, duration: Duration) -> Vec<u64> {
-        self.h.sim.update(|w, now| {
-            let request = SubmitJobs {
-                repository: "octo/app".into(),
-                count,
-                labels: vec!["self-hosted".to_owned(), label.to_owned()],
-                duration_ms: duration.as_millis() as u64,
-                conclusion: Some("success".into()),
-                workflow: None,
-                job_name: None,
-            };
-            w.submit_jobs(&request, now).unwrap().1
-        })
+        let labels = vec!["self-hosted".to_owned(), label.to_owned()];
+        self.h.submit_jobs(count, labels, duration, "success")
     }
 
     fn all_succeeded(&self, ids: &[u64]) -> bool {
-        self.h.sim.read(|w, _| {
-            ids.iter().all(|id| {
-                let j = &w.jobs[id];
-                j.status == JobStatus::Completed
-                    && j.conclusion.as_deref() == Some("success")
-                    && !j.interrupted
-            })
-        })
-    }
-
-    fn interrupted(&self) -> u64 {
-        ghsim::accounting::snapshot(&self.h.sim)
-            .jobs_summary
-            .interrupted
+        self.h.all_completed(ids, "success")
     }
 
     /// Names of pods that are running, registered (runner ID annotated), not being deleted,
     /// and whose runner GitHub shows online.
     async fn registered_pods(&self) -> BTreeSet<String> {
-        let online = self.online();
+        let online = self.h.online();
         self.pods()
             .await
             .into_iter()
@@ -188,14 +106,14 @@ impl Rs {
         eventually(self, &format!("{n} registered runners"), WAIT, || async {
             let sets = self.stateful_sets().await;
             let pods = self.registered_pods().await;
-            let ok = sets.len() == n && pods.len() == n && self.registered() == pods;
+            let ok = sets.len() == n && pods.len() == n && self.h.registered() == pods;
             ok.then_some(pods)
         })
         .await
     }
 
     async fn assert_no_busy_runner_pod_deleting(&self) {
-        let busy = self.busy();
+        let busy = self.h.busy();
         for pod in self.pods().await {
             assert!(
                 !(busy.contains(&pod.name_any()) && pod.metadata.deletion_timestamp.is_some()),
@@ -234,20 +152,7 @@ impl Rs {
                 p.annotations()
             );
         }
-        out += &self.h.sim.read(|w, _| {
-            w.runners
-                .values()
-                .map(|r| {
-                    format!(
-                        "github runner {} id={} online={} busy={}\n",
-                        r.name,
-                        r.id,
-                        r.online(),
-                        r.busy()
-                    )
-                })
-                .collect::<String>()
-        });
+        out += &self.h.describe_github_runners();
         out
     }
 
@@ -256,24 +161,13 @@ impl Rs {
     }
 }
 
-async fn eventually<T, F, Fut>(e: &Rs, what: &str, timeout: Duration, mut check: F) -> T
+async fn eventually<T, F, Fut>(e: &Rs, what: &str, timeout: Duration, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let until = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        if tokio::time::Instant::now() >= until {
-            panic!(
-                "timed out after {timeout:?} waiting for {what}\n{}",
-                e.describe().await
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let poll = Duration::from_millis(200);
+    support::eventually_described(what, timeout, poll, || e.describe(), check).await
 }
 
 fn kubectl_scale(e: &Rs, name: &str, replicas: i32) {
@@ -341,12 +235,12 @@ async fn scale_from_zero_to_three_and_back_registers_and_removes_every_runner() 
             let gone = e.stateful_sets().await.is_empty()
                 && e.pods().await.is_empty()
                 && secrets.is_empty()
-                && e.registered().is_empty();
+                && e.h.registered().is_empty();
             gone.then_some(())
         },
     )
     .await;
-    assert_eq!(e.interrupted(), 0);
+    assert_eq!(e.h.interrupted(), 0);
     e.shutdown().await;
 }
 
@@ -358,7 +252,7 @@ async fn scale_down_while_jobs_run_interrupts_no_job() {
 
     let jobs = e.submit(2, "busy", Duration::from_secs(4));
     eventually(&e, "two busy runners", WAIT, || async {
-        (e.busy().len() == 2).then_some(())
+        (e.h.busy().len() == 2).then_some(())
     })
     .await;
     kubectl_scale(&e, "busy", 0);
@@ -367,11 +261,11 @@ async fn scale_down_while_jobs_run_interrupts_no_job() {
         let done = e.all_succeeded(&jobs)
             && e.stateful_sets().await.is_empty()
             && e.pods().await.is_empty()
-            && e.registered().is_empty();
+            && e.h.registered().is_empty();
         done.then_some(())
     })
     .await;
-    assert_eq!(e.interrupted(), 0, "{}", e.describe().await);
+    assert_eq!(e.h.interrupted(), 0, "{}", e.describe().await);
     e.shutdown().await;
 }
 
@@ -392,7 +286,7 @@ async fn a_finished_ephemeral_runner_is_replaced() {
     })
     .await;
     assert_eq!(second.len(), 1);
-    assert_eq!(e.interrupted(), 0);
+    assert_eq!(e.h.interrupted(), 0);
     e.shutdown().await;
 }
 
@@ -401,7 +295,7 @@ impl Rs {
     async fn wait_running_once(&self, n: usize) -> Option<BTreeSet<String>> {
         let sets = self.stateful_sets().await;
         let pods = self.registered_pods().await;
-        (sets.len() == n && pods.len() == n && self.registered() == pods).then_some(pods)
+        (sets.len() == n && pods.len() == n && self.h.registered() == pods).then_some(pods)
     }
 }
 
@@ -414,7 +308,7 @@ async fn a_template_change_rolls_out_without_interrupting_jobs() {
 
     let jobs = e.submit(2, "roll", Duration::from_secs(4));
     eventually(&e, "two busy runners", WAIT, || async {
-        (e.busy().len() == 2).then_some(())
+        (e.h.busy().len() == 2).then_some(())
     })
     .await;
     e.h.apply(&e.runner_set("roll", 2, "roll", &[("STAGE", "two")]));
@@ -448,7 +342,7 @@ async fn a_template_change_rolls_out_without_interrupting_jobs() {
             .unwrap();
         assert_eq!(stage.value.as_deref(), Some("two"));
     }
-    assert_eq!(e.interrupted(), 0, "{}", e.describe().await);
+    assert_eq!(e.h.interrupted(), 0, "{}", e.describe().await);
     e.shutdown().await;
 }
 

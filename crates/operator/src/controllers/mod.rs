@@ -11,13 +11,17 @@
 //! - [`runner_deployment`]: RunnerDeployment → RunnerReplicaSets per template, surge rollout.
 //! - [`runner_set`]: RunnerSet → one-replica StatefulSets per runner, through `owner_sync`.
 //! - [`hra`]: HorizontalRunnerAutoscaler → the target's `replicas` (and `effectiveTime`).
+//! - [`registration`]: the registration Secrets of [`runner`] and [`runner_set`].
+//! - [`sets`]: the conditions and requeues of the two owner-sync controllers.
 
 pub mod hra;
+pub mod registration;
 pub mod runner;
 pub mod runner_deployment;
 pub mod runner_pod;
 pub mod runner_replica_set;
 pub mod runner_set;
+pub mod sets;
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;

@@ -28,10 +28,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use hangar_api::{Runner, RunnerStatus, annotation as ann};
 use hangar_core::RunnerScope;
-use hangar_github::{GitHubApi, GitHubError, JitConfigRequest};
-use k8s_openapi::ByteString;
+use hangar_github::{GitHubApi, GitHubError};
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::Controller;
@@ -42,12 +41,12 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
-use super::{github_scope, object_name, pod_phase, runner_id};
+use super::{object_name, pod_phase, registration, runner_id};
 use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
 use crate::credentials::GitHubClients;
-use crate::error::{Error, github_err, ignore_not_found, kube_err};
-use crate::runner_pod::{self, JIT_CONFIG_KEY, TOKEN_KEY};
+use crate::error::{Error, ignore_not_found, kube_err};
+use crate::runner_pod;
 
 /// Field manager for everything this controller writes.
 pub const MANAGER: &str = "hangar-runner";
@@ -501,7 +500,6 @@ async fn create_pod(
     let ns = runner.namespace().unwrap_or_default();
     let name = runner.name_any();
     let secret_name = registration_secret_name(&name);
-    let gh_scope = github_scope(scope);
     let jit = ctx.settings.jit
         || runner
             .annotations()
@@ -509,83 +507,29 @@ async fn create_pod(
             .is_some_and(|v| v == "jit");
 
     // The credential goes into a Secret owned by the Runner; the pod reads it via valueFrom.
-    let mut data = BTreeMap::new();
-    // A JIT configuration comes with its runner's id: the pod is born knowing it, and the
-    // runner-pod controller never has to look it up in List Runners.
-    let mut registered_id = None;
-    if jit {
-        let request = JitConfigRequest {
-            name: name.clone(),
-            runner_group_id: 1,
-            labels: runner.spec.config.labels.clone().unwrap_or_default(),
-            work_folder: None,
-        };
-        let config = match github.generate_jit_config(&gh_scope, &request).await {
-            Err(GitHubError::Conflict { .. }) => {
-                // A runner of this name exists (an earlier attempt): replace it.
-                if let Some(old) = github
-                    .find_runner(&gh_scope, &name)
-                    .await
-                    .map_err(github_err("find runner", scope))?
-                {
-                    github
-                        .delete_runner(&gh_scope, old.id)
-                        .await
-                        .map_err(github_err("delete stale runner", scope))?;
-                }
-                github.generate_jit_config(&gh_scope, &request).await
-            }
-            other => other,
-        }
-        .map_err(github_err("generate JIT config", scope))?;
-        registered_id = Some(config.runner.id.0);
-        data.insert(
-            JIT_CONFIG_KEY.to_owned(),
-            ByteString(config.encoded_jit_config.expose().as_bytes().to_vec()),
-        );
-    } else {
-        let token = github
-            .registration_token(&gh_scope)
-            .await
-            .map_err(github_err("get registration token", scope))?;
-        data.insert(
-            TOKEN_KEY.to_owned(),
-            ByteString(token.token.expose().as_bytes().to_vec()),
-        );
-        data.insert(
-            "expires_at".to_owned(),
-            ByteString(token.expires_at.to_string().into_bytes()),
-        );
-    }
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(secret_name.clone()),
-            namespace: Some(ns.clone()),
-            owner_references: owner_reference(runner).map(|o| vec![o]),
-            labels: Some(
-                [(
-                    "app.kubernetes.io/managed-by".to_owned(),
-                    "hangar".to_owned(),
-                )]
-                .into(),
-            ),
-            ..Default::default()
-        },
-        data: Some(data),
-        type_: Some("Opaque".into()),
-        ..Default::default()
-    };
-    Api::<Secret>::namespaced(ctx.client.clone(), &ns)
-        .patch(
-            &secret_name,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&secret),
-        )
-        .await
-        .map_err(kube_err(
-            "apply registration secret",
-            format!("{ns}/{secret_name}"),
-        ))?;
+    let registration = registration::register(
+        github,
+        scope,
+        &name,
+        runner.spec.config.labels.clone().unwrap_or_default(),
+        jit,
+    )
+    .await?;
+    let registered_id = registration.runner_id;
+    let secret = registration::secret(
+        &ns,
+        &secret_name,
+        owner_reference(runner),
+        &[],
+        registration.data,
+    );
+    registration::apply(
+        &Api::namespaced(ctx.client.clone(), &ns),
+        MANAGER,
+        &secret,
+        "apply registration secret",
+    )
+    .await?;
 
     let mut defaults = ctx.settings.pod_defaults.clone();
     defaults.registration_secret = secret_name;

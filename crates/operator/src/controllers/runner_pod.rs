@@ -79,15 +79,25 @@ async fn annotate(pod: &Pod, ctx: &Context, pairs: &[(&str, Option<String>)]) ->
 }
 
 async fn set_finalizers(pod: &Pod, ctx: &Context, finalizers: Vec<String>) -> Result<(), Error> {
-    // The resourceVersion makes this a compare-and-swap: a concurrent change fails and retries.
-    let patch = serde_json::json!({ "metadata": {
-        "finalizers": finalizers, "resourceVersion": pod.resource_version(),
-    }});
+    // A compare-and-swap on the finalizers alone: the `test` fails (422) only if another
+    // writer changed them. A resourceVersion precondition would also fail on every kubelet
+    // status update, which on a busy node means retrying (and backing off) for many seconds.
+    let current = pod.finalizers();
+    let mut ops = vec![];
+    if pod.metadata.finalizers.is_some() {
+        ops.push(
+            serde_json::json!({"op": "test", "path": "/metadata/finalizers", "value": current}),
+        );
+    }
+    ops.push(serde_json::json!({"op": "add", "path": "/metadata/finalizers", "value": finalizers}));
     Api::<Pod>::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default())
         .patch(
             &pod.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(&patch),
+            &Patch::<()>::Json(
+                serde_json::from_value(serde_json::Value::Array(ops))
+                    .expect("a well-formed JSON patch"),
+            ),
         )
         .await
         .map(drop)

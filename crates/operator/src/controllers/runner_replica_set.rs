@@ -9,11 +9,10 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use hangar_api::{Runner, RunnerReplicaSet, annotation as ann, label};
-use hangar_core::owner_sync::{self, Action as PlanAction, OwnerView, Wait};
+use hangar_core::owner_sync::{self, Action as PlanAction, OwnerView};
 use hangar_core::template_hash::template_hash;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -24,7 +23,9 @@ use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
-use super::{annotation, k8s_time, object_name, parse_time, pod_view, rfc3339, wait_until_stored};
+use super::{
+    annotation, k8s_time, object_name, parse_time, pod_view, rfc3339, sets, wait_until_stored,
+};
 use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
 use crate::error::{Error, ignore_not_found, kube_err};
@@ -194,19 +195,12 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
             ))?;
     }
 
-    let requeue = match plan.wait {
-        Some(Wait::RecreationDelay { until }) => {
-            until.duration_since(now).unwrap_or_default() + Duration::from_secs(1)
-        }
-        Some(ref w) => {
-            if matches!(w, Wait::OwnerWithoutTemplateHash(_) | Wait::Inconsistent(_)) {
-                warn!(set = %object_name(set.as_ref()), wait = ?w, "owner sync cannot proceed");
-            }
-            Duration::from_secs(10)
-        }
-        None => ctx.settings.sync_period,
-    };
-    Ok(Action::requeue(requeue.min(ctx.settings.sync_period)))
+    Ok(sets::requeue(
+        set.as_ref(),
+        plan.wait.as_ref(),
+        now,
+        ctx.settings.sync_period,
+    ))
 }
 
 async fn apply(
@@ -219,7 +213,6 @@ async fn apply(
     let runners: Api<Runner> = Api::namespaced(ctx.client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let now = rfc3339(ctx.now());
-    let annotate = |key: &'static str| serde_json::json!({ "metadata": { "annotations": { key: now.clone() } } });
     match action {
         PlanAction::Create { count } => {
             let mut created = Vec::new();
@@ -265,23 +258,14 @@ async fn apply(
         } => {
             // Pods first: the owner's annotation means "all my pods were asked".
             for pod in pod_names {
-                pods.patch(
-                    pod,
-                    &PatchParams::default(),
-                    &Patch::Merge(&annotate(ann::UNREGISTRATION_REQUEST_TIMESTAMP)),
-                )
-                .await
-                .map_err(kube_err(
-                    "request unregistration of pod",
-                    format!("{ns}/{pod}"),
-                ))?;
+                sets::stamp(&pods, pod, ann::UNREGISTRATION_REQUEST_TIMESTAMP, &now)
+                    .await
+                    .map_err(kube_err(
+                        "request unregistration of pod",
+                        format!("{ns}/{pod}"),
+                    ))?;
             }
-            runners
-                .patch(
-                    owner,
-                    &PatchParams::default(),
-                    &Patch::Merge(&annotate(ann::UNREGISTRATION_REQUEST_TIMESTAMP)),
-                )
+            sets::stamp(&runners, owner, ann::UNREGISTRATION_REQUEST_TIMESTAMP, &now)
                 .await
                 .map_err(kube_err(
                     "request unregistration of runner",
@@ -296,17 +280,17 @@ async fn apply(
             );
         }
         PlanAction::MarkUnregistrationComplete { owner } => {
-            runners
-                .patch(
-                    owner,
-                    &PatchParams::default(),
-                    &Patch::Merge(&annotate(ann::UNREGISTRATION_COMPLETE_TIMESTAMP)),
-                )
-                .await
-                .map_err(kube_err(
-                    "mark runner unregistered",
-                    format!("{ns}/{owner}"),
-                ))?;
+            sets::stamp(
+                &runners,
+                owner,
+                ann::UNREGISTRATION_COMPLETE_TIMESTAMP,
+                &now,
+            )
+            .await
+            .map_err(kube_err(
+                "mark runner unregistered",
+                format!("{ns}/{owner}"),
+            ))?;
         }
     }
     Ok(())
@@ -362,79 +346,12 @@ pub fn set_conditions(
     runners: &[Arc<Runner>],
     plan: &owner_sync::Plan,
 ) -> Vec<Desired> {
-    let counts = format!("{ready} of {desired} runner(s) registered and ready");
-    let available = if ready >= desired as usize {
-        Desired::yes(kind::AVAILABLE, reason::RUNNERS_AVAILABLE, counts)
-    } else if let Some(failing) = failing_runner(runners) {
-        Desired::no(
-            kind::AVAILABLE,
-            reason::RUNNERS_FAILING,
-            format!("{counts}; {failing}"),
-        )
-    } else {
-        Desired::no(kind::AVAILABLE, reason::RUNNERS_UNAVAILABLE, counts)
-    };
-    let created: u32 = plan
-        .actions
-        .iter()
-        .map(|a| match a {
-            PlanAction::Create { count } => *count,
-            _ => 0,
-        })
-        .sum();
-    let outdated = plan.actions.iter().any(|a| {
-        matches!(
-            a,
-            PlanAction::RequestUnregistration {
-                reason: owner_sync::RetireReason::Outdated,
-                ..
-            }
-        )
-    });
     let retiring = runners
         .iter()
         .filter(|r| r.metadata.deletion_timestamp.is_none())
         .filter(|r| annotation(r.as_ref(), ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_some())
         .count();
-    let progressing = if created > 0 {
-        Desired::yes(
-            kind::PROGRESSING,
-            reason::SCALING_UP,
-            format!("creating {created} runner(s)"),
-        )
-    } else if outdated {
-        Desired::yes(
-            kind::PROGRESSING,
-            reason::ROLLING_OUT,
-            "retiring runners of an outdated template",
-        )
-    } else if retiring > 0 {
-        Desired::yes(
-            kind::PROGRESSING,
-            reason::SCALING_DOWN,
-            format!(
-                "unregistering {retiring} runner(s) from GitHub before deleting them; a busy \
-                 runner finishes its job first"
-            ),
-        )
-    } else if let Some(Wait::RecreationDelay { until }) = &plan.wait {
-        Desired::yes(
-            kind::PROGRESSING,
-            reason::SCALING_UP,
-            format!(
-                "completed ephemeral runners are replaced at {} or when effectiveTime moves \
-                 (a scale-down is probably on its way)",
-                rfc3339(*until)
-            ),
-        )
-    } else {
-        Desired::no(
-            kind::PROGRESSING,
-            reason::REPLICAS_SYNCED,
-            "the runners match the spec",
-        )
-    };
-    vec![available, progressing]
+    sets::conditions(desired, ready, || failing_runner(runners), retiring, plan)
 }
 
 /// Reconciles a set, resetting its back-off after a success.

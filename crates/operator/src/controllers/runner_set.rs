@@ -31,16 +31,15 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use futures::StreamExt;
 use hangar_api::runner_config::RunnerPodSpec;
 use hangar_api::{RunnerSet, RunnerSpec, annotation as ann, finalizer, label};
 use hangar_core::RunnerScope;
-use hangar_core::owner_sync::{self, Action as PlanAction, OwnerView, PodView, RetireReason, Wait};
+use hangar_core::owner_sync::{self, Action as PlanAction, OwnerView, PodView};
 use hangar_core::template_hash::template_hash;
-use hangar_github::{GitHubApi, GitHubError, JitConfigRequest};
-use k8s_openapi::ByteString;
+use hangar_github::GitHubApi;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -53,14 +52,14 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::{
-    annotation, github_scope, k8s_time, object_name, parse_time, pod_view, rfc3339,
-    runner_restarted, wait_until_stored,
+    annotation, k8s_time, object_name, parse_time, pod_view, registration, rfc3339,
+    runner_restarted, sets, wait_until_stored,
 };
-use crate::conditions::{self, Desired, kind, reason};
+use crate::conditions::{self, Desired};
 use crate::context::Context;
 use crate::credentials::GitHubClients;
-use crate::error::{Error, github_err, ignore_not_found, kube_err};
-use crate::runner_pod::{self, JIT_CONFIG_KEY, PodDefaults, TOKEN_KEY};
+use crate::error::{Error, ignore_not_found, kube_err};
+use crate::runner_pod::{self, PodDefaults};
 
 /// Field manager for what this controller applies.
 pub const MANAGER: &str = "hangar-runnerset";
@@ -394,19 +393,12 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
 
     patch_status(&set, ctx, &owned, &input, &plan).await?;
 
-    let requeue = match plan.wait {
-        Some(Wait::RecreationDelay { until }) => {
-            until.duration_since(now).unwrap_or_default() + Duration::from_secs(1)
-        }
-        Some(ref w) => {
-            if matches!(w, Wait::OwnerWithoutTemplateHash(_) | Wait::Inconsistent(_)) {
-                warn!(set = %object_name(set.as_ref()), wait = ?w, "owner sync cannot proceed");
-            }
-            Duration::from_secs(10)
-        }
-        None => ctx.settings.sync_period,
-    };
-    Ok(Action::requeue(requeue.min(ctx.settings.sync_period)))
+    Ok(sets::requeue(
+        set.as_ref(),
+        plan.wait.as_ref(),
+        now,
+        ctx.settings.sync_period,
+    ))
 }
 
 /// Counts for the status, over StatefulSets that are not being deleted.
@@ -508,68 +500,9 @@ pub fn set_conditions(
     retiring: usize,
     plan: &owner_sync::Plan,
 ) -> Vec<Desired> {
-    let counts = format!("{ready} of {desired} runner(s) registered and ready");
-    let available = if i64::from(ready) >= i64::from(desired) {
-        Desired::yes(kind::AVAILABLE, reason::RUNNERS_AVAILABLE, counts)
-    } else {
-        Desired::no(kind::AVAILABLE, reason::RUNNERS_UNAVAILABLE, counts)
-    };
-    let created: u32 = plan
-        .actions
-        .iter()
-        .map(|a| match a {
-            PlanAction::Create { count } => *count,
-            _ => 0,
-        })
-        .sum();
-    let outdated = plan.actions.iter().any(|a| {
-        matches!(
-            a,
-            PlanAction::RequestUnregistration {
-                reason: RetireReason::Outdated,
-                ..
-            }
-        )
-    });
-    let progressing = if created > 0 {
-        Desired::yes(
-            kind::PROGRESSING,
-            reason::SCALING_UP,
-            format!("creating {created} runner(s)"),
-        )
-    } else if outdated {
-        Desired::yes(
-            kind::PROGRESSING,
-            reason::ROLLING_OUT,
-            "retiring runners of an outdated template",
-        )
-    } else if retiring > 0 {
-        Desired::yes(
-            kind::PROGRESSING,
-            reason::SCALING_DOWN,
-            format!(
-                "unregistering {retiring} runner(s) from GitHub before deleting them; a busy \
-                 runner finishes its job first"
-            ),
-        )
-    } else if let Some(Wait::RecreationDelay { until }) = &plan.wait {
-        Desired::yes(
-            kind::PROGRESSING,
-            reason::SCALING_UP,
-            format!(
-                "completed ephemeral runners are replaced at {} or when effectiveTime moves \
-                 (a scale-down is probably on its way)",
-                rfc3339(*until)
-            ),
-        )
-    } else {
-        Desired::no(
-            kind::PROGRESSING,
-            reason::REPLICAS_SYNCED,
-            "the runners match the spec",
-        )
-    };
-    vec![available, progressing]
+    // `ready` counts StatefulSets: never negative.
+    let ready = usize::try_from(ready).unwrap_or(0);
+    sets::conditions(desired, ready, || None, retiring, plan)
 }
 
 async fn apply(
@@ -584,7 +517,6 @@ async fn apply(
     let sets: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let now = rfc3339(ctx.now());
-    let annotate = |key: &'static str| serde_json::json!({ "metadata": { "annotations": { key: now.clone() } } });
     match action {
         PlanAction::Create { count } => {
             let github = ctx
@@ -626,29 +558,21 @@ async fn apply(
         } => {
             // Pods first: the owner's annotation means "all my pods were asked".
             for pod in pod_names {
-                pods.patch(
-                    pod,
-                    &PatchParams::default(),
-                    &Patch::Merge(&annotate(ann::UNREGISTRATION_REQUEST_TIMESTAMP)),
-                )
-                .await
-                .map(drop)
-                .or_else(ignore_not_found)
-                .map_err(kube_err(
-                    "request unregistration of pod",
-                    format!("{ns}/{pod}"),
-                ))?;
+                sets::stamp(&pods, pod, ann::UNREGISTRATION_REQUEST_TIMESTAMP, &now)
+                    .await
+                    .map(drop)
+                    .or_else(ignore_not_found)
+                    .map_err(kube_err(
+                        "request unregistration of pod",
+                        format!("{ns}/{pod}"),
+                    ))?;
             }
-            sets.patch(
-                owner,
-                &PatchParams::default(),
-                &Patch::Merge(&annotate(ann::UNREGISTRATION_REQUEST_TIMESTAMP)),
-            )
-            .await
-            .map_err(kube_err(
-                "request unregistration of statefulset",
-                format!("{ns}/{owner}"),
-            ))?;
+            sets::stamp(&sets, owner, ann::UNREGISTRATION_REQUEST_TIMESTAMP, &now)
+                .await
+                .map_err(kube_err(
+                    "request unregistration of statefulset",
+                    format!("{ns}/{owner}"),
+                ))?;
             info!(set = %object_name(set), statefulset = owner, ?reason, "retiring runner");
             ctx.event(
                 set.object_ref(&()),
@@ -658,16 +582,12 @@ async fn apply(
             );
         }
         PlanAction::MarkUnregistrationComplete { owner } => {
-            sets.patch(
-                owner,
-                &PatchParams::default(),
-                &Patch::Merge(&annotate(ann::UNREGISTRATION_COMPLETE_TIMESTAMP)),
-            )
-            .await
-            .map_err(kube_err(
-                "mark statefulset unregistered",
-                format!("{ns}/{owner}"),
-            ))?;
+            sets::stamp(&sets, owner, ann::UNREGISTRATION_COMPLETE_TIMESTAMP, &now)
+                .await
+                .map_err(kube_err(
+                    "mark statefulset unregistered",
+                    format!("{ns}/{owner}"),
+                ))?;
         }
     }
     Ok(())
@@ -689,91 +609,38 @@ async fn create_runner(
     let pod = pod_name(&name);
     let secret_name = registration_secret_name(&name);
     let jit = uses_jit(set, ctx.settings.jit);
-    let gh_scope = github_scope(scope);
 
-    let mut data = BTreeMap::new();
-    let mut registered_id = None;
-    if jit {
-        let request = JitConfigRequest {
-            name: pod.clone(),
-            runner_group_id: 1,
-            labels: set.spec.config.labels.clone().unwrap_or_default(),
-            work_folder: None,
-        };
-        let config = match github.generate_jit_config(&gh_scope, &request).await {
-            Err(GitHubError::Conflict { .. }) => {
-                if let Some(old) = github
-                    .find_runner(&gh_scope, &pod)
-                    .await
-                    .map_err(github_err("find runner", scope))?
-                {
-                    github
-                        .delete_runner(&gh_scope, old.id)
-                        .await
-                        .map_err(github_err("delete stale runner", scope))?;
-                }
-                github.generate_jit_config(&gh_scope, &request).await
-            }
-            other => other,
-        }
-        .map_err(github_err("generate JIT config", scope))?;
-        registered_id = Some(config.runner.id.0);
-        data.insert(
-            JIT_CONFIG_KEY.to_owned(),
-            ByteString(config.encoded_jit_config.expose().as_bytes().to_vec()),
-        );
-    } else {
-        let token = github
-            .registration_token(&gh_scope)
-            .await
-            .map_err(github_err("get registration token", scope))?;
-        data.insert(
-            TOKEN_KEY.to_owned(),
-            ByteString(token.token.expose().as_bytes().to_vec()),
-        );
-        data.insert(
-            "expires_at".to_owned(),
-            ByteString(token.expires_at.to_string().into_bytes()),
-        );
-    }
+    let registration = registration::register(
+        github,
+        scope,
+        &pod,
+        set.spec.config.labels.clone().unwrap_or_default(),
+        jit,
+    )
+    .await?;
+    let registered_id = registration.runner_id;
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-    let secret =
-        |owner: Option<OwnerReference>, data: Option<BTreeMap<String, ByteString>>| Secret {
-            metadata: ObjectMeta {
-                name: Some(secret_name.clone()),
-                namespace: Some(ns.clone()),
-                owner_references: owner.map(|o| vec![o]),
-                labels: Some(
-                    [
-                        (
-                            "app.kubernetes.io/managed-by".to_owned(),
-                            "hangar".to_owned(),
-                        ),
-                        (label::RUNNERSET_NAME.to_owned(), set.name_any()),
-                    ]
-                    .into(),
-                ),
-                ..Default::default()
-            },
-            data,
-            type_: Some("Opaque".into()),
-            ..Default::default()
-        };
+    let secret_labels = [(label::RUNNERSET_NAME, set.name_any())];
+    let secret = |owner: Option<OwnerReference>| {
+        registration::secret(
+            &ns,
+            &secret_name,
+            owner,
+            &secret_labels,
+            registration.data.clone(),
+        )
+    };
     let set_owner = set.controller_owner_ref(&()).map(|mut o| {
         o.controller = None;
         o
     });
-    secrets
-        .patch(
-            &secret_name,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&secret(set_owner, Some(data.clone()))),
-        )
-        .await
-        .map_err(kube_err(
-            "apply registration secret",
-            format!("{ns}/{secret_name}"),
-        ))?;
+    registration::apply(
+        &secrets,
+        MANAGER,
+        &secret(set_owner),
+        "apply registration secret",
+    )
+    .await?;
 
     let mut defaults = ctx.settings.pod_defaults.clone();
     defaults.registration_secret = secret_name.clone();
@@ -787,17 +654,13 @@ async fn create_runner(
         o.controller = None;
         o
     });
-    secrets
-        .patch(
-            &secret_name,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&secret(sts_owner, Some(data))),
-        )
-        .await
-        .map_err(kube_err(
-            "hand registration secret to statefulset",
-            format!("{ns}/{secret_name}"),
-        ))?;
+    registration::apply(
+        &secrets,
+        MANAGER,
+        &secret(sts_owner),
+        "hand registration secret to statefulset",
+    )
+    .await?;
     info!(set = %object_name(set), statefulset = name, %scope, jit, "created runner statefulset");
     Ok(name)
 }

@@ -3,15 +3,47 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+
+use ghsim::world::{JobStatus, SubmitJobs};
 
 use hangar::context::Settings;
 use hangar_github::{ClientOptions, ClientRegistry, Credentials, Endpoint, GitHubApi, Secret};
 use hangar_testkit::{TestCluster, TestNamespace, crds};
+use kube::api::ListParams;
+use nodesim::program::RunnerProgram;
+use nodesim::{NodeSim, NodeSimConfig, NodeSimHandle, Timing};
 
 /// The PAT the simulated GitHub accepts.
 pub const TOKEN: &str = "ghp_hangar_test";
+
+/// The simulated runners' own PAT in ghsim.
+pub const RUNNER_PAT: &str = "ghp_nodesim_runner";
+
+/// Numbers node pools, so that no two tests of a process share nodes.
+static POOLS: AtomicU32 = AtomicU32::new(0);
+
+/// Logs to the test's output; `RUST_LOG=hangar=debug,nodesim=info` shows what the controllers
+/// and runners did.
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .try_init();
+}
+
+/// GitHub client options without the response cache: with it, a runner that registers right
+/// after a List Runners call is only seen when the 60-second `max-age` runs out (as in ARC), and
+/// every registration would wait for that.
+pub fn uncached() -> ClientOptions {
+    ClientOptions {
+        cache: false,
+        ..ClientOptions::default()
+    }
+}
 
 /// A running ghsim and controllers for one namespace; both stop when dropped.
 pub struct Harness {
@@ -37,55 +69,7 @@ impl Drop for Harness {
 impl Harness {
     /// ghsim with organization `octo` and repository `octo/app`, and the controllers.
     pub async fn start(prefix: &str) -> Self {
-        let cluster = TestCluster::get();
-        let client = cluster.client().await;
-        crds::install(&client).await;
-        let ns = TestNamespace::create(cluster, prefix).await;
-
-        let sim = ghsim::Sim::new(ghsim::SimConfig::default());
-        sim.update(|w, _| {
-            w.add_pat(TOKEN, "test");
-            w.add_org("octo", None);
-            w.add_repo("octo", "app", true);
-        });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/", listener.local_addr().unwrap());
-        let server = tokio::spawn({
-            let sim = sim.clone();
-            async move {
-                let _ = ghsim::serve(listener, sim, std::future::pending()).await;
-            }
-        });
-        let endpoint = Endpoint::custom(&url, &url).unwrap();
-        let registry = Arc::new(ClientRegistry::new(endpoint, ClientOptions::default()));
-        let github: Arc<dyn GitHubApi> = registry
-            .client(Credentials::Token(Secret::new(TOKEN)))
-            .unwrap();
-        let mut settings = Settings {
-            sync_period: Duration::from_secs(5),
-            registration_check_interval: Duration::from_secs(1),
-            github_registry: Some(registry),
-            ..Settings::default()
-        };
-        settings.pod_defaults.github_url = url.clone();
-        let clock = Arc::new(hangar::context::OffsetClock::default());
-        let controllers = tokio::spawn(hangar::manager::run_with_clock(
-            client.clone(),
-            github.clone(),
-            settings,
-            Some(ns.name().to_owned()),
-            clock.clone(),
-        ));
-        Harness {
-            cluster,
-            ns,
-            client,
-            sim,
-            github,
-            url,
-            clock,
-            tasks: vec![server, controllers],
-        }
+        Self::start_with(prefix, ClientOptions::default()).await
     }
 
     /// [`Harness::start`] with the controllers' GitHub client built from `options`. End-to-end
@@ -93,6 +77,30 @@ impl Harness {
     /// List Runners call is only seen when the 60-second `max-age` runs out (as in ARC), and
     /// every registration would wait for that.
     pub async fn start_with(prefix: &str, options: ClientOptions) -> Self {
+        Self::launch(prefix, options, |_| {}, None).await.0
+    }
+
+    /// [`Harness::start_with`], with `settings` adjusted by `configure`, plus the GitHub webhook
+    /// server inside the manager (`hangar run --webhook-addr`) on a loopback port. Returns the
+    /// harness and the webhook server's URL.
+    pub async fn start_with_webhook(
+        prefix: &str,
+        options: ClientOptions,
+        configure: impl FnOnce(&mut Settings),
+        webhook: hangar::webhook_server::WebhookConfig,
+    ) -> (Self, String) {
+        let (harness, url) = Self::launch(prefix, options, configure, Some(webhook)).await;
+        (harness, url.expect("the webhook server was started"))
+    }
+
+    /// ghsim, and the manager with `settings` adjusted by `configure` and, given `webhook`,
+    /// the webhook server, whose URL is returned.
+    async fn launch(
+        prefix: &str,
+        options: ClientOptions,
+        configure: impl FnOnce(&mut Settings),
+        webhook: Option<hangar::webhook_server::WebhookConfig>,
+    ) -> (Self, Option<String>) {
         let cluster = TestCluster::get();
         let client = cluster.client().await;
         crds::install(&client).await;
@@ -126,69 +134,16 @@ impl Harness {
             ..Settings::default()
         };
         settings.pod_defaults.github_url = url.clone();
-        let clock = Arc::new(hangar::context::OffsetClock::default());
-        let controllers = tokio::spawn(hangar::manager::run_with_clock(
-            client.clone(),
-            github.clone(),
-            settings,
-            Some(ns.name().to_owned()),
-            clock.clone(),
-        ));
-        Harness {
-            cluster,
-            ns,
-            client,
-            sim,
-            github,
-            url,
-            clock,
-            tasks: vec![server, controllers],
-        }
-    }
-
-    /// [`Harness::start_with`], with `settings` adjusted by `configure`, plus the GitHub webhook
-    /// server inside the manager (`hangar run --webhook-addr`) on a loopback port. Returns the
-    /// harness and the webhook server's URL.
-    pub async fn start_with_webhook(
-        prefix: &str,
-        options: ClientOptions,
-        configure: impl FnOnce(&mut Settings),
-        webhook: hangar::webhook_server::WebhookConfig,
-    ) -> (Self, String) {
-        let cluster = TestCluster::get();
-        let client = cluster.client().await;
-        crds::install(&client).await;
-        let ns = TestNamespace::create(cluster, prefix).await;
-
-        let sim = ghsim::Sim::new(ghsim::SimConfig::default());
-        sim.update(|w, _| {
-            w.add_pat(TOKEN, "test");
-            w.add_org("octo", None);
-            w.add_repo("octo", "app", true);
-        });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/", listener.local_addr().unwrap());
-        let server = tokio::spawn({
-            let sim = sim.clone();
-            async move {
-                let _ = ghsim::serve(listener, sim, std::future::pending()).await;
-            }
-        });
-        let endpoint = Endpoint::custom(&url, &url).unwrap();
-        let registry = Arc::new(ClientRegistry::new(endpoint, options));
-        let github: Arc<dyn GitHubApi> = registry
-            .client(Credentials::Token(Secret::new(TOKEN)))
-            .unwrap();
-        let mut settings = Settings {
-            sync_period: Duration::from_secs(5),
-            registration_check_interval: Duration::from_secs(1),
-            github_registry: Some(registry),
-            ..Settings::default()
-        };
-        settings.pod_defaults.github_url = url.clone();
         configure(&mut settings);
-        let hooks = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let webhook_url = format!("http://{}/", hooks.local_addr().unwrap());
+        let mut webhook_url = None;
+        let webhook = match webhook {
+            Some(config) => {
+                let hooks = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                webhook_url = Some(format!("http://{}/", hooks.local_addr().unwrap()));
+                Some((hooks, config))
+            }
+            None => None,
+        };
         let clock = Arc::new(hangar::context::OffsetClock::default());
         let controllers = tokio::spawn(hangar::manager::run_with_webhook(
             client.clone(),
@@ -196,7 +151,7 @@ impl Harness {
             settings,
             Some(ns.name().to_owned()),
             clock.clone(),
-            Some((hooks, webhook)),
+            webhook,
         ));
         let harness = Harness {
             cluster,
@@ -236,6 +191,132 @@ impl Harness {
     {
         kube::Api::namespaced(self.client.clone(), self.ns.name())
     }
+
+    /// Every `K` of the test namespace.
+    pub async fn list<K>(&self) -> Vec<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        self.api::<K>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// Two simulated nodes running runner pods, of a pool of their own named
+    /// `<kind>-<prefix>-<process>-<n>`: pool names are unique per test process and test, so
+    /// concurrent tests (and test binaries) never share nodes.
+    ///
+    /// GitHub takes the registration token for `config.sh remove`; ghsim wants a remove token,
+    /// which the simulated runners mint with a PAT of their own (see nodesim's runner program).
+    /// Without it a runner stopped outside the controllers' unregistration (e.g. a pod released
+    /// as never started that did start) would stay registered.
+    pub async fn start_nodes(&self, kind: &str, prefix: &str) -> NodeSimHandle {
+        let pool = format!(
+            "{kind}-{prefix}-{}-{}",
+            std::process::id(),
+            POOLS.fetch_add(1, Ordering::Relaxed)
+        );
+        self.sim
+            .update(|w, _| w.add_pat(RUNNER_PAT, "nodesim-runner"));
+        let runner = RunnerProgram::new().with_remove_credential(RUNNER_PAT);
+        let config = NodeSimConfig::new(pool, 2)
+            .with_timing(Timing::fast())
+            .with_runner_program(runner);
+        NodeSim::start(self.client.clone(), config).await.unwrap()
+    }
+
+    /// Names of the runners online on GitHub.
+    pub fn online(&self) -> BTreeSet<String> {
+        self.sim.read(|w, _| {
+            w.runners
+                .values()
+                .filter(|r| r.online())
+                .map(|r| r.name.clone())
+                .collect()
+        })
+    }
+
+    /// Names of the runners registered on GitHub.
+    pub fn registered(&self) -> BTreeSet<String> {
+        self.sim
+            .read(|w, _| w.runners.values().map(|r| r.name.clone()).collect())
+    }
+
+    /// Names of the runners running a job on GitHub.
+    pub fn busy(&self) -> BTreeSet<String> {
+        self.sim.read(|w, _| {
+            w.runners
+                .values()
+                .filter(|r| r.busy())
+                .map(|r| r.name.clone())
+                .collect()
+        })
+    }
+
+    /// Queues `count` jobs of `octo/app` for runners with `labels`, lasting `duration`, ending
+    /// with `conclusion`.
+    pub fn submit_jobs(
+        &self,
+        count: u32,
+        labels: Vec<String>,
+        duration: Duration,
+        conclusion: &str,
+    ) -> Vec<u64> {
+        self.sim.update(|w, now| {
+            let request = SubmitJobs {
+                repository: "octo/app".into(),
+                count,
+                labels,
+                duration_ms: duration.as_millis() as u64,
+                conclusion: Some(conclusion.to_owned()),
+                workflow: None,
+                job_name: None,
+            };
+            w.submit_jobs(&request, now).unwrap().1
+        })
+    }
+
+    /// Whether every job completed with `conclusion`, none interrupted.
+    pub fn all_completed(&self, ids: &[u64], conclusion: &str) -> bool {
+        self.sim.read(|w, _| {
+            ids.iter().all(|id| {
+                let j = &w.jobs[id];
+                j.status == JobStatus::Completed
+                    && j.conclusion.as_deref() == Some(conclusion)
+                    && !j.interrupted
+            })
+        })
+    }
+
+    /// Jobs ghsim counts as interrupted (their runner vanished mid-job).
+    pub fn interrupted(&self) -> u64 {
+        ghsim::accounting::snapshot(&self.sim)
+            .jobs_summary
+            .interrupted
+    }
+
+    /// GitHub's runners, a line each, for a failing test to print.
+    pub fn describe_github_runners(&self) -> String {
+        self.sim.read(|w, _| {
+            w.runners
+                .values()
+                .map(|r| {
+                    format!(
+                        "github runner {} id={} online={} busy={}\n",
+                        r.name,
+                        r.id,
+                        r.online(),
+                        r.busy()
+                    )
+                })
+                .collect::<String>()
+        })
+    }
 }
 
 fn fastrand() -> u128 {
@@ -261,5 +342,35 @@ where
             "timed out after {timeout:?} waiting for {what}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Polls `check` every `poll` until it returns `Some`; on timeout, panics with `what` and what
+/// `describe` says (the state of the test's objects).
+pub async fn eventually_described<T, F, Fut, D, DFut>(
+    what: &str,
+    timeout: Duration,
+    poll: Duration,
+    describe: D,
+    mut check: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+    D: FnOnce() -> DFut,
+    DFut: std::future::Future<Output = String>,
+{
+    let until = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if tokio::time::Instant::now() >= until {
+            panic!(
+                "timed out after {timeout:?} waiting for {what}\n{}",
+                describe().await
+            );
+        }
+        tokio::time::sleep(poll).await;
     }
 }

@@ -1,0 +1,129 @@
+//! What the two controllers that drive `owner_sync` share ([`super::runner_replica_set`] for
+//! Runners, [`super::runner_set`] for one-replica StatefulSets): the set's conditions and when
+//! it is reconciled again.
+
+use std::time::{Duration, SystemTime};
+
+use hangar_core::owner_sync::{self, Action as PlanAction, RetireReason, Wait};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
+use tracing::warn;
+
+use super::{object_name, rfc3339};
+use crate::conditions::{Desired, kind, reason};
+
+/// A set's conditions: `Available` from the counts (and, when too few are ready, the first
+/// failing runner `failing` names, if any), `Progressing` from the plan and the `retiring`
+/// owners (not being deleted, asked to unregister).
+pub fn conditions(
+    desired: u32,
+    ready: usize,
+    failing: impl FnOnce() -> Option<String>,
+    retiring: usize,
+    plan: &owner_sync::Plan,
+) -> Vec<Desired> {
+    let counts = format!("{ready} of {desired} runner(s) registered and ready");
+    let available = if ready >= desired as usize {
+        Desired::yes(kind::AVAILABLE, reason::RUNNERS_AVAILABLE, counts)
+    } else if let Some(failing) = failing() {
+        Desired::no(
+            kind::AVAILABLE,
+            reason::RUNNERS_FAILING,
+            format!("{counts}; {failing}"),
+        )
+    } else {
+        Desired::no(kind::AVAILABLE, reason::RUNNERS_UNAVAILABLE, counts)
+    };
+    let created: u32 = plan
+        .actions
+        .iter()
+        .map(|a| match a {
+            PlanAction::Create { count } => *count,
+            _ => 0,
+        })
+        .sum();
+    let outdated = plan.actions.iter().any(|a| {
+        matches!(
+            a,
+            PlanAction::RequestUnregistration {
+                reason: RetireReason::Outdated,
+                ..
+            }
+        )
+    });
+    let progressing = if created > 0 {
+        Desired::yes(
+            kind::PROGRESSING,
+            reason::SCALING_UP,
+            format!("creating {created} runner(s)"),
+        )
+    } else if outdated {
+        Desired::yes(
+            kind::PROGRESSING,
+            reason::ROLLING_OUT,
+            "retiring runners of an outdated template",
+        )
+    } else if retiring > 0 {
+        Desired::yes(
+            kind::PROGRESSING,
+            reason::SCALING_DOWN,
+            format!(
+                "unregistering {retiring} runner(s) from GitHub before deleting them; a busy \
+                 runner finishes its job first"
+            ),
+        )
+    } else if let Some(Wait::RecreationDelay { until }) = &plan.wait {
+        Desired::yes(
+            kind::PROGRESSING,
+            reason::SCALING_UP,
+            format!(
+                "completed ephemeral runners are replaced at {} or when effectiveTime moves \
+                 (a scale-down is probably on its way)",
+                rfc3339(*until)
+            ),
+        )
+    } else {
+        Desired::no(
+            kind::PROGRESSING,
+            reason::REPLICAS_SYNCED,
+            "the runners match the spec",
+        )
+    };
+    vec![available, progressing]
+}
+
+/// When `set` is reconciled again after a successful run whose plan waits for `wait`: just
+/// after a recreation delay ends, soon for other waits, else after the sync period (never
+/// later than that).
+pub fn requeue(
+    set: &impl ResourceExt,
+    wait: Option<&Wait>,
+    now: SystemTime,
+    sync_period: Duration,
+) -> Action {
+    let requeue = match wait {
+        Some(Wait::RecreationDelay { until }) => {
+            until.duration_since(now).unwrap_or_default() + Duration::from_secs(1)
+        }
+        Some(w) => {
+            if matches!(w, Wait::OwnerWithoutTemplateHash(_) | Wait::Inconsistent(_)) {
+                warn!(set = %object_name(set), wait = ?w, "owner sync cannot proceed");
+            }
+            Duration::from_secs(10)
+        }
+        None => sync_period,
+    };
+    Action::requeue(requeue.min(sync_period))
+}
+
+/// Merge-patches annotation `key` = `now` onto object `name`: how owner sync marks pods and
+/// owners it retires (`unregistration-request-timestamp`, `unregistration-complete-timestamp`).
+pub async fn stamp<K>(api: &Api<K>, name: &str, key: &str, now: &str) -> Result<K, kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = serde_json::json!({ "metadata": { "annotations": { key: now } } });
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+}
