@@ -378,6 +378,8 @@ async fn demo(namespace: &str) -> Result<()> {
     let url = format!("http://127.0.0.1:{port}/");
     let listen = format!("127.0.0.1:{port}");
     let kc = kubeconfig.display().to_string();
+    let metrics_addr = format!("127.0.0.1:{}", hangar_testkit::control_plane::free_port()?);
+    let probe_addr = format!("127.0.0.1:{}", hangar_testkit::control_plane::free_port()?);
     ControlPlane::spawn_recorded(
         &dir,
         "ghsim",
@@ -415,6 +417,10 @@ async fn demo(namespace: &str) -> Result<()> {
             namespace,
             "--sync-period",
             "10s",
+            "--metrics-addr",
+            &metrics_addr,
+            "--health-probe-bind-address",
+            &probe_addr,
         ],
         &[
             ("KUBECONFIG", &kc),

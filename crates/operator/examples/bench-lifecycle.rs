@@ -455,6 +455,10 @@ impl Controller {
             github,
             "--watch-namespace",
             NAMESPACE,
+            "--metrics-addr",
+            "0",
+            "--health-probe-bind-address",
+            "0",
         ])
         .env("KUBECONFIG", kubeconfig)
         .env("GITHUB_TOKEN", CONTROLLER_PAT)
