@@ -219,22 +219,16 @@ fn spawn_busy_refresh(
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(crate::metrics::BUSY_REFRESH).await;
-            let scopes: std::collections::BTreeSet<String> = pods
+            // Scopes that have registered runner pods, each asked once.
+            let scopes: std::collections::BTreeSet<_> = pods
                 .state()
                 .iter()
                 .filter(|p| controllers::runner_id(p).is_some())
                 .filter_map(|p| controllers::pod_scope(p))
-                .map(|s| s.to_string())
+                .map(|s| controllers::github_scope(&s))
                 .collect();
             let mut busy = std::collections::HashSet::new();
-            for scope in pods
-                .state()
-                .iter()
-                .filter_map(|p| controllers::pod_scope(p))
-                .filter(|s| scopes.contains(&s.to_string()))
-                .map(|s| controllers::github_scope(&s))
-                .collect::<std::collections::BTreeSet<_>>()
-            {
+            for scope in scopes {
                 match github.list_runners(&scope).await {
                     Ok(runners) => {
                         busy.extend(runners.into_iter().filter(|r| r.busy).map(|r| r.name))
