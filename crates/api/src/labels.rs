@@ -40,7 +40,8 @@ pub mod label {
     pub const RUNNER_STATEFULSET_NAME: &str = "runner-statefulset-name";
 
     /// On PersistentVolumes whose claim is being recycled: the volume is to be released and made
-    /// available to the next StatefulSet of the same RunnerSet.
+    /// available to the next StatefulSet of the same RunnerSet. The value is the RunnerSet's
+    /// name (ARC writes the StatefulSet's); the claim's namespace is in `spec.claimRef`.
     pub const PENDING_CLEANUP: &str = "pending-cleanup";
 
     /// In kubernetes container mode: on job pods and secrets created by a runner, the name of

@@ -121,9 +121,25 @@ pub const CONTROLLER_NEEDS: &[Permission] = &[
     ("apps", "statefulsets", "create"),
     ("apps", "statefulsets", "patch"),
     ("apps", "statefulsets", "delete"),
+    // RunnerSet volume reuse: claims of volumeClaimTemplates from a watch, labelled with their
+    // StatefulSet if created without it, deleted once it is gone.
+    ("", "persistentvolumeclaims", "list"),
+    ("", "persistentvolumeclaims", "watch"),
+    ("", "persistentvolumeclaims", "patch"),
+    ("", "persistentvolumeclaims", "delete"),
     // kube-runtime's event recorder.
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
+];
+
+/// What the RunnerSet controller's volume reuse (controllers/runner_set/volumes.rs) calls on
+/// PersistentVolumes, which are cluster-scoped: a watch of the volumes labelled
+/// `pending-cleanup`, and merge patches (that label; removing `spec.claimRef`). Granted by a
+/// ClusterRole of its own in every mode, `scope.singleNamespace` included.
+pub const CONTROLLER_VOLUME_NEEDS: &[Permission] = &[
+    ("", "persistentvolumes", "list"),
+    ("", "persistentvolumes", "watch"),
+    ("", "persistentvolumes", "patch"),
 ];
 
 /// What `hangar webhook-server` calls (webhook_server.rs): reflectors over autoscalers and their
@@ -156,6 +172,47 @@ pub const WEBHOOK_SERVER_NEEDS: &[Permission] = &[
     ("actions.summerwind.dev", "runnersets", "list"),
     ("actions.summerwind.dev", "runnersets", "watch"),
 ];
+
+/// What the admission webhooks (`hangar run --admission-addr`; admission/rotation.rs and
+/// admission/configurations.rs) call beyond [`CONTROLLER_NEEDS`], for release [`RELEASE`] in
+/// `namespace`, in the form [`granted`] returns (`resource=name` where a rule names its
+/// objects): cluster-wide, get and patch of the chart's two webhook configurations (caBundle);
+/// in the release namespace, the certificate Secret, created once and then read, watched by
+/// name and replaced.
+pub fn admission_needs(namespace: &str) -> AdmissionNeeds {
+    let triple = |g: &str, r: String, v: &str| (g.to_owned(), r, v.to_owned());
+    let group = "admissionregistration.k8s.io";
+    let mut cluster = Vec::new();
+    for (resource, kind) in [
+        ("mutatingwebhookconfigurations", "mutating"),
+        ("validatingwebhookconfigurations", "validating"),
+    ] {
+        let name = format!("{RELEASE}-{namespace}-{kind}-webhook-configuration");
+        for verb in ["get", "patch"] {
+            cluster.push(triple(group, format!("{resource}={name}"), verb));
+        }
+    }
+    let tls = format!("secrets={RELEASE}-webhook-tls");
+    let mut release_namespace = vec![triple("", "secrets".into(), "create")];
+    for verb in ["get", "list", "watch", "update"] {
+        release_namespace.push(triple("", tls.clone(), verb));
+    }
+    cluster.sort();
+    release_namespace.sort();
+    AdmissionNeeds {
+        cluster,
+        release_namespace,
+    }
+}
+
+/// See [`admission_needs`]: (group, resource or `resource=name`, verb), sorted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdmissionNeeds {
+    /// Granted by a ClusterRole (the configurations are cluster-scoped).
+    pub cluster: Vec<(String, String, String)>,
+    /// Granted by a Role in the release namespace.
+    pub release_namespace: Vec<(String, String, String)>,
+}
 
 /// The chart's directory in the repository.
 pub fn chart_dir() -> PathBuf {

@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use hangar_chart_tests::{
-    CONTROLLER_NEEDS, Permission, RELEASE, WEBHOOK_SERVER_NEEDS, documents, kinds_and_names,
-    render, render_with, run_with_stdin, str_at,
+    CONTROLLER_NEEDS, CONTROLLER_VOLUME_NEEDS, Permission, RELEASE, WEBHOOK_SERVER_NEEDS,
+    admission_needs, documents, kinds_and_names, render, render_with, run_with_stdin, str_at,
 };
 use hangar_testkit::{TestCluster, TestNamespace};
 use k8s_openapi::api::authorization::v1::{
@@ -88,6 +88,18 @@ async fn every_tested_combination_of_values_is_accepted_by_the_apiserver() {
                 "githubWebhookServer.useRunnerGroupsVisibility=true",
                 "githubWebhookServer.ingress.enabled=true",
                 "githubWebhookServer.podDisruptionBudget.maxUnavailable=1",
+            ],
+        ),
+        (
+            "admission webhooks",
+            &["admissionWebHooks.enabled=true", "service.port=8443"],
+        ),
+        (
+            "admission webhooks for a single namespace",
+            &[
+                "admissionWebHooks.enabled=true",
+                "scope.singleNamespace=true",
+                &format!("scope.watchNamespace={ns}"),
             ],
         ),
         (
@@ -343,6 +355,10 @@ fn never_cluster_scoped<'a>() -> Vec<Check<'a>> {
         denied("patch", "", "nodes", all),
         denied("delete", "", "nodes", all),
         denied("delete", "", "namespaces", all),
+        // Volume reuse releases volumes (patch); it never creates or deletes one.
+        denied("create", "", "persistentvolumes", all),
+        denied("delete", "", "persistentvolumes", all),
+        denied("update", "", "persistentvolumes", all),
         denied("create", "rbac.authorization.k8s.io", "clusterroles", all),
         denied(
             "create",
@@ -398,6 +414,7 @@ async fn controller_account_may_do_what_the_code_does_in_every_namespace_and_not
                 allowed: true,
             }),
     );
+    checks.extend(needs(CONTROLLER_VOLUME_NEEDS, Scope::Everywhere));
     checks.extend(never(Scope::In("anywhere")));
     checks.extend(never(Scope::In(ns)));
     checks.extend(never_cluster_scoped());
@@ -425,14 +442,21 @@ async fn single_namespace_mode_grants_nothing_outside_the_watched_namespace() {
         ],
     );
     let guard = apply_rbac(cluster, &yaml);
-    assert!(
-        guard.names.is_empty(),
-        "cluster-scoped RBAC: {:?}",
-        guard.names
+    // The one cluster-scoped grant: PersistentVolumes (cluster-scoped objects) for RunnerSet
+    // volume reuse.
+    let volumes = format!("hangar-volumes-{}", release.name());
+    assert_eq!(
+        guard.names,
+        [
+            format!("clusterrole/{volumes}"),
+            format!("clusterrolebinding/{volumes}")
+        ],
+        "cluster-scoped RBAC"
     );
     let user = service_account(release.name(), RELEASE);
 
     let mut checks = needs(CONTROLLER_NEEDS, Scope::In(watched.name()));
+    checks.extend(needs(CONTROLLER_VOLUME_NEEDS, Scope::Everywhere));
     // Everything the controller may do in the watched namespace it may do nowhere else: not
     // cluster-wide, not in its own namespace, not in a third one.
     for scope in [
@@ -523,6 +547,94 @@ async fn webhook_server_account_only_reads_autoscalers_and_reserves_capacity() {
         checks.push(denied(verb, group, resource, anywhere));
     }
     checks.extend(never(anywhere));
+    checks.extend(never_cluster_scoped());
+    assert_checks(cluster, &user, &checks).await;
+}
+
+#[tokio::test]
+async fn admission_webhooks_may_patch_only_their_own_configurations_and_certificate() {
+    let cluster = TestCluster::get();
+    let release = TestNamespace::create(cluster, "rbac-admission").await;
+    let ns = release.name();
+    hangar_testkit::crds::install(&cluster.client().await).await;
+    let _rbac = apply_rbac(cluster, &render(ns, &["admissionWebHooks.enabled=true"]));
+    let user = service_account(ns, RELEASE);
+
+    // admission_needs names what it grants as `resource=name`.
+    let needs = admission_needs(ns);
+    let owned: Vec<(Scope<'_>, String, String, Option<String>, String)> = needs
+        .cluster
+        .iter()
+        .map(|need| (Scope::Everywhere, need))
+        .chain(
+            needs
+                .release_namespace
+                .iter()
+                .map(|need| (Scope::In(ns), need)),
+        )
+        .map(|(scope, (group, resource, verb))| {
+            let (resource, name) = match resource.split_once('=') {
+                Some((r, n)) => (r.to_owned(), Some(n.to_owned())),
+                None => (resource.clone(), None),
+            };
+            (scope, group.clone(), resource, name, verb.clone())
+        })
+        .collect();
+    let mut checks: Vec<Check<'_>> = Vec::new();
+    for (scope, group, resource, name, verb) in &owned {
+        let need = Check {
+            verb,
+            group,
+            resource,
+            name: name.as_deref(),
+            scope: *scope,
+            allowed: true,
+        };
+        // Only the named objects: another configuration or Secret is out of reach (unless the
+        // controller's own rules grant the verb on every object of the kind, as get and list
+        // of Secrets).
+        let everyone = CONTROLLER_NEEDS
+            .iter()
+            .any(|(g, r, v)| (*g, *r, *v) == (group.as_str(), resource.as_str(), verb.as_str()));
+        if name.is_some() && !everyone {
+            checks.push(Check {
+                name: Some("someone-elses"),
+                allowed: false,
+                ..need.clone()
+            });
+        }
+        checks.push(need);
+    }
+    let webhooks = "admissionregistration.k8s.io";
+    let mutating = "mutatingwebhookconfigurations";
+    let validating = "validatingwebhookconfigurations";
+    let ours = format!("{RELEASE}-{ns}-mutating-webhook-configuration");
+    let tls = format!("{RELEASE}-webhook-tls");
+    checks.extend([
+        // Creating a configuration cannot be limited by name: never granted.
+        denied("create", webhooks, mutating, Scope::Everywhere),
+        denied("create", webhooks, validating, Scope::Everywhere),
+        denied("list", webhooks, validating, Scope::Everywhere),
+        Check {
+            name: Some(&ours),
+            ..denied("delete", webhooks, mutating, Scope::Everywhere)
+        },
+        Check {
+            name: Some(&ours),
+            ..denied("update", webhooks, mutating, Scope::Everywhere)
+        },
+        Check {
+            name: Some(&tls),
+            ..denied("delete", "", "secrets", Scope::In(ns))
+        },
+        // The certificate Secret's name means nothing in another namespace.
+        Check {
+            name: Some(&tls),
+            ..denied("update", "", "secrets", Scope::In("anywhere"))
+        },
+    ]);
+    checks.extend(never(Scope::In("anywhere")));
+    checks.extend(never(Scope::In(ns)));
     checks.extend(never_cluster_scoped());
     assert_checks(cluster, &user, &checks).await;
 }

@@ -5,8 +5,9 @@
 use std::collections::BTreeSet;
 
 use hangar_chart_tests::{
-    CONTROLLER_NEEDS, Permission, WEBHOOK_SERVER_NEEDS, chart_dir, documents, granted, helm,
-    kinds_and_names, of_kind, output, render, repo_root, str_at,
+    CONTROLLER_NEEDS, CONTROLLER_VOLUME_NEEDS, Permission, WEBHOOK_SERVER_NEEDS, admission_needs,
+    chart_dir, documents, granted, helm, kinds_and_names, of_kind, output, render, repo_root,
+    str_at,
 };
 use serde_yaml::Value;
 
@@ -58,6 +59,11 @@ fn chart_passes_helm_lint_strict_with_every_tested_combination() {
             "githubWebhookServer.enabled=true",
             "githubWebhookServer.ingress.enabled=true",
         ][..],
+        &["admissionWebHooks.enabled=true"][..],
+        &[
+            "admissionWebHooks.enabled=true",
+            "scope.singleNamespace=true",
+        ][..],
         &[
             "authSecret.create=true",
             "authSecret.github_app_id=12345",
@@ -84,11 +90,14 @@ fn default_values_render_a_cluster_wide_controller_and_nothing_optional() {
         [
             "ServiceAccount/hangar",
             "ClusterRole/hangar-hangar-system",
+            "ClusterRole/hangar-volumes-hangar-system",
             "ClusterRoleBinding/hangar-hangar-system",
+            "ClusterRoleBinding/hangar-volumes-hangar-system",
             "Service/hangar-metrics",
             "Deployment/hangar",
         ]
     );
+    assert_volume_role(&objects);
     let args = args(deployment(&objects, "controller"));
     assert_eq!(args[0], "run");
     assert!(
@@ -105,8 +114,34 @@ fn default_values_render_a_cluster_wide_controller_and_nothing_optional() {
 fn controller_role_grants_exactly_what_the_code_calls() {
     let objects = documents(&render(NS, &[]));
     let roles = of_kind(&objects, "ClusterRole");
-    assert_eq!(roles.len(), 1);
+    assert_eq!(roles.len(), 2);
     assert_eq!(granted(roles[0]), expected(CONTROLLER_NEEDS));
+    assert_eq!(
+        str_at(roles[1], &["metadata", "name"]),
+        "hangar-volumes-hangar-system"
+    );
+    assert_eq!(granted(roles[1]), expected(CONTROLLER_VOLUME_NEEDS));
+}
+
+/// PersistentVolumes are cluster-scoped: RunnerSet volume reuse needs its ClusterRole (and
+/// only that) whatever the scope, bound to the controller's ServiceAccount.
+fn assert_volume_role(objects: &[Value]) {
+    let roles = of_kind(objects, "ClusterRole");
+    let role = roles
+        .iter()
+        .find(|r| str_at(r, &["metadata", "name"]) == "hangar-volumes-hangar-system")
+        .expect("the volume reuse ClusterRole");
+    assert_eq!(granted(role), expected(CONTROLLER_VOLUME_NEEDS));
+    let binding = of_kind(objects, "ClusterRoleBinding")
+        .into_iter()
+        .find(|b| str_at(b, &["metadata", "name"]) == "hangar-volumes-hangar-system")
+        .expect("its binding");
+    assert_eq!(
+        str_at(binding, &["roleRef", "name"]),
+        "hangar-volumes-hangar-system"
+    );
+    assert_eq!(str_at(&binding["subjects"][0], &["name"]), "hangar");
+    assert_eq!(str_at(&binding["subjects"][0], &["namespace"]), NS);
 }
 
 #[test]
@@ -115,8 +150,10 @@ fn single_namespace_mode_renders_only_roles_in_the_watched_namespace() {
         NS,
         &["scope.singleNamespace=true", "scope.watchNamespace=ci"],
     ));
-    assert!(of_kind(&objects, "ClusterRole").is_empty());
-    assert!(of_kind(&objects, "ClusterRoleBinding").is_empty());
+    // The only cluster-scoped grant: PersistentVolumes, for volume reuse.
+    assert_eq!(of_kind(&objects, "ClusterRole").len(), 1);
+    assert_eq!(of_kind(&objects, "ClusterRoleBinding").len(), 1);
+    assert_volume_role(&objects);
     let roles = of_kind(&objects, "Role");
     assert_eq!(roles.len(), 1);
     assert_eq!(str_at(roles[0], &["metadata", "namespace"]), "ci");
@@ -204,6 +241,192 @@ fn webhook_server_gets_its_own_account_with_read_and_reserve_rights() {
         args.contains(&"--webhook-queue-limit=250".to_owned()),
         "{args:?}"
     );
+}
+
+/// The admission flags a Deployment's args add to `base`'s, parsed by `hangar run`'s own
+/// argument definitions (so a misspelt flag fails here, not in a crash-looping pod).
+fn admission_flags(base: &[String], with: &[String]) -> hangar::admission::cli::AdmissionArgs {
+    use clap::{Args as _, FromArgMatches as _};
+    let added: Vec<&String> = with.iter().filter(|a| !base.contains(a)).collect();
+    let cli = hangar::admission::cli::AdmissionArgs::augment_args(clap::Command::new("run"));
+    let matches = cli
+        .try_get_matches_from(std::iter::once(&"run".to_owned()).chain(added.iter().copied()))
+        .unwrap_or_else(|e| panic!("the chart's admission flags {added:?}: {e}"));
+    hangar::admission::cli::AdmissionArgs::from_arg_matches(&matches).unwrap()
+}
+
+/// `webhooks` of a rendered configuration, or of one the binary would create, as JSON.
+fn webhooks(object: impl serde::Serialize) -> serde_json::Value {
+    serde_json::to_value(object).unwrap()["webhooks"].clone()
+}
+
+#[test]
+fn admission_webhooks_are_the_binarys_own_behind_a_service_and_named_in_its_flags() {
+    use hangar::admission::configurations::{Endpoint, Registration, mutating, validating};
+    for single_namespace in [false, true] {
+        let scope = format!("scope.singleNamespace={single_namespace}");
+        let base = documents(&render(NS, &[&scope]));
+        let objects = documents(&render(NS, &[&scope, "admissionWebHooks.enabled=true"]));
+        let controller = deployment(&objects, "controller");
+        let flags = admission_flags(&args(deployment(&base, "controller")), &args(controller));
+
+        // The controller listens where the Service sends the apiserver.
+        assert_eq!(flags.admission_addr, Some("0.0.0.0:9443".parse().unwrap()));
+        let ports = &controller["spec"]["template"]["spec"]["containers"][0]["ports"];
+        let admission_port = ports
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|p| str_at(p, &["name"]) == "admission")
+            .expect("a container port named admission");
+        assert_eq!(admission_port["containerPort"].as_u64(), Some(9443));
+        let service_name = flags.webhook_service_name.clone().unwrap();
+        let service = of_kind(&objects, "Service")
+            .into_iter()
+            .find(|s| str_at(s, &["metadata", "name"]) == service_name)
+            .unwrap_or_else(|| panic!("no Service {service_name}"));
+        assert_eq!(flags.webhook_service_namespace, NS);
+        assert_eq!(str_at(service, &["metadata", "namespace"]), NS);
+        assert_eq!(
+            service["spec"]["ports"][0]["port"].as_i64(),
+            Some(i64::from(flags.webhook_service_port))
+        );
+        assert_eq!(
+            str_at(&service["spec"]["ports"][0], &["targetPort"]),
+            "admission"
+        );
+        assert_eq!(
+            service["spec"]["selector"],
+            controller["spec"]["selector"]["matchLabels"]
+        );
+
+        // The configurations are exactly what `--admission-create-configurations` would create
+        // for these flags (names, paths, rules, failurePolicy Fail), minus the caBundle the
+        // controller patches in; in single-namespace mode limited to the watched namespace.
+        assert!(!flags.admission_create_configurations);
+        let mut registration = Registration::new(Endpoint::Service {
+            namespace: flags.webhook_service_namespace.clone(),
+            name: service_name.clone(),
+            port: flags.webhook_service_port,
+        });
+        registration.mutating_name = flags.mutating_webhook_configuration.clone();
+        registration.validating_name = flags.validating_webhook_configuration.clone();
+        if single_namespace {
+            registration.namespace_selector = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                    match_labels: Some(
+                        [("kubernetes.io/metadata.name".to_owned(), NS.to_owned())].into(),
+                    ),
+                    match_expressions: None,
+                },
+            );
+        }
+        for (kind, name, want) in [
+            (
+                "MutatingWebhookConfiguration",
+                &flags.mutating_webhook_configuration,
+                webhooks(mutating(&registration, &[])),
+            ),
+            (
+                "ValidatingWebhookConfiguration",
+                &flags.validating_webhook_configuration,
+                webhooks(validating(&registration, &[])),
+            ),
+        ] {
+            let rendered = of_kind(&objects, kind);
+            assert_eq!(rendered.len(), 1, "{kind}");
+            assert_eq!(str_at(rendered[0], &["metadata", "name"]), name);
+            assert_eq!(webhooks(rendered[0]), want, "{kind}, {scope}");
+        }
+        assert!(
+            !serde_yaml::to_string(&objects)
+                .unwrap()
+                .contains("caBundle"),
+            "caBundle is the controller's to write"
+        );
+
+        // RBAC: exactly the two configurations and the certificate Secret the flags name.
+        assert_eq!(flags.webhook_tls_secret, "hangar-webhook-tls");
+        let needs = admission_needs(NS);
+        let role = |kind: &str, name: &str| {
+            of_kind(&objects, kind)
+                .into_iter()
+                .find(|r| str_at(r, &["metadata", "name"]) == name)
+                .unwrap_or_else(|| panic!("no {kind}/{name} in {:?}", kinds_and_names(&objects)))
+        };
+        let cluster_role = role("ClusterRole", &format!("hangar-admission-{NS}"));
+        assert_eq!(granted(cluster_role), needs.cluster);
+        let secret_role = role("Role", "hangar-admission");
+        assert_eq!(str_at(secret_role, &["metadata", "namespace"]), NS);
+        assert_eq!(granted(secret_role), needs.release_namespace);
+        for binding in [
+            role("ClusterRoleBinding", &format!("hangar-admission-{NS}")),
+            role("RoleBinding", "hangar-admission"),
+        ] {
+            assert_eq!(str_at(&binding["subjects"][0], &["name"]), "hangar");
+            assert_eq!(str_at(&binding["subjects"][0], &["namespace"]), NS);
+        }
+    }
+}
+
+#[test]
+fn the_dockerfile_builds_the_binary_the_chart_runs_as_the_user_the_chart_expects() {
+    let dockerfile = std::fs::read_to_string(repo_root().join("Dockerfile")).unwrap();
+    let final_stage = dockerfile.rsplit("\nFROM ").next().expect("a final stage");
+    for line in [
+        "COPY --from=build /out/hangar /hangar",
+        "USER 65532:65532",
+        r#"ENTRYPOINT ["/hangar"]"#,
+        r#"CMD ["run"]"#,
+    ] {
+        assert!(
+            final_stage.lines().any(|l| l.trim() == line),
+            "{line:?} in the final stage:\n{final_stage}"
+        );
+    }
+    assert!(
+        final_stage.starts_with("gcr.io/distroless/"),
+        "{final_stage}"
+    );
+    assert!(
+        dockerfile.contains("--package hangar --bin hangar")
+            && dockerfile.contains("target/release/hangar /out/hangar"),
+        "{dockerfile}"
+    );
+    let manifest = std::fs::read_to_string(repo_root().join("crates/operator/Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains("[[bin]]\nname = \"hangar\""),
+        "{manifest}"
+    );
+    // The builder is at least the workspace's minimum Rust.
+    let version = |text: &str, key: &str| -> (u32, u32) {
+        let v = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key}"))
+            .trim_matches(|c| c == '"' || c == ' ' || c == '=');
+        let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap());
+        (parts.next().unwrap(), parts.next().unwrap())
+    };
+    let workspace = std::fs::read_to_string(repo_root().join("Cargo.toml")).unwrap();
+    assert!(version(&dockerfile, "ARG RUST_VERSION") >= version(&workspace, "rust-version"));
+
+    // The chart runs that entrypoint (no `command`) with a subcommand, as uid 65532.
+    let objects = documents(&render(NS, &["githubWebhookServer.enabled=true"]));
+    for (component, subcommand) in [
+        ("controller", "run"),
+        ("github-webhook-server", "webhook-server"),
+    ] {
+        let pod = &deployment(&objects, component)["spec"]["template"]["spec"];
+        let container = &pod["containers"][0];
+        assert!(
+            container.get("command").is_none(),
+            "{component}: {container:?}"
+        );
+        assert_eq!(args(deployment(&objects, component))[0], subcommand);
+        assert_eq!(str_at(container, &["image"]), "hangar:0.1.0");
+        assert_eq!(pod["securityContext"]["runAsUser"].as_u64(), Some(65532));
+    }
 }
 
 #[test]

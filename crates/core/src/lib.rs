@@ -16,6 +16,8 @@
 //!   the rules a RunnerConfig must satisfy to name exactly one such scope.
 //! - [`template_hash`]: stable short hashes naming template versions.
 //! - [`unregistration`]: unregister-before-delete, the state machine that waits out busy runners.
+//! - [`volumes`]: RunnerSet persistent-volume reuse — which claims to delete and which released
+//!   volumes to hand to the next runner.
 
 pub mod autoscaler;
 pub mod leader;
@@ -23,5 +25,6 @@ pub mod owner_sync;
 pub mod scope;
 pub mod template_hash;
 pub mod unregistration;
+pub mod volumes;
 
 pub use scope::{RunnerScope, ScopeError};

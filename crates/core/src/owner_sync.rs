@@ -258,6 +258,13 @@ pub fn plan(input: &Input) -> Plan {
     let mut live: Vec<(&OwnerView, Counts)> = vec![];
     let mut last_sync: Option<SystemTime> = None;
     for owner in &input.owners {
+        // Every owner still seen counts for the last sync, finished and departing ones too:
+        // ARC counts only live owners, so once the last ephemeral runners of a burst finish
+        // together nothing remembers the sync and they are recreated at once, EffectiveTime
+        // guard or not.
+        if let Some(t) = owner.sync_time {
+            last_sync = Some(last_sync.map_or(t, |l| l.max(t)));
+        }
         if owner.deleting {
             continue; // garbage collection finishes it; its pods are not ours to count.
         }
@@ -295,9 +302,6 @@ pub fn plan(input: &Input) -> Plan {
         if !owner.settled {
             plan.wait = Some(Wait::OwnerNotSettled(owner.name.clone()));
             return plan;
-        }
-        if let Some(t) = owner.sync_time {
-            last_sync = Some(last_sync.map_or(t, |l| l.max(t)));
         }
         live.push((owner, counts));
     }

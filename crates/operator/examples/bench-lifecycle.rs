@@ -52,6 +52,12 @@ struct Args {
     /// Where to write the results (relative paths are from the workspace root).
     #[arg(long, default_value = "bench/results/lifecycle.json")]
     out: PathBuf,
+    /// Registration modes to run, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values = ["token", "jit"])]
+    modes: Vec<Mode>,
+    /// Scenarios to run in each mode, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values = ["jobs", "idle"])]
+    scenarios: Vec<Scenario>,
 }
 
 /// The controller's PAT in ghsim (accounting label `controller`).
@@ -61,14 +67,14 @@ const RUNNER_PAT: &str = "ghp_bench_runner";
 const NAMESPACE: &str = "bench";
 const LIMIT: Duration = Duration::from_secs(600);
 
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 enum Mode {
     Token,
     Jit,
 }
 
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 enum Scenario {
     Jobs,
@@ -135,8 +141,8 @@ async fn main() -> anyhow::Result<()> {
     );
 
     let mut runs = Vec::new();
-    for mode in [Mode::Token, Mode::Jit] {
-        for scenario in [Scenario::Jobs, Scenario::Idle] {
+    for &mode in &args.modes {
+        for &scenario in &args.scenarios {
             let run = bench(&root, &hangar, &args, mode, scenario)
                 .await
                 .with_context(|| format!("{mode:?}/{scenario:?}"))?;
@@ -302,9 +308,13 @@ async fn scenario_steps(
     let placement = nodes.placement();
     // `effectiveTime` = now: every runner is synced after it, so a runner that finished its job
     // is not recreated (the HRA sets it this way for ephemeral targets).
-    let effective_time = jiff::Timestamp::try_from(SystemTime::now())?
-        .round(jiff::Unit::Second)?
-        .to_string();
+    // Whole seconds, rounded down: rounded up, it could lie after the runners' sync time.
+    let effective_time = jiff::Timestamp::from_second(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)?
+            .as_secs() as i64,
+    )?
+    .to_string();
     let apply = |replicas: usize| {
         let rd = json!({
             "apiVersion": "actions.summerwind.dev/v1alpha1",
@@ -334,6 +344,7 @@ async fn scenario_steps(
     };
 
     let started = Instant::now();
+    let mut last_report = started;
     apply(n).await?;
     until("all runners registered and online", || {
         let (registered, online) = github.sim.read(|w, _| {
@@ -342,7 +353,14 @@ async fn scenario_steps(
                 w.runners.values().filter(|r| r.online()).count(),
             )
         });
-        registered == n && online == n
+        if registered == n && online == n {
+            return true;
+        }
+        if last_report.elapsed() >= Duration::from_secs(10) {
+            eprintln!("waiting: {registered} of {n} runners registered, {online} online");
+            last_report = Instant::now();
+        }
+        false
     })
     .await?;
     let registered = started.elapsed();

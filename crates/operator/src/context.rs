@@ -28,7 +28,8 @@ pub struct Settings {
     pub jit: bool,
     /// Safety-net requeue interval for healthy objects.
     pub sync_period: Duration,
-    /// How often an unregistered runner pod is looked up on GitHub.
+    /// The least time between two lists of a scope's runners while runner pods wait to be seen
+    /// registered (see [`crate::runner_directory`]).
     pub registration_check_interval: Duration,
     /// How long an autoscaler waits after a scale-out before scaling down, unless its
     /// `scaleDownDelaySecondsAfterScaleOut` says otherwise (ARC's `--default-scale-down-delay`).
@@ -48,7 +49,7 @@ impl Default for Settings {
             pod_defaults: PodDefaults::default(),
             jit: false,
             sync_period: Duration::from_secs(60),
-            registration_check_interval: Duration::from_secs(10),
+            registration_check_interval: Duration::from_secs(3),
             default_scale_down_delay: hangar_core::autoscaler::DEFAULT_SCALE_DOWN_DELAY,
             github_registry: None,
             exporter: None,
@@ -129,6 +130,8 @@ pub struct Context {
     pub backoff: Backoff,
     /// Instruments (reconcile durations and errors, ...).
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Runner IDs by scope and name, shared by all runner pods (one list per scope at a time).
+    pub runner_directory: crate::runner_directory::RunnerDirectory,
 }
 
 impl std::fmt::Debug for Stores {
@@ -174,6 +177,9 @@ impl Context {
                 .as_ref()
                 .map_or_else(Default::default, |e| e.metrics.clone()),
             backoff: Backoff::default(),
+            runner_directory: crate::runner_directory::RunnerDirectory::new(
+                settings.registration_check_interval,
+            ),
             client,
             github,
             settings,

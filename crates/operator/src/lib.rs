@@ -21,5 +21,6 @@ pub mod error;
 pub mod leader;
 pub mod manager;
 pub mod metrics;
+pub mod runner_directory;
 pub mod runner_pod;
 pub mod webhook_server;

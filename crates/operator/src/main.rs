@@ -357,6 +357,7 @@ async fn webhook_server(args: WebhookServerArgs) -> anyhow::Result<()> {
         github,
         listener,
         config,
+        None,
         shutdown,
     )
     .await
@@ -445,6 +446,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         exporter.set_ready(true);
         let webhook_standalone = webhook.take().map(|(listener, config)| {
             let client = client.clone();
+            // The same instruments as the controllers this replica runs once it leads, so
+            // delivery-to-pod latencies pair up on the leader.
+            let metrics = exporter.metrics.clone();
             let github = github.clone() as Arc<dyn hangar_github::GitHubApi>;
             let namespace = args.watch_namespace.clone();
             tokio::spawn(async move {
@@ -454,6 +458,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                     Some(github),
                     listener,
                     config,
+                    Some(metrics),
                     std::future::pending(),
                 )
                 .await;

@@ -7,15 +7,26 @@
 //! runners are busy: a background task asks GitHub's List Runners per scope at most every
 //! [`BUSY_REFRESH`], through the caching client (a 304 costs no rate limit).
 //!
+//! Latencies: `hangar_webhook_delivery_to_pod_seconds` pairs each queued `workflow_job`
+//! delivery the webhook server turned into a reservation with the next runner pod created for
+//! the same scale target, first in first out ([`PendingDeliveries`]); the pairing lives in
+//! this process's memory, so it is recorded only where the webhook server runs in the
+//! process whose controllers create the pods (`hangar run --webhook-addr`, on the leader), and
+//! not for `hangar webhook-server` on its own. `hangar_job_queue_to_assignment_seconds` is
+//! GitHub's own account of each job's wait (`started_at - created_at` of its `in_progress`
+//! delivery), for jobs an autoscaler here would have scaled for.
+//!
 //! Names: Hangar's own are `hangar_*`; ARC's legacy gauges keep their names
 //! (`horizontalrunnerautoscaler_*`, `runnerdeployment_spec_replicas`, `github_rate_limit*`) so
 //! existing dashboards keep working.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hangar_api::annotation as ann;
+use hangar_api::horizontal_runner_autoscaler::ScaleTargetKind;
+use hangar_api::label;
 use hangar_github::ClientRegistry;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -49,6 +60,7 @@ pub struct Metrics {
     hra_max: Family<Labels, Gauge>,
     deployment_replicas: Family<Labels, Gauge>,
     busy: Mutex<HashSet<String>>,
+    pending: Mutex<PendingDeliveries>,
     started: Instant,
 }
 
@@ -89,6 +101,7 @@ impl Metrics {
             hra_max: Family::default(),
             deployment_replicas: Family::default(),
             busy: Mutex::new(HashSet::new()),
+            pending: Mutex::new(PendingDeliveries::default()),
             started: Instant::now(),
             registry: Registry::default(),
         };
@@ -109,12 +122,14 @@ impl Metrics {
         );
         registry.register(
             "hangar_webhook_delivery_to_pod_seconds",
-            "From a queued workflow_job delivery to the runner pod it caused being created (not recorded yet)",
+            "From a queued workflow_job delivery to the next runner pod created for its autoscaler's \
+             target (recorded when the webhook server runs in the controller process)",
             m.delivery_to_pod.clone(),
         );
         registry.register(
             "hangar_job_queue_to_assignment_seconds",
-            "From a job being queued to a runner picking it up (not recorded yet)",
+            "From a job being queued to a runner picking it up: started_at - created_at of its \
+             in_progress delivery",
             m.queue_to_assignment.clone(),
         );
         registry.register(
@@ -189,6 +204,39 @@ impl Metrics {
     /// Records the time from a queued delivery to the pod it caused.
     pub fn delivery_to_pod(&self, took: Duration) {
         self.delivery_to_pod.observe(took.as_secs_f64());
+    }
+
+    /// Remembers that a queued delivery of `job` reserved a runner for `target`, for as long
+    /// as the reservation lasts.
+    pub fn job_queued(&self, target: ScaleTarget, job: u64, reservation: Duration) {
+        self.lock_pending()
+            .queued(target, job, Instant::now(), reservation);
+    }
+
+    /// Forgets a job that started or finished: a pod created after that did not serve it.
+    pub fn job_left_queue(&self, job: u64) {
+        self.lock_pending().left_queue(job);
+    }
+
+    /// Records `count` runner pods (or RunnerSet StatefulSets, each one pod) just created for
+    /// `target`: each serves the oldest delivery still waiting.
+    pub fn runner_pods_created(&self, target: &ScaleTarget, count: usize) {
+        let now = Instant::now();
+        let waits: Vec<Duration> = {
+            let mut pending = self.lock_pending();
+            (0..count)
+                .map_while(|_| pending.pod_created(target, now))
+                .collect()
+        };
+        for wait in waits {
+            self.delivery_to_pod(wait);
+        }
+    }
+
+    fn lock_pending(&self) -> std::sync::MutexGuard<'_, PendingDeliveries> {
+        // Plain data: a panic elsewhere while holding the lock leaves nothing half-updated
+        // that matters for a histogram.
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Records the time a job waited for a runner.
@@ -425,6 +473,122 @@ pub struct AutoscalerView {
     pub max: Option<i64>,
 }
 
+/// What an autoscaler scales: the key that pairs deliveries with the pods they caused.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ScaleTarget {
+    /// Namespace (the autoscaler's and its target's).
+    pub namespace: String,
+    /// RunnerDeployment or RunnerSet.
+    pub kind: ScaleTargetKind,
+    /// The target's name.
+    pub name: String,
+}
+
+impl ScaleTarget {
+    /// RunnerSet `name` in `namespace`.
+    pub fn runner_set(namespace: &str, name: &str) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            kind: ScaleTargetKind::RunnerSet,
+            name: name.to_owned(),
+        }
+    }
+
+    /// The target a runner pod (or a Runner, whose labels its pod gets) belongs to: its
+    /// RunnerDeployment's or RunnerSet's name label. Runners of a bare RunnerReplicaSet, or
+    /// bare Runners, belong to none: no autoscaler can target them.
+    pub fn of_labels(namespace: &str, labels: &BTreeMap<String, String>) -> Option<Self> {
+        let (kind, name) = if let Some(name) = labels.get(label::RUNNER_DEPLOYMENT_NAME) {
+            (ScaleTargetKind::RunnerDeployment, name)
+        } else {
+            (
+                ScaleTargetKind::RunnerSet,
+                labels.get(label::RUNNERSET_NAME)?,
+            )
+        };
+        Some(Self {
+            namespace: namespace.to_owned(),
+            kind,
+            name: name.clone(),
+        })
+    }
+}
+
+/// Most deliveries remembered per target; beyond it the oldest is dropped (a burst larger
+/// than this is served by pods long after the histogram's last bucket anyway).
+pub const MAX_PENDING_PER_TARGET: usize = 4096;
+
+/// Arrival instants of queued deliveries that no new runner pod has served yet, per target,
+/// oldest first. Bounded: an entry goes when a pod serves it, when its job starts or finishes
+/// (a pod created later did not serve it), when its reservation would have expired (no pod
+/// will be created for it), or when [`MAX_PENDING_PER_TARGET`] newer ones arrived.
+#[derive(Debug, Default)]
+pub struct PendingDeliveries {
+    targets: HashMap<ScaleTarget, VecDeque<Pending>>,
+}
+
+#[derive(Debug)]
+struct Pending {
+    job: u64,
+    arrived: Instant,
+    expires: Instant,
+}
+
+impl PendingDeliveries {
+    /// A queued delivery of `job` for `target` arrived at `now`; its reservation lasts `ttl`.
+    pub fn queued(&mut self, target: ScaleTarget, job: u64, now: Instant, ttl: Duration) {
+        let queue = self.targets.entry(target).or_default();
+        drop_expired(queue, now);
+        if queue.len() >= MAX_PENDING_PER_TARGET {
+            queue.pop_front();
+        }
+        queue.push_back(Pending {
+            job,
+            arrived: now,
+            expires: now + ttl,
+        });
+    }
+
+    /// `job` started or finished: forget its delivery wherever it waits.
+    pub fn left_queue(&mut self, job: u64) {
+        for queue in self.targets.values_mut() {
+            queue.retain(|p| p.job != job);
+        }
+        self.targets.retain(|_, q| !q.is_empty());
+    }
+
+    /// A runner pod was created for `target` at `now`: how long the oldest waiting delivery
+    /// waited for it, if any waits.
+    pub fn pod_created(&mut self, target: &ScaleTarget, now: Instant) -> Option<Duration> {
+        let queue = self.targets.get_mut(target)?;
+        drop_expired(queue, now);
+        let served = queue.pop_front();
+        if queue.is_empty() {
+            self.targets.remove(target);
+        }
+        served.map(|p| now.saturating_duration_since(p.arrived))
+    }
+
+    /// Deliveries waiting, over all targets.
+    pub fn len(&self) -> usize {
+        self.targets.values().map(VecDeque::len).sum()
+    }
+
+    /// Whether no delivery waits.
+    pub fn is_empty(&self) -> bool {
+        self.targets.is_empty()
+    }
+}
+
+/// Drops expired deliveries from the front. Reservations of one target usually share a
+/// duration, so expiry follows arrival order; one that outlives an older one is dropped a
+/// little later, which only bounds memory less tightly.
+fn drop_expired(queue: &mut VecDeque<Pending>, now: Instant) {
+    while queue.front().is_some_and(|p| p.expires <= now) {
+        queue.pop_front();
+    }
+}
+
 /// A runner pod's state for `hangar_runners`.
 pub fn runner_state(pod: &Pod, busy: &HashSet<String>) -> &'static str {
     let annotations = pod.annotations();
@@ -518,6 +682,123 @@ mod tests {
             metrics.contains("hangar_webhook_deliveries_total{event=\"ping\",outcome=\"ok\"} 1"),
             "{metrics}"
         );
+    }
+
+    fn target(kind: ScaleTargetKind, name: &str) -> ScaleTarget {
+        ScaleTarget {
+            namespace: "ns".into(),
+            kind,
+            name: name.into(),
+        }
+    }
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    #[test]
+    fn pods_serve_the_oldest_waiting_delivery_of_their_own_target() {
+        let rd = target(ScaleTargetKind::RunnerDeployment, "a");
+        let other = target(ScaleTargetKind::RunnerSet, "a");
+        let t0 = Instant::now();
+        let mut pending = PendingDeliveries::default();
+        pending.queued(rd.clone(), 1, t0, HOUR);
+        pending.queued(rd.clone(), 2, t0 + Duration::from_millis(100), HOUR);
+        let at = t0 + Duration::from_millis(300);
+        assert_eq!(
+            pending.pod_created(&other, at),
+            None,
+            "another target waits for nothing"
+        );
+        assert_eq!(
+            pending.pod_created(&rd, at),
+            Some(Duration::from_millis(300))
+        );
+        assert_eq!(
+            pending.pod_created(&rd, at),
+            Some(Duration::from_millis(200))
+        );
+        assert_eq!(
+            pending.pod_created(&rd, at),
+            None,
+            "a pod beyond demand serves nothing"
+        );
+        assert!(pending.is_empty());
+    }
+
+    #[test]
+    fn a_job_that_started_or_expired_is_not_served_by_a_later_pod() {
+        let rd = target(ScaleTargetKind::RunnerDeployment, "a");
+        let t0 = Instant::now();
+        let mut pending = PendingDeliveries::default();
+        pending.queued(rd.clone(), 1, t0, HOUR);
+        pending.queued(rd.clone(), 2, t0 + Duration::from_secs(1), HOUR);
+        // Job 1 was taken by an idle runner; the next pod serves job 2.
+        pending.left_queue(1);
+        assert_eq!(
+            pending.pod_created(&rd, t0 + Duration::from_secs(3)),
+            Some(Duration::from_secs(2))
+        );
+        // A reservation of 30 s that no pod served is gone after 30 s.
+        pending.queued(rd.clone(), 3, t0, Duration::from_secs(30));
+        assert_eq!(pending.pod_created(&rd, t0 + Duration::from_secs(30)), None);
+        assert!(pending.is_empty());
+    }
+
+    #[test]
+    fn pending_deliveries_are_bounded_per_target() {
+        let rd = target(ScaleTargetKind::RunnerDeployment, "a");
+        let t0 = Instant::now();
+        let mut pending = PendingDeliveries::default();
+        for job in 0..(MAX_PENDING_PER_TARGET as u64 + 10) {
+            pending.queued(rd.clone(), job, t0 + Duration::from_millis(job), HOUR);
+        }
+        assert_eq!(pending.len(), MAX_PENDING_PER_TARGET);
+        // The oldest ten were dropped: the first pod serves job 10.
+        let at = t0 + Duration::from_secs(60);
+        assert_eq!(
+            pending.pod_created(&rd, at),
+            Some(at - (t0 + Duration::from_millis(10)))
+        );
+    }
+
+    #[test]
+    fn pods_and_runners_name_their_target_by_label() {
+        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            ScaleTarget::of_labels("ns", &labels(&[(label::RUNNER_DEPLOYMENT_NAME, "rd")])),
+            Some(target(ScaleTargetKind::RunnerDeployment, "rd"))
+        );
+        assert_eq!(
+            ScaleTarget::of_labels("ns", &labels(&[(label::RUNNERSET_NAME, "rs")])),
+            Some(target(ScaleTargetKind::RunnerSet, "rs"))
+        );
+        assert_eq!(
+            ScaleTarget::of_labels("ns", &labels(&[(label::ACTIONS_RUNNER, "")])),
+            None
+        );
+    }
+
+    #[test]
+    fn latencies_reach_their_histograms() {
+        let m = Metrics::new();
+        let rd = target(ScaleTargetKind::RunnerDeployment, "a");
+        m.job_queued(rd.clone(), 1, HOUR);
+        m.job_queued(rd.clone(), 2, HOUR);
+        m.job_left_queue(2);
+        m.runner_pods_created(&rd, 3);
+        m.queue_to_assignment(Duration::from_secs(4));
+        let text = m.render(&ScrapeState::default());
+        for line in [
+            "hangar_webhook_delivery_to_pod_seconds_count 1",
+            "hangar_job_queue_to_assignment_seconds_count 1",
+            "hangar_job_queue_to_assignment_seconds_sum 4.0",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
     }
 
     #[test]

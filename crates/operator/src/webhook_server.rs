@@ -34,6 +34,12 @@
 //! after a 20 ms pause that gathers a burst into one write. The spec change triggers the HRA
 //! controller's watch, which scales the target in the same moment: that is the fast path from
 //! a queued job to a new runner pod.
+//!
+//! Latencies (`crate::metrics`): an accepted `queued` delivery is remembered for its
+//! autoscaler's target until a runner pod is created for it; an `in_progress` or `completed`
+//! one forgets it, and an `in_progress` one for a job some autoscaler matches records GitHub's
+//! `started_at - created_at` once per job attempt. Both only when metrics are attached.
+//!
 //! Reservation times are rounded *up* to the whole second, because the API stores seconds and
 //! the target's `effectiveTime` must never look older than a runner created before it (see
 //! `hangar_core::owner_sync`'s recreation delay).
@@ -180,6 +186,8 @@ enum SeenKey {
     /// Job id, run attempt, operation. The attempt keeps a re-run that reused the job id
     /// distinct from the attempt that completed.
     Job(u64, u32, ScaleOp),
+    /// Job id and run attempt whose queue time was recorded.
+    Started(u64, u32),
 }
 
 /// Counters of what the server did, for tests, benchmarks and logs.
@@ -355,6 +363,16 @@ impl WebhookServer {
         now: SystemTime,
     ) -> Reply {
         let job = &event.workflow_job;
+        if matches!(
+            event.action,
+            WorkflowJobAction::InProgress | WorkflowJobAction::Completed
+        ) && let Some(metrics) = self.metrics.get()
+        {
+            metrics.job_left_queue(job.id);
+            if event.action == WorkflowJobAction::InProgress {
+                self.record_queue_time(metrics, event, now).await;
+            }
+        }
         let outcome = workflow_job_operation(
             action_name(event.action),
             job.conclusion.map(|c| c.as_str()),
@@ -364,6 +382,7 @@ impl WebhookServer {
             JobOutcome::Scale(op) => op,
             JobOutcome::Ignore(reason) => {
                 self.stats.ignored.fetch_add(1, Ordering::Relaxed);
+                debug!(job = job.id, ?reason, "ignored");
                 return Reply(StatusCode::OK, format!("ignored: {reason:?}"));
             }
         };
@@ -381,6 +400,7 @@ impl WebhookServer {
             let completed = SeenKey::Job(job.id, attempt, ScaleOp::Down);
             if op == ScaleOp::Up && dedup.contains(&completed, now) {
                 self.stats.ignored.fetch_add(1, Ordering::Relaxed);
+                debug!(job = job.id, "ignored: already completed");
                 return Reply(
                     StatusCode::OK,
                     format!("ignored: job {} already completed", job.id),
@@ -398,6 +418,7 @@ impl WebhookServer {
             // Forgotten, so that a redelivery after the autoscaler is created counts.
             forget(self);
             self.stats.ignored.fetch_add(1, Ordering::Relaxed);
+            debug!(job = job.id, "ignored: no autoscaler matches");
             return Reply(
                 StatusCode::OK,
                 format!(
@@ -416,11 +437,60 @@ impl WebhookServer {
         }
         self.wake.notify_one();
         self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+        if op == ScaleOp::Up
+            && let Some(metrics) = self.metrics.get()
+            && let Some((target, reservation)) = self.scale_target(&key)
+        {
+            metrics.job_queued(target, job.id, reservation);
+        }
         debug!(job = job.id, ?op, autoscaler = %format!("{}/{}", key.0, key.1), "queued");
         Reply(
             StatusCode::ACCEPTED,
             format!("accepted: {op:?} for {}/{}", key.0, key.1),
         )
+    }
+
+    /// Observes how long an `in_progress` job waited, once per job attempt, if an autoscaler
+    /// here matches it: jobs for other runners (GitHub-hosted, other controllers) arrive at an
+    /// organization's webhook too and say nothing about Hangar's runners.
+    async fn record_queue_time(
+        &self,
+        metrics: &crate::metrics::Metrics,
+        event: &WorkflowJobEvent,
+        now: SystemTime,
+    ) {
+        let job = &event.workflow_job;
+        let Some(wait) = queue_time(job) else {
+            return;
+        };
+        let key = SeenKey::Started(job.id, job.run_attempt.unwrap_or(1));
+        if self.lock_dedup().observe(key.clone(), now) == Seen::Duplicate {
+            return;
+        }
+        if self.select(event).await.is_some() {
+            metrics.queue_to_assignment(wait);
+        } else {
+            // An autoscaler created later may still match a redelivery.
+            self.lock_dedup().forget(&key);
+        }
+    }
+
+    /// What autoscaler `key` scales, and how long its reservations last.
+    fn scale_target(&self, key: &HraKey) -> Option<(crate::metrics::ScaleTarget, Duration)> {
+        let hra = self
+            .stores
+            .hras
+            .get(&ObjectRef::new(&key.1).within(&key.0))?;
+        let reference = hra.spec.scale_target_ref.as_ref()?;
+        let target = crate::metrics::ScaleTarget {
+            namespace: key.0.clone(),
+            kind: reference.kind.unwrap_or_default(),
+            name: reference.name.clone()?,
+        };
+        Some((
+            target,
+            job_duration(&hra).unwrap_or(DEFAULT_RESERVATION_DURATION),
+        ))
     }
 
     /// The autoscaler a job scales, if any.
@@ -706,6 +776,14 @@ fn action_name(action: WorkflowJobAction) -> &'static str {
     }
 }
 
+/// How long `job` waited for a runner by GitHub's clock: `started_at - created_at` (an
+/// `in_progress` job's `started_at` is when a runner took it). `None` when either is missing
+/// or the difference is negative.
+fn queue_time(job: &hangar_github::webhook::WorkflowJob) -> Option<Duration> {
+    let waited = job.started_at?.duration_since(job.created_at?);
+    Duration::try_from(waited).ok()
+}
+
 /// The reservation lifetime of an autoscaler that takes part in `workflow_job` scaling.
 fn job_duration(hra: &HorizontalRunnerAutoscaler) -> Option<Duration> {
     let triggers: Vec<TriggerView> = hra
@@ -724,15 +802,17 @@ fn job_duration(hra: &HorizontalRunnerAutoscaler) -> Option<Duration> {
     job_trigger_duration(&triggers).ok()
 }
 
-/// The webhook server on its own (`hangar webhook-server`): its own reflectors over `namespace`
-/// (all when `None`), serving on `listener` until `shutdown`. The HRA controller of a `hangar run`
-/// elsewhere sees the reservations through its watch.
+/// The webhook server on its own (`hangar webhook-server`, or a `hangar run` follower): its own
+/// reflectors over `namespace` (all when `None`), serving on `listener` until `shutdown`,
+/// counting into `metrics` when given. The HRA controller of a `hangar run` elsewhere sees the
+/// reservations through its watch.
 pub async fn run_standalone(
     client: Client,
     namespace: Option<String>,
     github: Option<Arc<dyn GitHubApi>>,
     listener: tokio::net::TcpListener,
     config: WebhookConfig,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     use crate::manager::{api, spawn_store};
@@ -751,9 +831,11 @@ pub async fn run_standalone(
         debug_assert!(ready);
     }
     let clock: Arc<dyn Clock> = Arc::new(crate::context::SystemClock);
-    WebhookServer::new(config, stores, github, clock)
-        .serve(listener, client, shutdown)
-        .await
+    let server = WebhookServer::new(config, stores, github, clock);
+    if let Some(metrics) = metrics {
+        server.set_metrics(metrics);
+    }
+    server.serve(listener, client, shutdown).await
 }
 
 /// `t` rounded up to a whole second.

@@ -35,6 +35,8 @@ const SECRET: &str = "hangar-autoscaling-test-secret";
 /// The manager with its webhook server, ghsim, and optionally simulated nodes.
 struct Stack {
     h: Harness,
+    /// The manager's metrics (not served: scraped by rendering).
+    exporter: Arc<hangar::metrics::Exporter>,
     webhook_url: String,
     nodes: Option<NodeSimHandle>,
     watchers: Vec<tokio::task::JoinHandle<()>>,
@@ -57,7 +59,15 @@ impl Stack {
         let options = support::uncached();
         let config = hangar::webhook_server::WebhookConfig::new(Some(Secret::new(SECRET)), false)
             .expect("a secret is configured");
-        let (h, webhook_url) = Harness::start_with_webhook(prefix, options, |_| {}, config).await;
+        let exporter = Arc::new(hangar::metrics::Exporter::default());
+        let attach = exporter.clone();
+        let (h, webhook_url) = Harness::start_with_webhook(
+            prefix,
+            options,
+            |settings| settings.exporter = Some(attach),
+            config,
+        )
+        .await;
         let nodes = if with_nodes {
             Some(h.start_nodes("as", prefix).await)
         } else {
@@ -65,10 +75,20 @@ impl Stack {
         };
         Self {
             h,
+            exporter,
             webhook_url,
             nodes,
             watchers: vec![],
         }
+    }
+
+    /// The `_count` of histogram `metric` in a scrape of the manager's metrics.
+    fn histogram_count(&self, metric: &str) -> u64 {
+        let text = self.exporter.render();
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{metric}_count ")))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {metric}_count in\n{text}"))
     }
 
     /// Subscribes the webhook server to ghsim's `workflow_job` events, signed with `secret`,
@@ -427,6 +447,19 @@ async fn queued_jobs_scale_a_deployment_from_zero_and_back_to_min() {
     .await;
     let first_pods = latencies(submitted, &pods);
     println!("submission -> runner pod seen (ms): {first_pods:?}");
+    // Every job's in_progress delivery told how long it waited; pods served queued
+    // deliveries (not necessarily all three: a runner that takes a job whose pod is not yet
+    // created leaves that pod nothing to serve).
+    eventually(&s, "3 queue-to-assignment observations", WAIT, || async {
+        (s.histogram_count("hangar_job_queue_to_assignment_seconds") == 3).then_some(())
+    })
+    .await;
+    let served = s.histogram_count("hangar_webhook_delivery_to_pod_seconds");
+    assert!(
+        (1..=3).contains(&served),
+        "{served} delivery-to-pod observations\n{}",
+        s.exporter.render()
+    );
     assert!(
         max.load(Ordering::SeqCst) <= 3,
         "never more replicas than queued jobs\n{}",

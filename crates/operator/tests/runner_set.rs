@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use hangar_api::RunnerSet;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret};
 use kube::ResourceExt;
 use kube::api::ListParams;
 use nodesim::NodeSimHandle;
@@ -431,5 +431,185 @@ async fn the_seed_002_example_applies_unchanged_and_its_runners_register() {
         let limits = runner.resources.clone().unwrap().limits.unwrap();
         assert_eq!(limits["memory"].0, "8Gi");
     }
+    e.shutdown().await;
+}
+
+/// PersistentVolumes a test created (cluster-scoped), deleted when it ends, also on panic.
+struct Volumes {
+    names: Vec<String>,
+}
+
+impl Volumes {
+    /// `count` hostPath volumes of 1Gi with storage class `class` and reclaim policy Retain,
+    /// named `<class>-<n>`: the local stack has no provisioner, and kube-controller-manager's
+    /// PV controller binds pre-created volumes to matching claims.
+    async fn create(h: &Harness, class: &str, count: usize) -> Self {
+        let api: kube::Api<PersistentVolume> = kube::Api::all(h.client.clone());
+        let mut names = Vec::new();
+        for n in 0..count {
+            let name = format!("{class}-{n}");
+            let pv: PersistentVolume = serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {"hangar-test": class}},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "storageClassName": class,
+                    "hostPath": {"path": format!("/tmp/hangar-test/{name}")},
+                },
+            }))
+            .unwrap();
+            api.create(&kube::api::PostParams::default(), &pv)
+                .await
+                .unwrap();
+            names.push(name);
+        }
+        Self { names }
+    }
+}
+
+impl Drop for Volumes {
+    fn drop(&mut self) {
+        let _ = hangar_testkit::TestCluster::get()
+            .kubectl()
+            .args(["delete", "pv", "--ignore-not-found", "--wait=false"])
+            .args(&self.names)
+            .output();
+    }
+}
+
+impl Rs {
+    /// The claims of the test namespace and the test's volumes, a line each.
+    async fn describe_volumes(&self, class: &str) -> String {
+        let mut out = String::new();
+        for c in self.h.list::<PersistentVolumeClaim>().await {
+            out += &format!(
+                "claim {} labels={:?} volume={:?} phase={:?} deleting={}\n",
+                c.name_any(),
+                c.labels(),
+                c.spec.as_ref().and_then(|s| s.volume_name.clone()),
+                c.status.as_ref().and_then(|s| s.phase.clone()),
+                c.metadata.deletion_timestamp.is_some()
+            );
+        }
+        let pvs: kube::Api<PersistentVolume> = kube::Api::all(self.h.client.clone());
+        let lp = ListParams::default().labels(&format!("hangar-test={class}"));
+        for v in pvs.list(&lp).await.unwrap().items {
+            out += &format!(
+                "volume {} labels={:?} claim={:?} phase={:?}\n",
+                v.name_any(),
+                v.labels(),
+                v.spec
+                    .as_ref()
+                    .and_then(|s| s.claim_ref.as_ref())
+                    .map(|c| c.name.clone()),
+                v.status.as_ref().and_then(|s| s.phase.clone()),
+            );
+        }
+        out
+    }
+
+    /// The registered runner of a one-runner set that is not in `seen`, with the volume (name,
+    /// UID) its claim `cache-<statefulset>-0` is bound to.
+    async fn next_runner_with_volume(
+        &self,
+        class: &str,
+        seen: &BTreeSet<String>,
+    ) -> (String, String, String) {
+        let what = "a new registered runner whose cache claim is bound";
+        let until = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some(pods) = self.wait_running_once(1).await
+                && let Some(pod) = pods.into_iter().next()
+                && !seen.contains(&pod)
+            {
+                let sts = pod.trim_end_matches("-0");
+                let claim = self
+                    .h
+                    .api::<PersistentVolumeClaim>()
+                    .get(&format!("cache-{sts}-0"))
+                    .await
+                    .unwrap();
+                // The claim names its set and its runner's StatefulSet.
+                assert_eq!(claim.labels()["runnerset-name"], "pv");
+                assert_eq!(claim.labels()["runner-statefulset-name"], sts);
+                let volume = claim.spec.unwrap().volume_name.unwrap();
+                let pvs: kube::Api<PersistentVolume> = kube::Api::all(self.h.client.clone());
+                let uid = pvs.get(&volume).await.unwrap().uid().unwrap();
+                return (pod, volume, uid);
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "timed out waiting for {what}\n{}{}",
+                self.describe().await,
+                self.describe_volumes(class).await
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_later_runner_binds_the_persistent_volume_a_finished_runner_used() {
+    let e = Rs::start("rs-pv").await;
+    // Storage class and volume names are unique to this test's namespace: volumes are
+    // cluster-scoped and tests may share a control plane.
+    let class = format!("cache-{}", e.h.ns.name());
+    let _volumes = Volumes::create(&e.h, &class, 2).await;
+    let mut set: serde_json::Value =
+        serde_json::from_str(&e.runner_set("pv", 1, "pv", &[])).unwrap();
+    set["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] =
+        json!([{"name": "cache", "mountPath": "/cache"}]);
+    set["spec"]["volumeClaimTemplates"] = json!([{
+        "metadata": {"name": "cache"},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": class,
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }]);
+    e.h.apply(&set.to_string());
+
+    // Three runners one after the other, each running one job; there are only two volumes,
+    // so the third can only start on a volume an earlier runner used (and without reuse it
+    // would never get one: a Retained volume stays Released).
+    let mut seen = BTreeSet::new();
+    let mut used = Vec::new();
+    for _ in 0..3 {
+        let (pod, volume, uid) = e.next_runner_with_volume(&class, &seen).await;
+        let jobs = e.submit(1, "pv", Duration::from_millis(300));
+        eventually(&e, "the job done", WAIT, || async {
+            e.all_succeeded(&jobs).then_some(())
+        })
+        .await;
+        seen.insert(pod.clone());
+        used.push((pod, volume, uid));
+    }
+    let (last_pod, last_volume, last_uid) = used.last().unwrap().clone();
+    let earlier = used[..2]
+        .iter()
+        .find(|(_, v, uid)| *v == last_volume && *uid == last_uid);
+    assert!(
+        earlier.is_some(),
+        "runner {last_pod} got volume {last_volume}, used by none of {used:?}"
+    );
+    // Same object, not a new one of the same name: the data written by the earlier runner is
+    // what the later one sees.
+    let (earlier_pod, _, _) = earlier.unwrap();
+    assert_ne!(*earlier_pod, last_pod);
+
+    // The finished runners' claims are deleted; what remains is at most the claim of the
+    // runner that replaces the last one, and no volume is left marked for cleanup once its
+    // claim is gone.
+    eventually(&e, "finished runners' claims deleted", WAIT, || async {
+        let claims = e.h.list::<PersistentVolumeClaim>().await;
+        let stale = claims.iter().any(|c| {
+            used.iter()
+                .any(|(pod, _, _)| c.name_any() == format!("cache-{pod}"))
+        });
+        (!stale).then_some(())
+    })
+    .await;
+    assert_eq!(e.h.interrupted(), 0);
     e.shutdown().await;
 }

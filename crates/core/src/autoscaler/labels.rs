@@ -23,6 +23,31 @@ pub fn label_eq(a: &str, b: &str) -> bool {
             .eq(b.chars().flat_map(char::to_lowercase))
 }
 
+/// The labels of a just-in-time runner. `config.sh` adds `self-hosted`, the OS and the
+/// architecture to the labels it registers; a JIT configuration carries exactly the labels it
+/// was generated with, so Hangar must add them itself or jobs asking for `self-hosted` (all of
+/// them) would never be routed to the runner. `node_arch` is the pod's `kubernetes.io/arch`
+/// node selector (`amd64` when unset, as on most clusters). Duplicates (ignoring case) are
+/// dropped; the user's spelling of a label wins.
+pub fn jit_runner_labels(custom: &[String], node_arch: Option<&str>) -> Vec<String> {
+    let arch = match node_arch {
+        Some("arm64") => "ARM64",
+        Some("arm") => "ARM",
+        _ => "X64",
+    };
+    let mut labels: Vec<String> = Vec::with_capacity(custom.len() + 3);
+    for label in custom
+        .iter()
+        .map(String::as_str)
+        .chain([SELF_HOSTED, "Linux", arch])
+    {
+        if !labels.iter().any(|have| label_eq(have, label)) {
+            labels.push(label.to_owned());
+        }
+    }
+    labels
+}
+
 /// Whether runners with `runner_labels` can take a job with `job_labels`: each job label other
 /// than `self-hosted` is one of the runner labels. A job whose only label is `self-hosted`
 /// matches any runner.

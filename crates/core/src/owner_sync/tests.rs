@@ -249,6 +249,26 @@ fn ephemeral_replacements_resume_when_effective_time_moves_past_the_owners() {
 }
 
 #[test]
+fn finished_and_departing_owners_still_hold_back_ephemeral_replacements() {
+    // Both runners of a burst finished together: one owner is completed (deleted by this plan),
+    // the other already deleting. Their sync time still says "synced after the demand".
+    let done = owner_at("a", 2, PodPhase::Succeeded);
+    let mut leaving = owner_at("b", 2, PodPhase::Succeeded);
+    leaving.deleting = true;
+    let mut input = input(2, vec![done, leaving], 5);
+    input.effective_time = Some(t(0));
+    let plan = plan(&input);
+    assert_eq!(
+        plan.actions,
+        vec![Action::Delete {
+            owner: "a".into(),
+            reason: DeleteReason::Completed
+        }]
+    );
+    assert_eq!(plan.wait, Some(Wait::RecreationDelay { until: t(12) }));
+}
+
+#[test]
 fn static_runners_are_never_held_back_by_effective_time() {
     let mut input = input(2, vec![running("b", 2)], 5);
     input.effective_time = Some(t(0));

@@ -58,7 +58,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use super::{github_scope, k8s_time, object_name, rfc3339};
+use super::{github_scope, k8s_time, object_name, rfc3339, wait_until_stored};
 use crate::context::Context;
 use crate::error::{Error, Retry, github_err, kube_err};
 
@@ -131,6 +131,10 @@ pub async fn reconcile(
     }
     let now = ctx.now();
     let ns = hra.namespace().unwrap_or_default();
+    // The webhook server routes deliveries by the shared store, which may trail this
+    // controller's own watch: an autoscaler reports itself reconciled only once a delivery
+    // can find it (a job queued right after a `kubectl apply` is not ignored).
+    wait_until_stored(&ctx.stores.hras, &ns, &[hra.name_any()]).await;
 
     // Observe: the target, then whatever the metrics ask for.
     let target = observe_target(&hra, &ctx, &ns).await?;
@@ -353,13 +357,17 @@ async fn observe_target(
             let rd = match cached {
                 Some(rd) => rd,
                 // Just created and not in the cache yet, or really missing.
-                None => Arc::new(
-                    Api::<RunnerDeployment>::namespaced(ctx.client.clone(), ns)
+                None => {
+                    let rd = Api::<RunnerDeployment>::namespaced(ctx.client.clone(), ns)
                         .get_opt(&name)
                         .await
                         .map_err(kube_err("get runnerdeployment", format!("{ns}/{name}")))?
-                        .ok_or_else(not_found)?,
-                ),
+                        .ok_or_else(not_found)?;
+                    // As for the autoscaler: the webhook server needs the target cached too.
+                    wait_until_stored(&ctx.stores.deployments, ns, std::slice::from_ref(&name))
+                        .await;
+                    Arc::new(rd)
+                }
             };
             Ok(Target {
                 kind,

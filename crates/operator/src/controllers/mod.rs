@@ -198,16 +198,43 @@ pub async fn wait_until_stored<K>(
 ) where
     K: kube::Resource<DynamicType = ()> + Clone + 'static,
 {
+    wait_for_store(store, ns, names, "created", |o| o.is_some()).await;
+}
+
+/// [`wait_until_stored`] for objects this reconcile just deleted: waits until `store` shows
+/// each of `names` deleting or gone, so the next reconcile does not delete them again.
+pub async fn wait_until_deleting<K>(
+    store: &kube::runtime::reflector::Store<K>,
+    ns: &str,
+    names: &[String],
+) where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    wait_for_store(store, ns, names, "deleted", |o| {
+        o.is_none_or(|o| o.meta().deletion_timestamp.is_some())
+    })
+    .await;
+}
+
+async fn wait_for_store<K>(
+    store: &kube::runtime::reflector::Store<K>,
+    ns: &str,
+    names: &[String],
+    what: &str,
+    cached: impl Fn(Option<&K>) -> bool,
+) where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
     use kube::runtime::reflector::ObjectRef;
     let deadline = tokio::time::Instant::now() + STORE_WAIT;
-    let stored = || {
+    let all_cached = || {
         names
             .iter()
-            .all(|n| store.get(&ObjectRef::<K>::new(n).within(ns)).is_some())
+            .all(|n| cached(store.get(&ObjectRef::<K>::new(n).within(ns)).as_deref()))
     };
-    while !stored() {
+    while !all_cached() {
         if tokio::time::Instant::now() >= deadline {
-            tracing::warn!(namespace = ns, objects = ?names, "created objects not yet in the cache");
+            tracing::warn!(namespace = ns, objects = ?names, what, "objects not yet so in the cache");
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;

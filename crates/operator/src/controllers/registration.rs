@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use hangar_core::RunnerScope;
+use hangar_core::autoscaler::labels::jit_runner_labels;
 use hangar_github::{GitHubApi, GitHubError, JitConfigRequest};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -40,12 +41,15 @@ impl std::fmt::Debug for Registration {
 }
 
 /// Asks GitHub for the credential of the runner `name`: a JIT configuration (replacing a
-/// runner of that name left by an earlier attempt) or a registration token.
+/// runner of that name left by an earlier attempt) or a registration token. A JIT runner is
+/// registered with `labels` plus the defaults `config.sh` would add for `node_selector`'s
+/// architecture.
 pub async fn register(
     github: &dyn GitHubApi,
     scope: &RunnerScope,
     name: &str,
-    labels: Vec<String>,
+    labels: Option<&[String]>,
+    node_selector: Option<&BTreeMap<String, String>>,
     jit: bool,
 ) -> Result<Registration, Error> {
     let gh_scope = github_scope(scope);
@@ -54,7 +58,12 @@ pub async fn register(
         let request = JitConfigRequest {
             name: name.to_owned(),
             runner_group_id: 1,
-            labels,
+            labels: jit_runner_labels(
+                labels.unwrap_or_default(),
+                node_selector
+                    .and_then(|s| s.get("kubernetes.io/arch"))
+                    .map(String::as_str),
+            ),
             work_folder: None,
         };
         let config = match github.generate_jit_config(&gh_scope, &request).await {

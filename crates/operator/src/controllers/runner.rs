@@ -511,7 +511,8 @@ async fn create_pod(
         github,
         scope,
         &name,
-        runner.spec.config.labels.clone().unwrap_or_default(),
+        runner.spec.config.labels.as_deref(),
+        runner.spec.pod.node_selector.as_ref(),
         jit,
     )
     .await?;
@@ -564,6 +565,9 @@ async fn create_pod(
     {
         Ok(_) => {
             info!(runner = %object_name(runner), %scope, jit, "created runner pod");
+            if let Some(target) = crate::metrics::ScaleTarget::of_labels(&ns, runner.labels()) {
+                ctx.metrics.runner_pods_created(&target, 1);
+            }
         }
         // The store lags behind our own writes; the pod is there.
         Err(kube::Error::Api(s)) if s.code == 409 => {}

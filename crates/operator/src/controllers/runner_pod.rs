@@ -1,13 +1,13 @@
 //! Runner-pod controller: learns each runner pod's GitHub runner ID, unregisters runners before
 //! their pods go, and cleans up after direct pod deletions.
 //!
-//! Observe: the pod; the runner list of its scope (one cached `GET …/runners` per scope, shared
-//! by every pod of that scope through the client's ETag cache). Decide: `hangar_core::
+//! Observe: the pod; the runner list of its scope (one `GET …/runners` per scope at a time,
+//! shared by every pod of that scope through [`crate::runner_directory`]). Decide: `hangar_core::
 //! unregistration`. Apply: annotations with ARC's names, the finalizer
 //! `actions.summerwind.dev/runner-pod`, DELETE runner on GitHub.
 //!
 //! - Not deleting, no `actions-runner/id`: look the runner up by pod name; annotate the ID once
-//!   found (re-check every `registration_check_interval`).
+//!   found (re-check when the directory may list again).
 //! - `unregistration-request-timestamp` present: run the state machine until
 //!   `unregistration-complete-timestamp` can be set; owner sync then deletes the owner.
 //! - Deleting (a user deleted the pod): delete the parent Runner so it is not recreated, run the
@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use hangar_api::{Runner, annotation as ann, finalizer};
-use hangar_core::unregistration::{self, AfterDelete, DeleteOutcome, PodState, Step};
+use hangar_core::unregistration::{self, AfterDelete, DeleteOutcome, Finished, PodState, Step};
 use hangar_github::{GitHubApi, GitHubError, RunnerId};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -38,6 +38,7 @@ use super::{
 };
 use crate::context::Context;
 use crate::error::{Error, github_err, ignore_not_found, kube_err};
+use crate::runner_directory::Lookup;
 
 /// How long a deleting pod may linger before it is force-deleted (ARC: 1 minute).
 pub const FORCE_DELETE_AFTER: Duration = Duration::from_secs(60);
@@ -75,6 +76,8 @@ async fn annotate(pod: &Pod, ctx: &Context, pairs: &[(&str, Option<String>)]) ->
         )
         .await
         .map(drop)
+        // A pod gone meanwhile needs no annotation: whatever it recorded is moot.
+        .or_else(ignore_not_found)
         .map_err(kube_err("annotate pod", object_name(pod)))
 }
 
@@ -163,23 +166,18 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error
 
     let mut requeue = ctx.settings.sync_period;
     if runner_id(&pod).is_none() && pod_phase(&pod) == hangar_core::owner_sync::PodPhase::Running {
-        let runners = github_for_pod(&pod, &ctx)
-            .await?
-            .list_runners(&gh_scope)
-            .await
-            .map_err(github_err("list runners", &scope))?;
-        match runners.iter().find(|r| r.name == pod.name_any()) {
-            Some(r) => {
-                annotate(&pod, &ctx, &[(ann::RUNNER_ID, Some(r.id.0.to_string()))]).await?;
-                info!(pod = %object_name(pod.as_ref()), runner_id = r.id.0, "runner registered");
+        match find_runner_id(&pod, &ctx, &gh_scope).await? {
+            Lookup::Found(id) => {
+                annotate(&pod, &ctx, &[(ann::RUNNER_ID, Some(id.to_string()))]).await?;
+                info!(pod = %object_name(pod.as_ref()), runner_id = id, "runner registered");
                 ctx.event(
                     pod.object_ref(&()),
                     false,
                     "RunnerRegistered",
-                    format!("registered on GitHub as runner {}", r.id.0),
+                    format!("registered on GitHub as runner {id}"),
                 );
             }
-            None => requeue = ctx.settings.registration_check_interval,
+            Lookup::NotYet { recheck_after } => requeue = recheck_after,
         }
     }
 
@@ -230,7 +228,7 @@ async fn unregister(
     gh_scope: &hangar_github::Scope,
     now: std::time::SystemTime,
 ) -> Result<Option<Duration>, Error> {
-    let scope_name = gh_scope.config_path();
+    let uid = pod.uid().unwrap_or_default();
     if annotation(pod, ann::UNREGISTRATION_START_TIMESTAMP).is_none() {
         annotate(
             pod,
@@ -244,16 +242,11 @@ async fn unregister(
     // registered with its configuration; left alone, it would stay on GitHub (offline).
     let may_be_registered =
         pod_phase(pod) != hangar_core::owner_sync::PodPhase::Pending || pod_uses_jit(pod);
-    if id.is_none() && may_be_registered {
-        let runners = github_for_pod(pod, ctx)
-            .await?
-            .list_runners(gh_scope)
-            .await
-            .map_err(github_err("list runners", &scope_name))?;
-        id = runners
-            .iter()
-            .find(|r| r.name == pod.name_any())
-            .map(|r| r.id.0);
+    if id.is_none()
+        && may_be_registered
+        && let Lookup::Found(found) = find_runner_id(pod, ctx, gh_scope).await?
+    {
+        id = Some(found);
     }
     let state = PodState {
         runner_id: id,
@@ -273,6 +266,9 @@ async fn unregister(
     let finished = match unregistration::next_step(&state, now) {
         Step::Finish(why) => why,
         Step::WaitForRegistration { recheck_after } => return Ok(Some(recheck_after)),
+        // A reconcile on a cache from before this pod's `unregistration-complete` annotation:
+        // the runner is gone already, and a second DELETE would only cost a call.
+        Step::Delete { .. } if ctx.runner_directory.was_removed(&uid) => Finished::Removed,
         Step::Delete { runner_id } => {
             let outcome = match github_for_pod(pod, ctx)
                 .await?
@@ -291,6 +287,11 @@ async fn unregister(
                     DeleteOutcome::Failed
                 }
             };
+            if matches!(outcome, DeleteOutcome::Removed | DeleteOutcome::NotFound) {
+                ctx.runner_directory
+                    .removed(gh_scope, &pod.name_any(), &uid)
+                    .await;
+            }
             match unregistration::after_delete(outcome, pod_is_ephemeral(pod)) {
                 AfterDelete::Finish(why) => why,
                 AfterDelete::Busy {
@@ -336,6 +337,20 @@ async fn unregister(
     )
     .await?;
     Ok(None)
+}
+
+/// The runner ID of `pod`, from its scope's shared runner list (see
+/// [`crate::runner_directory`]).
+async fn find_runner_id(
+    pod: &Pod,
+    ctx: &Context,
+    gh_scope: &hangar_github::Scope,
+) -> Result<Lookup, Error> {
+    let github = github_for_pod(pod, ctx).await?;
+    ctx.runner_directory
+        .find(gh_scope, &pod.name_any(), || github.list_runners(gh_scope))
+        .await
+        .map_err(github_err("list runners", &gh_scope.config_path()))
 }
 
 /// The GitHub client for a pod: its Runner's credentials (see the module documentation).

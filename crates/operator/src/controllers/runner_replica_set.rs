@@ -24,7 +24,8 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::{
-    annotation, k8s_time, object_name, parse_time, pod_view, rfc3339, sets, wait_until_stored,
+    annotation, k8s_time, object_name, parse_time, pod_view, rfc3339, sets, wait_until_deleting,
+    wait_until_stored,
 };
 use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
@@ -243,7 +244,16 @@ async fn apply(
                 .map(drop)
                 .or_else(ignore_not_found)
                 .map_err(kube_err("delete runner", format!("{ns}/{owner}")))?;
+            // The pod too, rather than leaving it to the garbage collector, which on a young
+            // cluster may not watch Runners yet (it rediscovers resources every 30 s). Its
+            // finalizer still holds it until the runner is unregistered.
+            pods.delete(owner, &DeleteParams::background())
+                .await
+                .map(drop)
+                .or_else(ignore_not_found)
+                .map_err(kube_err("delete pod of runner", format!("{ns}/{owner}")))?;
             info!(set = %object_name(set), runner = owner, ?reason, "deleted runner");
+            wait_until_deleting(&ctx.stores.runners, &ns, std::slice::from_ref(owner)).await;
             ctx.event(
                 set.object_ref(&()),
                 false,

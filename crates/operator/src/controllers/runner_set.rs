@@ -13,6 +13,8 @@
 //! `<set>-<suffix>`, pod `<set>-<suffix>-0`) with their registration Secret, annotate retiring
 //! pods and StatefulSets, delete StatefulSets whose runners are unregistered or finished (the
 //! garbage collector takes the pod and the Secret; PVCs of `volumeClaimTemplates` stay).
+//! Then volume reuse ([`volumes`], ARC 0.24): the claims of StatefulSets that are gone are
+//! deleted and their released volumes made `Available` again for the set's next runners.
 //! Status: replicas, readyReplicas, availableReplicas, updatedReplicas, desiredReplicas, the
 //! scale selector, and the conditions `Available` and `Progressing`.
 //!
@@ -41,7 +43,9 @@ use hangar_core::owner_sync::{self, Action as PlanAction, OwnerView, PodView};
 use hangar_core::template_hash::template_hash;
 use hangar_github::GitHubApi;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec, Secret};
+use k8s_openapi::api::core::v1::{
+    PersistentVolume, PersistentVolumeClaim, Pod, PodTemplateSpec, Secret,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -68,12 +72,19 @@ pub const MANAGER: &str = "hangar-runnerset";
 /// suffix, in label values of 63 characters at most (`controller-revision-hash`).
 const MAX_PREFIX: usize = 40;
 
-/// The controller's state: the shared context and its StatefulSet store.
+mod volumes;
+
+pub use volumes::VolumeStores;
+
+/// The controller's state: the shared context, its StatefulSet store and the claim and volume
+/// stores of volume reuse.
 pub struct RunnerSetContext {
     /// What every reconciler shares.
     pub ctx: Arc<Context>,
     /// StatefulSets labelled `runnerset-name`.
     pub stateful_sets: Store<StatefulSet>,
+    /// Claims labelled `runnerset-name` and volumes labelled `pending-cleanup`.
+    pub volumes: VolumeStores,
 }
 
 impl std::fmt::Debug for RunnerSetContext {
@@ -81,26 +92,48 @@ impl std::fmt::Debug for RunnerSetContext {
         f.debug_struct("RunnerSetContext")
             .field("ctx", &self.ctx)
             .field("stateful_sets", &self.stateful_sets.len())
+            .field("volumes", &self.volumes)
             .finish()
     }
 }
 
-/// Runs the controller until the stream ends. It keeps its own store of the StatefulSets it
-/// manages (label `runnerset-name`), so the shared stores need not know about them.
+/// Runs the controller until the stream ends. It keeps its own stores of the StatefulSets it
+/// manages and of their claims (label `runnerset-name`) and of volumes given up for reuse
+/// (label `pending-cleanup`, cluster-wide: PersistentVolumes have no namespace), so the shared
+/// stores need not know about them.
 pub async fn run(ctx: Arc<Context>, sets: Api<RunnerSet>) {
     let ns = sets.namespace().map(str::to_owned);
     let sts_api: Api<StatefulSet> = crate::manager::api(&ctx.client, ns.as_deref());
     let pod_api: Api<Pod> = crate::manager::api(&ctx.client, ns.as_deref());
+    let pvc_api: Api<PersistentVolumeClaim> = crate::manager::api(&ctx.client, ns.as_deref());
+    let pv_api: Api<PersistentVolume> = Api::all(ctx.client.clone());
     let by_label = || watcher::Config::default().labels(label::RUNNERSET_NAME);
+    let released = || watcher::Config::default().labels(label::PENDING_CLEANUP);
     let stateful_sets = crate::manager::spawn_store(sts_api.clone(), by_label());
+    let claims = crate::manager::spawn_store(pvc_api.clone(), by_label());
+    let pvs = crate::manager::spawn_store(pv_api.clone(), released());
     let _ = stateful_sets.wait_until_ready().await;
-    let state = Arc::new(RunnerSetContext { ctx, stateful_sets });
+    let _ = claims.wait_until_ready().await;
+    let _ = pvs.wait_until_ready().await;
+    let state = Arc::new(RunnerSetContext {
+        ctx,
+        stateful_sets,
+        volumes: VolumeStores {
+            claims,
+            volumes: pvs,
+        },
+    });
     Controller::new(sets, watcher::Config::default())
         .owns(sts_api, by_label())
         // A pod change (ready, registered, finished) matters to its set.
         .watches(pod_api, by_label(), |pod: Pod| {
             let set = pod.labels().get(label::RUNNERSET_NAME)?;
             Some(ObjectRef::new(set).within(&pod.namespace()?))
+        })
+        // So do its claims (created, bound, deleted) and its volumes (released).
+        .watches(pvc_api, by_label(), |pvc| volumes::claim_trigger(&pvc))
+        .watches(pv_api, released(), move |pv| {
+            volumes::volume_trigger(&pv, ns.as_deref())
         })
         .run(reconcile_with_backoff, error_policy, state)
         .for_each(|_| async {})
@@ -257,6 +290,19 @@ pub fn build_stateful_set(
         (label::RUNNER_TEMPLATE_HASH.to_owned(), hash.to_owned()),
     ]
     .into();
+    // Claims say which set and which runner they were made for, so that volume reuse finds
+    // them once the runner's StatefulSet is gone (whatever the selector copies onto them).
+    let volume_claim_templates = sts.volume_claim_templates.clone().map(|templates| {
+        templates
+            .into_iter()
+            .map(|mut t| {
+                let labels = t.metadata.labels.get_or_insert_with(BTreeMap::new);
+                labels.insert(label::RUNNERSET_NAME.into(), set.name_any());
+                labels.insert(label::RUNNER_STATEFULSET_NAME.into(), name.into());
+                t
+            })
+            .collect()
+    });
     StatefulSet {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -279,6 +325,7 @@ pub fn build_stateful_set(
                 }),
                 spec: Some(pod_spec),
             },
+            volume_claim_templates,
             ..sts.clone()
         }),
         status: None,
@@ -392,6 +439,16 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
     }
 
     patch_status(&set, ctx, &owned, &input, &plan).await?;
+
+    let deleted = plan
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            PlanAction::Delete { owner, .. } => Some(owner.clone()),
+            _ => None,
+        })
+        .collect();
+    volumes::sync(&set, &state, &deleted).await?;
 
     Ok(sets::requeue(
         set.as_ref(),
@@ -527,6 +584,9 @@ async fn apply(
                 created.push(create_runner(set, ctx, scope, github.as_ref(), hash, &now).await?);
             }
             info!(set = %object_name(set), count, "created runner statefulsets");
+            // Each StatefulSet's one pod follows at once: it counts as the pod created.
+            let target = crate::metrics::ScaleTarget::runner_set(&ns, &set.name_any());
+            ctx.metrics.runner_pods_created(&target, created.len());
             // As for RunnerReplicaSets: the next reconcile must see these StatefulSets, or it
             // would create them again.
             wait_until_stored(&state.stateful_sets, &ns, &created).await;
@@ -614,7 +674,13 @@ async fn create_runner(
         github,
         scope,
         &pod,
-        set.spec.config.labels.clone().unwrap_or_default(),
+        set.spec.config.labels.as_deref(),
+        set.spec
+            .stateful_set
+            .template
+            .spec
+            .as_ref()
+            .and_then(|p| p.node_selector.as_ref()),
         jit,
     )
     .await?;

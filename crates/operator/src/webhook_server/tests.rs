@@ -389,3 +389,113 @@ fn reservation_times_round_up_to_the_second() {
     let whole = SystemTime::UNIX_EPOCH + Duration::from_secs(5);
     assert_eq!(ceil_to_second(whole), whole);
 }
+
+/// `workflow_job` `action` of job `job_id` (label `linux`), created at 10:00:00 and started
+/// `waited` seconds later.
+fn timed_job(action: &str, job_id: u64, waited: i64) -> Value {
+    let mut payload = workflow_job(action, job_id, &["linux"], None);
+    let job = &mut payload["workflow_job"];
+    job["status"] = json!(action);
+    job["created_at"] = json!("2026-01-05T10:00:00Z");
+    job["started_at"] = json!(
+        jiff::Timestamp::from_second(1_767_607_200 + waited)
+            .unwrap()
+            .to_string()
+    );
+    if action != "queued" {
+        job["runner_id"] = json!(42);
+        job["runner_name"] = json!("rd-abcde");
+    }
+    payload
+}
+
+fn count(text: &str, metric: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{metric}_count ")))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {metric}_count in\n{text}"))
+}
+
+#[test]
+fn queue_time_is_started_at_minus_created_at_and_never_negative() {
+    let job = |waited| {
+        serde_json::from_value::<hangar_github::webhook::WorkflowJob>(
+            timed_job("in_progress", 1, waited)["workflow_job"].clone(),
+        )
+        .unwrap()
+    };
+    assert_eq!(queue_time(&job(7)), Some(Duration::from_secs(7)));
+    assert_eq!(queue_time(&job(0)), Some(Duration::ZERO));
+    assert_eq!(queue_time(&job(-3)), None);
+    let mut unstarted = job(7);
+    unstarted.started_at = None;
+    assert_eq!(queue_time(&unstarted), None);
+}
+
+#[tokio::test]
+async fn in_progress_deliveries_record_queue_time_once_per_job_for_matching_jobs_only() {
+    let f = start(|_| {}).await;
+    let metrics = Arc::new(crate::metrics::Metrics::new());
+    f.server.set_metrics(metrics.clone());
+    let render = || metrics.render(&crate::metrics::ScrapeState::default());
+    let metric = "hangar_job_queue_to_assignment_seconds";
+
+    assert_eq!(
+        post(&f, "workflow_job", "d-1", &timed_job("in_progress", 1, 12))
+            .await
+            .0,
+        200
+    );
+    // A redelivery under a new id, and a job no autoscaler matches, change nothing.
+    assert_eq!(
+        post(&f, "workflow_job", "d-2", &timed_job("in_progress", 1, 12))
+            .await
+            .0,
+        200
+    );
+    let mut hosted = timed_job("in_progress", 2, 30);
+    hosted["workflow_job"]["labels"] = json!(["ubuntu-latest"]);
+    assert_eq!(post(&f, "workflow_job", "d-3", &hosted).await.0, 200);
+    let text = render();
+    assert_eq!(count(&text, metric), 1, "{text}");
+    assert!(text.contains(&format!("{metric}_sum 12.0")), "{text}");
+}
+
+#[tokio::test]
+async fn queued_deliveries_wait_for_a_pod_of_their_target_unless_the_job_started() {
+    let f = start(|_| {}).await;
+    let metrics = Arc::new(crate::metrics::Metrics::new());
+    f.server.set_metrics(metrics.clone());
+    let render = || metrics.render(&crate::metrics::ScrapeState::default());
+    let metric = "hangar_webhook_delivery_to_pod_seconds";
+    let rd = crate::metrics::ScaleTarget {
+        namespace: "ns".into(),
+        kind: ScaleTargetKind::RunnerDeployment,
+        name: "rd".into(),
+    };
+
+    for (guid, job) in [("d-1", 1), ("d-2", 2)] {
+        assert_eq!(
+            post(&f, "workflow_job", guid, &timed_job("queued", job, 0))
+                .await
+                .0,
+            202
+        );
+    }
+    // Job 1 found an idle runner: the pod created next serves job 2, and no third pod
+    // serves anything.
+    assert_eq!(
+        post(&f, "workflow_job", "d-3", &timed_job("in_progress", 1, 1))
+            .await
+            .0,
+        200
+    );
+    metrics.runner_pods_created(&crate::metrics::ScaleTarget::runner_set("ns", "rd"), 1);
+    assert_eq!(
+        count(&render(), metric),
+        0,
+        "another target's pod serves nothing"
+    );
+    metrics.runner_pods_created(&rd, 2);
+    assert_eq!(count(&render(), metric), 1);
+}

@@ -104,3 +104,22 @@ app.kubernetes.io/component: github-webhook-server
   value: {{ . | quote }}
 {{- end }}
 {{- end }}
+
+{{/* Admission webhooks: the Service the apiserver calls, the two configurations whose
+caBundle the controller patches, and the Secret holding its CA and serving certificate.
+Configurations are cluster-scoped: the namespace in their names keeps releases apart. */}}
+{{- define "hangar.admissionServiceName" -}}
+{{- printf "%s-webhook" (include "hangar.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "hangar.mutatingWebhookConfiguration" -}}
+{{- printf "%s-%s-mutating-webhook-configuration" (include "hangar.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{- define "hangar.validatingWebhookConfiguration" -}}
+{{- printf "%s-%s-validating-webhook-configuration" (include "hangar.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{- define "hangar.webhookTLSSecret" -}}
+{{- printf "%s-webhook-tls" (include "hangar.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}

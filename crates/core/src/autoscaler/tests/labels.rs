@@ -33,3 +33,24 @@ fn runners_without_labels_take_only_self_hosted_jobs() {
     assert!(job_labels_match(&["self-hosted"], &none));
     assert!(!job_labels_match(&["self-hosted", "linux"], &none));
 }
+
+#[test]
+fn jit_runners_get_the_labels_config_sh_would_add() {
+    let custom = vec!["gpu".to_owned(), "LINUX".to_owned()];
+    assert_eq!(
+        jit_runner_labels(&custom, None),
+        ["gpu", "LINUX", "self-hosted", "X64"]
+    );
+    assert_eq!(
+        jit_runner_labels(&[], Some("arm64")),
+        ["self-hosted", "Linux", "ARM64"]
+    );
+    assert_eq!(
+        jit_runner_labels(&[], Some("arm")),
+        ["self-hosted", "Linux", "ARM"]
+    );
+    assert_eq!(
+        jit_runner_labels(&["Self-Hosted".to_owned()], Some("amd64")),
+        ["Self-Hosted", "Linux", "X64"]
+    );
+}

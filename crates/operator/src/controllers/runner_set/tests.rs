@@ -235,3 +235,103 @@ fn the_jit_annotation_on_the_set_or_its_template_selects_jit() {
         Some([("hangar.dev/registration".to_owned(), "jit".to_owned())].into());
     assert!(uses_jit(&set, false));
 }
+
+#[test]
+fn claims_of_a_runner_statefulset_name_their_set_and_statefulset() {
+    let yaml = include_str!("../../../../../examples/runnerset-volume-cache.yaml");
+    let mut set: RunnerSet = serde_yaml::from_str(yaml).unwrap();
+    set.metadata.namespace = Some("ci".into());
+    set.metadata.uid = Some("uid-1".into());
+    let sts = build_stateful_set(&set, "cached-builds-abc", "h1", &defaults(), "t", None);
+    let templates = sts.spec.unwrap().volume_claim_templates.unwrap();
+    assert_eq!(templates.len(), 1);
+    assert_eq!(
+        templates[0].metadata.name.as_deref(),
+        Some("var-lib-docker")
+    );
+    let labels = templates[0].metadata.labels.clone().unwrap();
+    assert_eq!(labels["runnerset-name"], "cached-builds");
+    assert_eq!(labels["runner-statefulset-name"], "cached-builds-abc");
+    // The rest of the user's claim is kept.
+    let spec = templates[0].spec.clone().unwrap();
+    assert_eq!(spec.storage_class_name.as_deref(), Some("standard"));
+}
+
+#[test]
+fn claims_and_volumes_are_seen_as_volume_reuse_needs_them() {
+    use k8s_openapi::api::core::v1::{
+        ObjectReference, PersistentVolumeClaimSpec, PersistentVolumeClaimStatus,
+        PersistentVolumeSpec, PersistentVolumeStatus,
+    };
+    let pvc = |phase: &str| PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some("cache-x-abc-0".into()),
+            namespace: Some("ci".into()),
+            labels: Some(
+                [
+                    ("runnerset-name".to_owned(), "x".to_owned()),
+                    ("runner-statefulset-name".to_owned(), "x-abc".to_owned()),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            volume_name: Some("pv1".into()),
+            ..Default::default()
+        }),
+        status: Some(PersistentVolumeClaimStatus {
+            phase: Some(phase.into()),
+            ..Default::default()
+        }),
+    };
+    let view = volumes::claim_view(&pvc("Bound"));
+    assert_eq!(view.stateful_set.as_deref(), Some("x-abc"));
+    assert_eq!(view.bound_volume.as_deref(), Some("pv1"));
+    // Pre-bound by name but not Bound: the volume may belong to someone else.
+    assert_eq!(volumes::claim_view(&pvc("Pending")).bound_volume, None);
+    assert_eq!(
+        volumes::claim_trigger(&pvc("Bound")),
+        Some(ObjectRef::new("x").within("ci"))
+    );
+
+    let pv = PersistentVolume {
+        metadata: ObjectMeta {
+            name: Some("pv1".into()),
+            labels: Some([("pending-cleanup".to_owned(), "x".to_owned())].into()),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeSpec {
+            claim_ref: Some(ObjectReference {
+                namespace: Some("ci".into()),
+                name: Some("cache-x-abc-0".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        status: Some(PersistentVolumeStatus {
+            phase: Some("Released".into()),
+            ..Default::default()
+        }),
+    };
+    let view = volumes::volume_view(&pv).unwrap();
+    assert!(view.released);
+    assert_eq!(view.pending_cleanup, "x");
+    assert_eq!(
+        view.claim,
+        Some(("ci".to_owned(), "cache-x-abc-0".to_owned()))
+    );
+    assert_eq!(
+        volumes::volume_trigger(&pv, None),
+        Some(ObjectRef::new("x").within("ci"))
+    );
+    assert_eq!(
+        volumes::volume_trigger(&pv, Some("ci")),
+        volumes::volume_trigger(&pv, None)
+    );
+    // In single-namespace mode, volumes of claims elsewhere trigger nothing.
+    assert_eq!(volumes::volume_trigger(&pv, Some("other")), None);
+    let mut unlabelled = pv.clone();
+    unlabelled.metadata.labels = None;
+    assert_eq!(volumes::volume_view(&unlabelled), None);
+}

@@ -1,0 +1,247 @@
+//! Which runner ID each runner pod was registered under, learnt with as few GitHub calls as
+//! possible.
+//!
+//! Every runner pod must learn its runner ID (to report it registered, and to unregister it by
+//! ID later). Asking GitHub once per pod costs a `GET …/runners` per pod — 200 calls for 200
+//! pods, even when ETags make most of them free of rate-limit cost. Instead, each scope keeps
+//! one snapshot of its runner list, shared by every pod of the scope:
+//!
+//! - a lookup that finds its name in the snapshot is answered from memory (an ID never changes
+//!   for a registered name; a runner deleted since is answered 404 by the DELETE that follows);
+//! - a lookup that misses refreshes the snapshot, but at most once per minimum interval per
+//!   scope (the controller's `registration_check_interval`). Lookups arriving while a refresh is in flight wait for it (one lock per scope), so
+//!   a burst of pods coming up costs one list per interval, not one per pod.
+//!
+//! The directory also remembers which pods were unregistered in the last [`REMEMBER_REMOVED`]:
+//! a reconcile that runs on a cache from before its own `unregistration-complete` annotation
+//! would otherwise DELETE the same runner a second time.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hangar_github::{GitHubError, Runner, Scope};
+use tokio::time::Instant;
+
+/// How long a completed unregistration is remembered (far longer than any cache lag).
+pub const REMEMBER_REMOVED: Duration = Duration::from_secs(600);
+
+/// The answer to [`RunnerDirectory::find`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// Registered under this runner ID.
+    Found(u64),
+    /// Not registered as of the latest list; ask again after this long.
+    NotYet {
+        /// When a new list may be taken.
+        recheck_after: Duration,
+    },
+}
+
+#[derive(Debug, Default)]
+struct Snapshot {
+    fetched: Option<Instant>,
+    ids: HashMap<String, u64>,
+}
+
+/// Per-scope runner-list snapshots and recently removed runners (see the module docs).
+#[derive(Debug)]
+pub struct RunnerDirectory {
+    min_refresh: Duration,
+    scopes: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Snapshot>>>>,
+    removed: Mutex<HashMap<String, Instant>>,
+}
+
+impl RunnerDirectory {
+    /// A directory that lists a scope's runners at most once per `min_refresh`.
+    pub fn new(min_refresh: Duration) -> Self {
+        Self {
+            min_refresh,
+            scopes: Mutex::default(),
+            removed: Mutex::default(),
+        }
+    }
+
+    /// The runner ID `name` is registered under at `scope`, calling `list` (the scope's
+    /// `GET …/runners`) when the snapshot does not know it and is older than the minimum
+    /// refresh interval.
+    pub async fn find<Fut>(
+        &self,
+        scope: &Scope,
+        name: &str,
+        list: impl FnOnce() -> Fut,
+    ) -> Result<Lookup, GitHubError>
+    where
+        Fut: Future<Output = Result<Vec<Runner>, GitHubError>>,
+    {
+        let snapshot = self.snapshot(scope);
+        let mut snapshot = snapshot.lock().await;
+        if let Some(id) = snapshot.ids.get(name) {
+            return Ok(Lookup::Found(*id));
+        }
+        let now = Instant::now();
+        if let Some(fetched) = snapshot.fetched {
+            let age = now.saturating_duration_since(fetched);
+            if age < self.min_refresh {
+                return Ok(Lookup::NotYet {
+                    recheck_after: self.min_refresh - age,
+                });
+            }
+        }
+        let runners = list().await?;
+        snapshot.ids = runners.into_iter().map(|r| (r.name, r.id.0)).collect();
+        snapshot.fetched = Some(Instant::now());
+        Ok(match snapshot.ids.get(name) {
+            Some(id) => Lookup::Found(*id),
+            None => Lookup::NotYet {
+                recheck_after: self.min_refresh,
+            },
+        })
+    }
+
+    /// Records that the runner of pod `pod_uid` (registered as `name` at `scope`) is no longer
+    /// registered.
+    pub async fn removed(&self, scope: &Scope, name: &str, pod_uid: &str) {
+        self.snapshot(scope).lock().await.ids.remove(name);
+        let now = Instant::now();
+        let mut removed = self.removed.lock().expect("removed-runner memo poisoned");
+        removed.retain(|_, at| now.saturating_duration_since(*at) < REMEMBER_REMOVED);
+        removed.insert(pod_uid.to_owned(), now);
+    }
+
+    /// Whether the runner of pod `pod_uid` was unregistered in the last [`REMEMBER_REMOVED`].
+    pub fn was_removed(&self, pod_uid: &str) -> bool {
+        let removed = self.removed.lock().expect("removed-runner memo poisoned");
+        removed
+            .get(pod_uid)
+            .is_some_and(|at| Instant::now().saturating_duration_since(*at) < REMEMBER_REMOVED)
+    }
+
+    fn snapshot(&self, scope: &Scope) -> Arc<tokio::sync::Mutex<Snapshot>> {
+        self.scopes
+            .lock()
+            .expect("runner directory poisoned")
+            .entry(scope.config_path())
+            .or_default()
+            .clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Lists a fixed set of runner names (IDs 1, 2, …) and counts the lists.
+    #[derive(Debug, Default)]
+    struct Listing {
+        names: Mutex<Vec<String>>,
+        lists: AtomicUsize,
+    }
+
+    impl Listing {
+        fn register(&self, name: &str) {
+            self.names.lock().unwrap().push(name.to_owned());
+        }
+        fn lists(&self) -> usize {
+            self.lists.load(Ordering::SeqCst)
+        }
+        async fn list(&self) -> Result<Vec<Runner>, GitHubError> {
+            self.lists.fetch_add(1, Ordering::SeqCst);
+            // A slow list, so concurrent lookups overlap it.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let names = self.names.lock().unwrap().clone();
+            Ok(names
+                .into_iter()
+                .enumerate()
+                .map(|(i, name)| {
+                    serde_json::from_value(serde_json::json!({
+                        "id": i + 1, "name": name, "os": "linux", "status": "online",
+                        "busy": false, "labels": []
+                    }))
+                    .unwrap()
+                })
+                .collect())
+        }
+    }
+
+    const MIN_REFRESH: Duration = Duration::from_secs(3);
+
+    fn scope() -> Scope {
+        Scope::Repository {
+            owner: "octo".into(),
+            repo: "app".into(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_of_lookups_shares_one_list() {
+        let github = Listing::default();
+        for i in 0..50 {
+            github.register(&format!("pod-{i}"));
+        }
+        let directory = RunnerDirectory::new(MIN_REFRESH);
+        let lookups = (0..50).map(|i| {
+            let (directory, github) = (&directory, &github);
+            async move {
+                directory
+                    .find(&scope(), &format!("pod-{i}"), || github.list())
+                    .await
+                    .unwrap()
+            }
+        });
+        let found = futures::future::join_all(lookups).await;
+        assert!(found.iter().all(|l| matches!(l, Lookup::Found(_))));
+        assert_eq!(github.lists(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_miss_lists_again_only_after_the_minimum_interval() {
+        let github = Listing::default();
+        let directory = RunnerDirectory::new(MIN_REFRESH);
+        let first = directory
+            .find(&scope(), "late", || github.list())
+            .await
+            .unwrap();
+        assert_eq!(
+            first,
+            Lookup::NotYet {
+                recheck_after: MIN_REFRESH
+            }
+        );
+        github.register("late");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let early = directory
+            .find(&scope(), "late", || github.list())
+            .await
+            .unwrap();
+        assert!(matches!(early, Lookup::NotYet { recheck_after } if recheck_after < MIN_REFRESH));
+        assert_eq!(github.lists(), 1, "no list within the interval");
+        tokio::time::advance(MIN_REFRESH).await;
+        let found = directory
+            .find(&scope(), "late", || github.list())
+            .await
+            .unwrap();
+        assert_eq!(found, Lookup::Found(1));
+        assert_eq!(github.lists(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn removal_is_remembered_per_pod_for_a_while() {
+        let github = Listing::default();
+        github.register("gone");
+        let directory = RunnerDirectory::new(MIN_REFRESH);
+        assert_eq!(
+            directory
+                .find(&scope(), "gone", || github.list())
+                .await
+                .unwrap(),
+            Lookup::Found(1)
+        );
+        directory.removed(&scope(), "gone", "uid-1").await;
+        assert!(directory.was_removed("uid-1"));
+        assert!(!directory.was_removed("uid-2"));
+        tokio::time::advance(REMEMBER_REMOVED).await;
+        assert!(!directory.was_removed("uid-1"));
+    }
+}
