@@ -9,7 +9,7 @@
 //! The schema adds the checks ARC only made at run time: known metric types, factor and
 //! adjustment not both set, maxReplicas not below minReplicas, well-formed trigger durations.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -393,6 +393,13 @@ pub struct HorizontalRunnerAutoscalerStatus {
     /// Schedule column of kubectl get hra.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scheduled_overrides_summary: Option<String>,
+
+    /// The autoscaler's state as conditions (Hangar only; ARC has none). Type ScalingActive:
+    /// True while it computes and applies a size; False with reason InvalidSpec (the message
+    /// says what to fix, e.g. a missing scaleTargetRef or maxReplicas) or a GitHub error.
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<Condition>>,
 }
 
 /// A cached value (unused, kept for compatibility).

@@ -24,11 +24,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, bail, ensure};
 use clap::Parser;
+use futures::StreamExt;
 use ghsim::world::{JobStatus, SubmitJobs};
 use hangar_api::{Runner, RunnerDeployment};
 use hangar_testkit::control_plane::{ControlPlane, StartOptions, admin_client};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{PartialObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
 use nodesim::program::RunnerProgram;
 use nodesim::{NodeSim, NodeSimConfig, Timing};
@@ -303,8 +305,6 @@ async fn scenario_steps(
 ) -> anyhow::Result<Steps> {
     let n = args.runners;
     let deployments: Api<RunnerDeployment> = Api::namespaced(client.clone(), NAMESPACE);
-    let runners: Api<Runner> = Api::namespaced(client.clone(), NAMESPACE);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let placement = nodes.placement();
     // `effectiveTime` = now: every runner is synced after it, so a runner that finished its job
     // is not recreated (the HRA sets it this way for ephemeral targets).
@@ -394,21 +394,23 @@ async fn scenario_steps(
         None
     };
 
+    // Watched, not polled with LISTs: the apiserver's LIST count is meant to show the
+    // controller's, and this loop would otherwise add five per second.
+    let left_runners = metadata_store::<Runner>(client).await?;
+    let left_pods = metadata_store::<Pod>(client).await?;
     let scaling_down = Instant::now();
     apply(0).await?;
     let deadline = Instant::now() + LIMIT;
     loop {
-        let left_runners = runners.list_metadata(&ListParams::default()).await?;
-        let left_pods = pods.list_metadata(&ListParams::default()).await?;
         let left_registered = github.sim.read(|w, _| w.runners.len());
-        if left_runners.items.is_empty() && left_pods.items.is_empty() && left_registered == 0 {
+        let (runners_left, pods_left) = (left_runners.state().len(), left_pods.state().len());
+        if runners_left == 0 && pods_left == 0 && left_registered == 0 {
             break;
         }
         if Instant::now() > deadline {
             bail!(
-                "not gone within {LIMIT:?}: {} runners, {} pods, {left_registered} registered",
-                left_runners.items.len(),
-                left_pods.items.len()
+                "not gone within {LIMIT:?}: {runners_left} runners, {pods_left} pods, \
+                 {left_registered} registered"
             );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -418,6 +420,22 @@ async fn scenario_steps(
         jobs_completed,
         gone: scaling_down.elapsed(),
     })
+}
+
+/// A watch-fed cache of the metadata of every `K` in the benchmark namespace, once filled.
+async fn metadata_store<K>(
+    client: &Client,
+) -> anyhow::Result<reflector::Store<PartialObjectMeta<K>>>
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let api = Api::<PartialObjectMeta<K>>::namespaced(client.clone(), NAMESPACE);
+    let stream = reflector::reflector(writer, watcher(api, Default::default())).default_backoff();
+    tokio::spawn(stream.for_each(|_| async {}));
+    reader.wait_until_ready().await?;
+    Ok(reader)
 }
 
 /// Polls `done` every 100 ms until it holds, for at most [`LIMIT`].

@@ -23,6 +23,9 @@ pub mod kind {
     pub const AVAILABLE: &str = "Available";
     /// RunnerReplicaSet, RunnerDeployment: runners are being created or retired.
     pub const PROGRESSING: &str = "Progressing";
+    /// An autoscaler can compute a size for its target and apply it (as on a
+    /// HorizontalPodAutoscaler).
+    pub const SCALING_ACTIVE: &str = "ScalingActive";
 }
 
 /// Condition reasons (CamelCase, stable: alerts may match on them).
@@ -70,6 +73,8 @@ pub mod reason {
     pub const ROLLING_OUT: &str = "RollingOut";
     /// Nothing to do: the runners match the spec.
     pub const REPLICAS_SYNCED: &str = "ReplicasSynced";
+    /// The autoscaler computed its target's size.
+    pub const DESIRED_REPLICAS_COMPUTED: &str = "DesiredReplicasComputed";
 }
 
 /// One condition as a controller wants it now.

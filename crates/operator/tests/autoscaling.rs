@@ -590,6 +590,48 @@ async fn deliveries_with_a_wrong_signature_are_rejected_with_401() {
 }
 
 #[tokio::test]
+async fn dropped_deliveries_are_made_up_for_by_the_queued_jobs_metric() {
+    // GitHub does not redeliver on its own: a lost `queued` delivery would strand its job if
+    // webhooks were the only signal. With the pull metric beside the trigger, every job still
+    // gets a runner; a lost `completed` only holds a reservation until it expires.
+    let mut s = Stack::start("as-drop", true).await;
+    assert_eq!(s.subscribe(SECRET).await, 200);
+    let faults =
+        s.h.sim
+            .faults()
+            .merged(json!({"webhook_drop_rate": 0.75}))
+            .unwrap();
+    s.h.sim.set_faults(faults);
+    s.apply_deployment("drop", "drop", 0);
+    let mut spec = webhook_spec(0, 6);
+    spec["scaleDownDelaySecondsAfterScaleOut"] = json!(0);
+    spec["metrics"] = json!([{"type": "TotalNumberOfQueuedAndInProgressWorkflowRuns"}]);
+    s.apply_hra("drop", spec);
+    wait_reconciled(&s, "drop", 0).await;
+
+    let jobs = s.submit(6, "drop", Duration::from_secs(2), "success");
+    eventually(
+        &s,
+        "6 jobs done despite dropped deliveries",
+        WAIT,
+        || async { s.all_completed(&jobs, "success").then_some(()) },
+    )
+    .await;
+    let dropped =
+        s.h.sim
+            .deliveries()
+            .iter()
+            .filter(|d| d.dropped && d.action.as_deref() == Some("queued"))
+            .count();
+    assert!(
+        dropped > 0,
+        "no queued delivery was dropped; the fault was not exercised"
+    );
+    assert_eq!(s.h.interrupted(), 0);
+    s.shutdown().await;
+}
+
+#[tokio::test]
 async fn the_queued_jobs_metric_alone_scales_up_and_back_down() {
     let mut s = Stack::start("as-pull", true).await;
     s.apply_deployment("pull", "pull", 0);
@@ -878,4 +920,34 @@ async fn an_autoscaler_that_cannot_work_says_why_in_a_warning_event() {
     assert!(unbounded[0].contains("maxReplicas"), "{unbounded:?}");
     // The target is left alone.
     assert_eq!(s.replicas("unbounded").await, Some(1));
+
+    // The status says the same, and says it no longer once the spec is fixed.
+    let scaling_active = |name: &'static str| {
+        let api = s.h.api::<HorizontalRunnerAutoscaler>();
+        async move {
+            let hra = api.get(name).await.unwrap();
+            hra.status
+                .and_then(|st| st.conditions)
+                .unwrap_or_default()
+                .into_iter()
+                .find(|c| c.type_ == "ScalingActive")
+        }
+    };
+    let condition = eventually(&s, "a False ScalingActive condition", WAIT, || async {
+        scaling_active("unbounded")
+            .await
+            .filter(|c| c.status == "False")
+    })
+    .await;
+    assert_eq!(condition.reason, "InvalidSpec");
+    assert!(condition.message.contains("maxReplicas"), "{condition:?}");
+    let ghost = scaling_active("ghost").await.expect("a condition on ghost");
+    assert!(ghost.message.contains("does not exist"), "{ghost:?}");
+    s.apply_hra("unbounded", json!({"minReplicas": 0, "maxReplicas": 3}));
+    eventually(&s, "a True ScalingActive condition", WAIT, || async {
+        scaling_active("unbounded")
+            .await
+            .filter(|c| c.status == "True")
+    })
+    .await;
 }

@@ -59,6 +59,7 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::{github_scope, k8s_time, object_name, rfc3339, wait_until_stored};
+use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
 use crate::error::{Error, Retry, github_err, kube_err};
 
@@ -89,7 +90,7 @@ pub async fn run(ctx: Arc<Context>, hras: Api<HorizontalRunnerAutoscaler>) {
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
     Controller::for_stream(trigger, reader)
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile_reporting, error_policy, ctx)
         .for_each(|_| async {})
         .await;
 }
@@ -119,6 +120,44 @@ fn invalid(hra: &HorizontalRunnerAutoscaler, reason: impl std::fmt::Display) -> 
         object: object_name(hra),
         reason: reason.to_string(),
     }
+}
+
+/// [`reconcile`], reporting failures a user must act on as a False `ScalingActive` condition
+/// (besides the Warning event of [`error_policy`]): `kubectl get hra -o yaml` shows why an
+/// autoscaler does nothing.
+async fn reconcile_reporting(
+    hra: Arc<HorizontalRunnerAutoscaler>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let result = reconcile(hra.clone(), ctx.clone()).await;
+    if let Err(error) = &result
+        && matches!(error.retry(), Retry::OnChange | Retry::Slowly)
+    {
+        let current = hra
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let wanted = [Desired::no(
+            kind::SCALING_ACTIVE,
+            error.category(),
+            error.to_string(),
+        )];
+        let conditions = conditions::merge(&current, &wanted, hra.metadata.generation, ctx.now());
+        if conditions != current {
+            let patch = json!({ "status": { "conditions": conditions } });
+            if let Err(e) = Api::<HorizontalRunnerAutoscaler>::namespaced(
+                ctx.client.clone(),
+                &hra.namespace().unwrap_or_default(),
+            )
+            .patch_status(&hra.name_any(), &patch_params(), &Patch::Merge(&patch))
+            .await
+            {
+                warn!(autoscaler = %object_name(hra.as_ref()), error = %e, "cannot write condition");
+            }
+        }
+    }
+    result
 }
 
 /// Reconciles one HorizontalRunnerAutoscaler.
@@ -270,6 +309,16 @@ pub async fn reconcile(
         },
         cache_entries: status.cache_entries.clone(),
         scheduled_overrides_summary: decision.schedule_summary.clone(),
+        conditions: Some(conditions::merge(
+            status.conditions.as_deref().unwrap_or_default(),
+            &[Desired::yes(
+                kind::SCALING_ACTIVE,
+                reason::DESIRED_REPLICAS_COMPUTED,
+                format!("{} wants {desired} runner(s)", target.describe()),
+            )],
+            hra.metadata.generation,
+            now,
+        )),
     };
     if !same_status(&status, &new_status) {
         let patch = json!({ "status": {
@@ -277,6 +326,7 @@ pub async fn reconcile(
             "desiredReplicas": new_status.desired_replicas,
             "lastSuccessfulScaleOutTime": new_status.last_successful_scale_out_time,
             "scheduledOverridesSummary": new_status.scheduled_overrides_summary,
+            "conditions": new_status.conditions,
         }});
         Api::<HorizontalRunnerAutoscaler>::namespaced(ctx.client.clone(), &ns)
             .patch_status(&hra.name_any(), &patch_params(), &Patch::Merge(&patch))
@@ -322,6 +372,7 @@ fn same_status(a: &HorizontalRunnerAutoscalerStatus, b: &HorizontalRunnerAutosca
         && a.desired_replicas == b.desired_replicas
         && secs(&a.last_successful_scale_out_time) == secs(&b.last_successful_scale_out_time)
         && a.scheduled_overrides_summary == b.scheduled_overrides_summary
+        && a.conditions == b.conditions
 }
 
 fn whole_seconds(t: SystemTime) -> u64 {
