@@ -594,7 +594,7 @@ async fn dropped_deliveries_are_made_up_for_by_the_queued_jobs_metric() {
     // GitHub does not redeliver on its own: a lost `queued` delivery would strand its job if
     // webhooks were the only signal. With the pull metric beside the trigger, every job still
     // gets a runner; a lost `completed` only holds a reservation until it expires.
-    let mut s = Stack::start("as-drop", true).await;
+    let s = Stack::start("as-drop", true).await;
     assert_eq!(s.subscribe(SECRET).await, 200);
     let faults =
         s.h.sim
