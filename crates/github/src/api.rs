@@ -39,6 +39,14 @@ pub trait GitHubApi: Send + Sync + fmt::Debug {
     /// All runners registered at `scope` (every page of `GET …/runners`).
     async fn list_runners(&self, scope: &Scope) -> Result<Vec<Runner>, GitHubError>;
 
+    /// [`GitHubApi::list_runners`], asking GitHub even while a cached copy is fresh (with its
+    /// ETag: an unchanged list is a 304, free of rate-limit cost). For callers that know the
+    /// list has just changed, such as runner pods waiting to see their own registration:
+    /// GitHub's `max-age=60` would otherwise hide a new runner for up to a minute.
+    async fn list_runners_revalidated(&self, scope: &Scope) -> Result<Vec<Runner>, GitHubError> {
+        self.list_runners(scope).await
+    }
+
     /// The runner called `name` at `scope`, if any (`GET …/runners?name=`).
     async fn find_runner(&self, scope: &Scope, name: &str) -> Result<Option<Runner>, GitHubError>;
 

@@ -247,6 +247,8 @@ struct Request {
     body: Option<serde_json::Value>,
     repeat: Repeat,
     auth: As,
+    /// Ask GitHub even while a cached copy is fresh (conditionally: a 304 is free).
+    revalidate: bool,
 }
 
 struct Response {
@@ -496,6 +498,7 @@ impl GitHubClient {
             body: None,
             repeat: Repeat::Safe,
             auth: As::AppJwt,
+            revalidate: false,
         }))
         .await
         .map_err(|e| self.app_error(AppAuthError::Request(e)))?;
@@ -532,6 +535,7 @@ impl GitHubClient {
             body,
             repeat,
             auth,
+            revalidate,
         } = request;
         let call = Call {
             method: method_name(&method),
@@ -554,6 +558,7 @@ impl GitHubClient {
                 None
             };
             if let Some(entry) = &cached
+                && !revalidate
                 && entry.is_fresh(self.now())
             {
                 Counters::bump(&counters.cache_hits);
@@ -732,6 +737,7 @@ impl GitHubClient {
                 body: None,
                 repeat: Repeat::Safe,
                 auth: As::Credential,
+                revalidate: false,
             })
             .await?;
         decode("GET", path, &response.body)
@@ -751,6 +757,7 @@ impl GitHubClient {
                 body,
                 repeat,
                 auth: As::Credential,
+                revalidate: false,
             })
             .await?;
         decode("POST", path, &response.body)
@@ -761,6 +768,17 @@ impl GitHubClient {
         &self,
         first: Url,
         field: &str,
+    ) -> Result<Vec<T>, GitHubError> {
+        self.get_all_pages(first, field, false).await
+    }
+
+    /// [`Self::get_all`]; with `revalidate`, every page is asked of GitHub even while cached
+    /// and fresh.
+    async fn get_all_pages<T: DeserializeOwned>(
+        &self,
+        first: Url,
+        field: &str,
+        revalidate: bool,
     ) -> Result<Vec<T>, GitHubError> {
         // A runaway `next` chain must not loop forever; 1,000 pages of 100 is GitHub's
         // search cap and far beyond any runner scope.
@@ -778,6 +796,7 @@ impl GitHubClient {
                     body: None,
                     repeat: Repeat::Safe,
                     auth: As::Credential,
+                    revalidate,
                 })
                 .await?;
             let mut page: serde_json::Map<String, serde_json::Value> =
@@ -857,6 +876,11 @@ impl GitHubApi for GitHubClient {
         self.get_all(url, "runners").await
     }
 
+    async fn list_runners_revalidated(&self, scope: &Scope) -> Result<Vec<Runner>, GitHubError> {
+        let url = self.list_url(self.scope_url(scope, &["runners"]), &[]);
+        self.get_all_pages(url, "runners", true).await
+    }
+
     async fn find_runner(&self, scope: &Scope, name: &str) -> Result<Option<Runner>, GitHubError> {
         let url = self.list_url(self.scope_url(scope, &["runners"]), &[("name", name)]);
         let runners: Vec<Runner> = self.get_all(url, "runners").await?;
@@ -876,6 +900,7 @@ impl GitHubApi for GitHubClient {
             body: None,
             repeat: Repeat::Safe,
             auth: As::Credential,
+            revalidate: false,
         })
         .await?;
         // The runner and every list that showed it changed; do not serve them stale.

@@ -138,6 +138,42 @@ async fn cache_serves_fresh_lists_and_revalidates_with_free_304s() {
 }
 
 #[tokio::test]
+async fn a_revalidated_list_asks_even_while_fresh_and_304s_stay_free() {
+    let gh = Gh::start().await;
+    let scope = Scope::org("acme");
+    add_runners(&gh, &scope, "r", 2);
+    let client = gh.client();
+    let endpoint = "GET /orgs/{org}/actions/runners";
+
+    client.list_runners(&scope).await.unwrap();
+    assert_eq!(
+        client.list_runners_revalidated(&scope).await.unwrap().len(),
+        2
+    );
+    assert_eq!(
+        gh.calls(endpoint),
+        (2, 1, 1),
+        "asked although fresh; unchanged, so a free 304"
+    );
+    add_runners(&gh, &scope, "new", 1);
+    assert_eq!(
+        client.list_runners(&scope).await.unwrap().len(),
+        2,
+        "the plain list is still served from the cache"
+    );
+    assert_eq!(
+        client.list_runners_revalidated(&scope).await.unwrap().len(),
+        3,
+        "the revalidated one sees the new runner at once"
+    );
+    assert_eq!(
+        client.list_runners(&scope).await.unwrap().len(),
+        3,
+        "and refreshes the cache for everyone"
+    );
+}
+
+#[tokio::test]
 async fn cache_off_asks_every_time() {
     let gh = Gh::start().await;
     let scope = Scope::org("acme");

@@ -31,6 +31,8 @@ pub struct Settings {
     /// The least time between two lists of a scope's runners while runner pods wait to be seen
     /// registered (see [`crate::runner_directory`]).
     pub registration_check_interval: Duration,
+    /// Runner labels added to every RunnerDeployment's runners (`--common-runner-labels`).
+    pub common_runner_labels: Vec<String>,
     /// How long an autoscaler waits after a scale-out before scaling down, unless its
     /// `scaleDownDelaySecondsAfterScaleOut` says otherwise (ARC's `--default-scale-down-delay`).
     pub default_scale_down_delay: Duration,
@@ -50,6 +52,7 @@ impl Default for Settings {
             jit: false,
             sync_period: Duration::from_secs(60),
             registration_check_interval: Duration::from_secs(3),
+            common_runner_labels: Vec::new(),
             default_scale_down_delay: hangar_core::autoscaler::DEFAULT_SCALE_DOWN_DELAY,
             github_registry: None,
             exporter: None,

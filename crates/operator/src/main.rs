@@ -186,6 +186,10 @@ struct RunArgs {
     /// Registry mirror for dockerd.
     #[arg(long)]
     docker_registry_mirror: Option<String>,
+    /// Runner labels, comma-separated, added to the runners of every RunnerDeployment (ARC's
+    /// flag of the same name; changing them rolls the runners out).
+    #[arg(long, value_delimiter = ',')]
+    common_runner_labels: Vec<String>,
     /// Safety-net resync interval.
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     sync_period: Duration,
@@ -407,6 +411,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             ..PodDefaults::default()
         },
         jit: args.jit,
+        common_runner_labels: args
+            .common_runner_labels
+            .into_iter()
+            .map(|l| l.trim().to_owned())
+            .filter(|l| !l.is_empty())
+            .collect(),
         sync_period: args.sync_period,
         default_scale_down_delay: args.default_scale_down_delay,
         github_registry: Some(registry),

@@ -51,10 +51,20 @@ pub async fn run(
         .await;
 }
 
-/// The RunnerReplicaSet a deployment wants now.
-pub fn desired_set(rd: &RunnerDeployment) -> RunnerReplicaSet {
+/// The RunnerReplicaSet a deployment wants now. `common_labels` (`--common-runner-labels`) are
+/// appended to the template's runner labels, as in ARC, so they are part of the template hash:
+/// changing them rolls the runners out.
+pub fn desired_set(rd: &RunnerDeployment, common_labels: &[String]) -> RunnerReplicaSet {
     let name = rd.name_any();
     let mut template = rd.spec.template.clone();
+    if !common_labels.is_empty() {
+        let labels = template.spec.config.labels.get_or_insert_with(Vec::new);
+        for common in common_labels {
+            if !labels.contains(common) {
+                labels.push(common.clone());
+            }
+        }
+    }
     let mut meta = template.metadata.take().unwrap_or_default();
     let mut labels = meta.labels.take().unwrap_or_default();
     labels.insert(label::RUNNER_DEPLOYMENT_NAME.into(), name.clone());
@@ -105,7 +115,7 @@ pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<A
     let ns = rd.namespace().unwrap_or_default();
     let uid = rd.uid().unwrap_or_default();
     let api: Api<RunnerReplicaSet> = Api::namespaced(ctx.client.clone(), &ns);
-    let desired = desired_set(&rd);
+    let desired = desired_set(&rd, &ctx.settings.common_runner_labels);
     let desired_name = desired.name_any();
     let replicas = desired.spec.replicas.unwrap_or(1);
 
@@ -341,5 +351,28 @@ mod tests {
             (true, "RunnersAvailable")
         );
         assert_eq!((c[1].status, c[1].reason.as_str()), (true, "RollingOut"));
+    }
+
+    #[test]
+    fn common_runner_labels_join_the_template_and_its_hash() {
+        let rd: RunnerDeployment = serde_json::from_value(serde_json::json!({
+            "apiVersion": "actions.summerwind.dev/v1alpha1",
+            "kind": "RunnerDeployment",
+            "metadata": {"name": "app", "namespace": "ns"},
+            "spec": {"template": {"spec": {"repository": "octo/app", "labels": ["gpu"]}}},
+        }))
+        .unwrap();
+        let plain = desired_set(&rd, &[]);
+        let common = desired_set(&rd, &["team-a".to_owned(), "gpu".to_owned()]);
+        assert_eq!(
+            common.spec.template.spec.config.labels.as_deref(),
+            Some(&["gpu".to_owned(), "team-a".to_owned()][..]),
+            "appended once each"
+        );
+        assert_ne!(plain.name_any(), common.name_any(), "a new template hash");
+        assert_eq!(
+            plain.spec.template.spec.config.labels.as_deref(),
+            Some(&["gpu".to_owned()][..])
+        );
     }
 }

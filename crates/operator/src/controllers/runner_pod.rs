@@ -348,7 +348,9 @@ async fn find_runner_id(
 ) -> Result<Lookup, Error> {
     let github = github_for_pod(pod, ctx).await?;
     ctx.runner_directory
-        .find(gh_scope, &pod.name_any(), || github.list_runners(gh_scope))
+        .find(gh_scope, &pod.name_any(), || {
+            github.list_runners_revalidated(gh_scope)
+        })
         .await
         .map_err(github_err("list runners", &gh_scope.config_path()))
 }
