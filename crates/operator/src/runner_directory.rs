@@ -40,6 +40,7 @@ pub enum Lookup {
 
 #[derive(Debug, Default)]
 struct Snapshot {
+    /// When the latest list was asked for.
     fetched: Option<Instant>,
     ids: HashMap<String, u64>,
 }
@@ -90,13 +91,42 @@ impl RunnerDirectory {
         }
         let runners = list().await?;
         snapshot.ids = runners.into_iter().map(|r| (r.name, r.id.0)).collect();
-        snapshot.fetched = Some(Instant::now());
+        // When the list was asked for: it shows every runner registered before then.
+        snapshot.fetched = Some(now);
         Ok(match snapshot.ids.get(name) {
             Some(id) => Lookup::Found(*id),
             None => Lookup::NotYet {
                 recheck_after: self.min_refresh,
             },
         })
+    }
+
+    /// The runner ID `name` is registered under at `scope`, from a list taken after `since`
+    /// (listing now unless one started after it). For decisions that must not miss a runner
+    /// that registered a moment ago, such as releasing a pod without unregistering it.
+    /// Concurrent callers share a list that started after all of their `since`s.
+    pub async fn find_listed_after<Fut>(
+        &self,
+        scope: &Scope,
+        name: &str,
+        since: Instant,
+        list: impl FnOnce() -> Fut,
+    ) -> Result<Option<u64>, GitHubError>
+    where
+        Fut: Future<Output = Result<Vec<Runner>, GitHubError>>,
+    {
+        let snapshot = self.snapshot(scope);
+        let mut snapshot = snapshot.lock().await;
+        if let Some(id) = snapshot.ids.get(name) {
+            return Ok(Some(*id));
+        }
+        if snapshot.fetched.is_none_or(|started| started < since) {
+            let started = Instant::now();
+            let runners = list().await?;
+            snapshot.ids = runners.into_iter().map(|r| (r.name, r.id.0)).collect();
+            snapshot.fetched = Some(started);
+        }
+        Ok(snapshot.ids.get(name).copied())
     }
 
     /// Records that the runner of pod `pod_uid` (registered as `name` at `scope`) is no longer
@@ -243,5 +273,35 @@ mod tests {
         assert!(!directory.was_removed("uid-2"));
         tokio::time::advance(REMEMBER_REMOVED).await;
         assert!(!directory.was_removed("uid-1"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_decision_that_must_not_miss_a_runner_lists_again_unless_a_newer_list_exists() {
+        let github = Listing::default();
+        let directory = RunnerDirectory::new(MIN_REFRESH);
+        assert!(matches!(
+            directory
+                .find(&scope(), "late", || github.list())
+                .await
+                .unwrap(),
+            Lookup::NotYet { .. }
+        ));
+        github.register("late");
+        tokio::time::advance(Duration::from_millis(10)).await;
+        // Within the refresh interval, but the decision needs a list from after "now".
+        let since = Instant::now();
+        let found = directory
+            .find_listed_after(&scope(), "late", since, || github.list())
+            .await
+            .unwrap();
+        assert_eq!(found, Some(1));
+        assert_eq!(github.lists(), 2);
+        // A list taken after `since` is reused.
+        let again = directory
+            .find_listed_after(&scope(), "other", since, || github.list())
+            .await
+            .unwrap();
+        assert_eq!(again, None);
+        assert_eq!(github.lists(), 2);
     }
 }

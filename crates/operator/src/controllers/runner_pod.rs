@@ -238,15 +238,28 @@ async fn unregister(
         .await?;
     }
     let mut id = runner_id(pod);
-    // A pod that never ran registered nothing — unless it uses JIT, whose runner was
-    // registered with its configuration; left alone, it would stay on GitHub (offline).
-    let may_be_registered =
-        pod_phase(pod) != hangar_core::owner_sync::PodPhase::Pending || pod_uses_jit(pod);
-    if id.is_none()
-        && may_be_registered
-        && let Lookup::Found(found) = find_runner_id(pod, ctx, gh_scope).await?
-    {
-        id = Some(found);
+    // A pod that was never scheduled registered nothing — unless it uses JIT, whose runner was
+    // registered with its configuration; left alone, it would stay on GitHub (offline). A
+    // scheduled pod may look Pending in the cache while its runner has just registered
+    // (kubelet reports container starts with a delay), so it is looked up in a list taken from
+    // now on: released unregistered, it could be handed a job and then killed.
+    let scheduled = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+    if id.is_none() && pod_uses_jit(pod) {
+        if let Lookup::Found(found) = find_runner_id(pod, ctx, gh_scope).await? {
+            id = Some(found);
+        }
+    } else if id.is_none() && scheduled {
+        let github = github_for_pod(pod, ctx).await?;
+        id = ctx
+            .runner_directory
+            .find_listed_after(
+                gh_scope,
+                &pod.name_any(),
+                tokio::time::Instant::now(),
+                || github.list_runners_revalidated(gh_scope),
+            )
+            .await
+            .map_err(github_err("list runners", &gh_scope.config_path()))?;
     }
     let state = PodState {
         runner_id: id,
