@@ -5,8 +5,11 @@
 //!   the repository;
 //! - `crds [--check]`: regenerate `deploy/crds/` and the Helm chart's `crds/` from the Rust
 //!   types, or fail on drift;
-//! - `demo`: the README's run command — a local cluster with the CRDs and examples applied;
-//! - `bench-cluster`, `bench-lifecycle`, `bench-pods`: benchmarks writing `bench/results/`;
+//! - `demo`: the README's run command — a local cluster with the CRDs and ARC examples applied,
+//!   then a burst of jobs on an ephemeral pool that Hangar autoscales from GitHub webhooks,
+//!   watched live and summed up (see `demo.rs`);
+//! - `bench-cluster`, `bench-lifecycle`, `bench-pods`, `bench-webhooks`: benchmarks writing
+//!   `bench/results/`;
 //! - `test`: the README's test command — lint, then the whole test suite against a control plane
 //!   that lives exactly as long as the run.
 
@@ -16,8 +19,10 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use hangar_testkit::control_plane::{ControlPlane, StartOptions, admin_client};
+use hangar_testkit::control_plane::{ControlPlane, StartOptions};
 use hangar_testkit::{Binaries, ETCD_VERSION, KUBERNETES_VERSION};
+
+mod demo;
 
 #[derive(Debug, Parser)]
 #[command(name = "cargo xtask", about = "Hangar developer commands")]
@@ -39,11 +44,23 @@ enum Cmd {
         #[arg(long)]
         check: bool,
     },
-    /// Bring up the local cluster, install the CRDs, apply examples/ and show them.
+    /// Bring up the local cluster with the CRDs and examples/, then run a burst of jobs on an
+    /// ephemeral RunnerDeployment that Hangar scales from GitHub webhooks (ghsim as GitHub,
+    /// nodesim as nodes), shown live, and print a summary. Exits non-zero if a job was
+    /// interrupted. Leaves everything running (`cargo xtask cluster down` stops it).
     Demo {
-        /// Namespace the examples go into.
+        /// Namespace of the demo's pool (the examples go into `<namespace>-examples`).
         #[arg(long, default_value = "hangar-demo")]
         namespace: String,
+        /// Jobs queued in the burst.
+        #[arg(long, default_value_t = 8)]
+        jobs: u32,
+        /// Seconds each job runs.
+        #[arg(long, default_value_t = 4)]
+        job_seconds: u64,
+        /// The autoscaler's maxReplicas (below --jobs, some jobs wait for a runner).
+        #[arg(long, default_value_t = 6)]
+        max_replicas: u32,
     },
     /// Start and stop the control plane repeatedly; write start-up times to
     /// bench/results/control-plane-start.json.
@@ -56,6 +73,15 @@ enum Cmd {
     /// (private control planes, ghsim, nodesim, `hangar run`); writes
     /// bench/results/lifecycle.json. Extra arguments go to the benchmark (`-- --runners 50`).
     BenchLifecycle {
+        /// Arguments for the benchmark.
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// Build release binaries and queue jobs at a steady rate (20/s for 60 s) for an ephemeral
+    /// RunnerDeployment that `hangar run --webhook-addr` scales from ghsim's signed
+    /// workflow_job webhooks (private control plane, nodesim); writes
+    /// bench/results/webhooks.json. Extra arguments go to the benchmark (`-- --rate 5`).
+    BenchWebhooks {
         /// Arguments for the benchmark.
         #[arg(last = true)]
         args: Vec<String>,
@@ -138,7 +164,20 @@ async fn run(cmd: Cmd) -> Result<ExitCode> {
     match cmd {
         Cmd::Cluster { action } => cluster(action).await.map(|()| ExitCode::SUCCESS),
         Cmd::Crds { check } => crds(check),
-        Cmd::Demo { namespace } => demo(&namespace).await.map(|()| ExitCode::SUCCESS),
+        Cmd::Demo {
+            namespace,
+            jobs,
+            job_seconds,
+            max_replicas,
+        } => {
+            let opts = demo::Options {
+                namespace,
+                jobs,
+                job_seconds,
+                max_replicas,
+            };
+            demo::run(&opts).await
+        }
         Cmd::Test {
             no_lint,
             cargo_args,
@@ -147,6 +186,10 @@ async fn run(cmd: Cmd) -> Result<ExitCode> {
         Cmd::BenchLifecycle { args } => {
             build_binaries()?;
             release_example("hangar", "bench-lifecycle", &["--bin", "hangar"], &args)
+        }
+        Cmd::BenchWebhooks { args } => {
+            build_binaries()?;
+            release_example("hangar", "bench-webhooks", &["--bin", "hangar"], &args)
         }
         Cmd::BenchPods { args } => {
             let kubeconfig = up(&default_cluster_dir()).await?;
@@ -319,241 +362,6 @@ fn must(cmd: &mut Command) -> Result<()> {
         bail!("{cmd:?} failed with {status}");
     }
     Ok(())
-}
-
-async fn demo(namespace: &str) -> Result<()> {
-    let root = workspace_root();
-    let dir = default_cluster_dir();
-    let kubeconfig = up(&dir).await?;
-    let binaries = Binaries::configured();
-    let client = admin_client(&kubeconfig).await?;
-    hangar_testkit::crds::apply_and_wait(&client, &hangar_api::crds())
-        .await
-        .map_err(anyhow::Error::msg)?;
-    eprintln!("xtask: CRDs installed");
-
-    // 1. The ARC examples, unchanged, in a namespace of their own (they name real GitHub
-    //    organizations, so the operator below does not watch it).
-    let examples_ns = format!("{namespace}-examples");
-    for ns in [namespace, examples_ns.as_str()] {
-        let file = dir.join(format!("namespace-{ns}.yaml"));
-        std::fs::write(
-            &file,
-            format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"),
-        )?;
-        must(
-            kubectl(&binaries, &kubeconfig)
-                .args(["apply", "--server-side", "-f"])
-                .arg(&file),
-        )?;
-    }
-    must(
-        kubectl(&binaries, &kubeconfig)
-            .args(["apply", "--server-side", "-n", &examples_ns, "-f"])
-            .arg(root.join("examples")),
-    )?;
-    for kind in [
-        "runnerdeployments",
-        "runnersets",
-        "horizontalrunnerautoscalers",
-    ] {
-        println!("\n$ kubectl get {kind} -n {examples_ns}");
-        must(kubectl(&binaries, &kubeconfig).args(["get", kind, "-n", &examples_ns]))?;
-    }
-
-    // 2. Hangar for real: ghsim plays GitHub, nodesim plays kubelets and the runners.
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    must(Command::new(&cargo).current_dir(&root).args([
-        "build",
-        "--quiet",
-        "-p",
-        "hangar",
-        "-p",
-        "hangar-ghsim",
-        "-p",
-        "hangar-nodesim",
-    ]))?;
-    let bin = |name: &str| root.join("target").join("debug").join(name);
-    let port = hangar_testkit::control_plane::free_port()?;
-    let url = format!("http://127.0.0.1:{port}/");
-    let listen = format!("127.0.0.1:{port}");
-    let kc = kubeconfig.display().to_string();
-    let metrics_addr = format!("127.0.0.1:{}", hangar_testkit::control_plane::free_port()?);
-    let probe_addr = format!("127.0.0.1:{}", hangar_testkit::control_plane::free_port()?);
-    ControlPlane::spawn_recorded(
-        &dir,
-        "ghsim",
-        &bin("ghsim"),
-        &["--listen", &listen, "--org", "octo", "--repo", "octo/app"],
-        &[],
-    )?;
-    ControlPlane::spawn_recorded(
-        &dir,
-        "nodesim",
-        &bin("nodesim"),
-        &[
-            "--kubeconfig",
-            &kc,
-            "--nodes",
-            "2",
-            "--node-prefix",
-            "demo",
-            "--runner",
-            "--no-taint",
-        ],
-        &[],
-    )?;
-    ControlPlane::spawn_recorded(
-        &dir,
-        "hangar",
-        &bin("hangar"),
-        &[
-            "run",
-            "--github-url",
-            &url,
-            "--github-api-url",
-            &url,
-            "--watch-namespace",
-            namespace,
-            "--sync-period",
-            "10s",
-            "--metrics-addr",
-            &metrics_addr,
-            "--health-probe-bind-address",
-            &probe_addr,
-        ],
-        &[
-            ("KUBECONFIG", &kc),
-            ("GITHUB_TOKEN", "ghp_ghsim"),
-            ("RUST_LOG", "info,kube=warn"),
-        ],
-    )?;
-    eprintln!(
-        "xtask: ghsim at {url}, nodesim (2 nodes) and hangar started (logs in {})",
-        dir.join("logs").display()
-    );
-
-    let deployment = "apiVersion: actions.summerwind.dev/v1alpha1\nkind: RunnerDeployment\nmetadata:\n  name: demo\nspec:\n  replicas: 2\n  template:\n    spec:\n      repository: octo/app\n      labels: [linux]\n";
-    let file = dir.join("demo-runnerdeployment.yaml");
-    std::fs::write(&file, deployment)?;
-    must(
-        kubectl(&binaries, &kubeconfig)
-            .args(["apply", "--server-side", "-n", namespace, "-f"])
-            .arg(&file),
-    )?;
-
-    wait_for(
-        "2 registered runners",
-        std::time::Duration::from_secs(120),
-        || {
-            let out = kubectl(&binaries, &kubeconfig)
-                .args([
-                    "get",
-                    "runners",
-                    "-n",
-                    namespace,
-                    "-o",
-                    "jsonpath={.items[*].status.phase}",
-                ])
-                .output()
-                .ok()?;
-            let phases = String::from_utf8_lossy(&out.stdout).to_string();
-            (phases
-                .split_whitespace()
-                .filter(|p| *p == "Running")
-                .count()
-                >= 2)
-                .then_some(())
-        },
-    )?;
-    println!("\n$ kubectl get runnerdeployments,runners -n {namespace}");
-    must(kubectl(&binaries, &kubeconfig).args([
-        "get",
-        "runnerdeployments,runners",
-        "-n",
-        namespace,
-    ]))?;
-
-    println!("\n$ ghsim submit --repository octo/app --count 3 --labels linux --duration-ms 3000");
-    must(Command::new(bin("ghsim")).args([
-        "submit",
-        "--url",
-        &url,
-        "--repository",
-        "octo/app",
-        "--count",
-        "3",
-        "--labels",
-        "linux",
-        "--duration-ms",
-        "3000",
-    ]))?;
-    let summary = wait_for(
-        "3 completed jobs",
-        std::time::Duration::from_secs(120),
-        || {
-            let body = http_get(port, "/_ghsim/accounting")?;
-            let value: serde_json::Value = serde_json::from_str(&body).ok()?;
-            let jobs = value.get("jobs_summary")?.clone();
-            (jobs.get("completed")?.as_u64()? >= 3).then_some(jobs)
-        },
-    )?;
-    println!(
-        "\nghsim: {} jobs completed, {} interrupted, {} API calls in all",
-        summary["completed"],
-        summary["interrupted"],
-        http_get(port, "/_ghsim/accounting")
-            .and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
-            .map(|v| v["api_calls_total"].to_string())
-            .unwrap_or_default()
-    );
-    println!("\n$ kubectl get runners,pods -n {namespace}");
-    must(kubectl(&binaries, &kubeconfig).args(["get", "runners,pods", "-n", namespace]))?;
-
-    println!(
-        "\nThe cluster keeps running. Explore it with:\n  export KUBECONFIG={}",
-        kubeconfig.display()
-    );
-    println!("  kubectl get runners -n {namespace} -w");
-    println!(
-        "  {} submit --url {url} --repository octo/app --count 5 --labels linux",
-        bin("ghsim").display()
-    );
-    println!("  kubectl explain runnerdeployment.spec.template.spec");
-    println!("Stop everything with: cargo xtask cluster down");
-    Ok(())
-}
-
-/// Polls `check` every 500 ms until it yields, or fails after `timeout`.
-fn wait_for<T>(
-    what: &str,
-    timeout: std::time::Duration,
-    mut check: impl FnMut() -> Option<T>,
-) -> Result<T> {
-    let until = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check() {
-            return Ok(v);
-        }
-        if Instant::now() > until {
-            bail!(
-                "timed out after {timeout:?} waiting for {what}; see the logs in .hangar/cluster/logs"
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(500));
-    }
-}
-
-/// A plain HTTP/1.0 GET on loopback (ghsim's control API); the body, if the answer is 200.
-fn http_get(port: u16, path: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).ok()?;
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    let ok = head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200");
-    ok.then(|| body.to_owned())
 }
 
 async fn bench_cluster(runs: usize) -> Result<()> {
