@@ -17,6 +17,8 @@
 //! apiserver's LIST requests by resource during the scenario, and the controller's peak RSS
 //! and CPU seconds.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -24,16 +26,15 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, bail, ensure};
 use clap::Parser;
+use common::{CONTROLLER_PAT, NAMESPACE, World};
 use futures::StreamExt;
 use ghsim::world::{JobStatus, SubmitJobs};
 use hangar_api::{Runner, RunnerDeployment};
-use hangar_testkit::control_plane::{ControlPlane, StartOptions, admin_client};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{PartialObjectMeta, Patch, PatchParams, PostParams};
+use hangar_testkit::control_plane::{ControlPlane, StartOptions};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{PartialObjectMeta, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
-use nodesim::program::RunnerProgram;
-use nodesim::{NodeSim, NodeSimConfig, Timing};
 use serde::Serialize;
 use serde_json::json;
 
@@ -62,11 +63,6 @@ struct Args {
     scenarios: Vec<Scenario>,
 }
 
-/// The controller's PAT in ghsim (accounting label `controller`).
-const CONTROLLER_PAT: &str = "ghp_bench_controller";
-/// The simulated runners' PAT: they mint remove tokens with it on SIGTERM.
-const RUNNER_PAT: &str = "ghp_bench_runner";
-const NAMESPACE: &str = "bench";
 const LIMIT: Duration = Duration::from_secs(600);
 
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, clap::ValueEnum)]
@@ -214,36 +210,11 @@ async fn run_on(
     mode: Mode,
     scenario: Scenario,
 ) -> anyhow::Result<RunReport> {
-    let client = admin_client(kubeconfig).await?;
-    hangar_testkit::crds::apply_and_wait(&client, &hangar_api::crds())
-        .await
-        .map_err(anyhow::Error::msg)?;
-    let ns = Namespace {
-        metadata: kube::api::ObjectMeta {
-            name: Some(NAMESPACE.to_owned()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await?;
-
-    let github = ghsim::Sim::new(ghsim::SimConfig::default());
-    github.update(|w, _| {
-        w.add_pat(CONTROLLER_PAT, "controller");
-        w.add_pat(RUNNER_PAT, "runner");
-        w.add_org("octo", None);
-        w.add_repo("octo", "app", true);
-    });
-    let github = ghsim::spawn(github).await?;
-    let nodes = NodeSim::start(
-        client.clone(),
-        NodeSimConfig::new("bench", args.nodes)
-            .with_timing(Timing::fast())
-            .with_runner_program(RunnerProgram::new().with_remove_credential(RUNNER_PAT)),
-    )
-    .await?;
+    let World {
+        client,
+        github,
+        nodes,
+    } = World::start(kubeconfig, args.nodes).await?;
 
     let lists_before = apiserver_lists(&client).await?;
     let mut controller = Controller::spawn(hangar, kubeconfig, github.url.as_str(), mode)?;
@@ -513,24 +484,10 @@ impl Controller {
 
     /// Reads peak RSS (MiB) and CPU seconds from `/proc`, then stops the process.
     fn stop(&mut self) -> anyhow::Result<(f64, f64)> {
-        let pid = self.child.id();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-        let peak_kib: f64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.split_whitespace().next())
-            .context("no VmHWM")?
-            .parse()?;
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-        // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-        let after = stat.rsplit_once(')').context("bad stat")?.1;
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
-        // USER_HZ is 100 on Linux.
-        let cpu_seconds = ticks / 100.0;
+        let usage = common::peak_rss_and_cpu(self.child.id())?;
         self.child.kill()?;
         self.child.wait()?;
-        Ok((peak_kib / 1024.0, cpu_seconds))
+        Ok(usage)
     }
 }
 

@@ -105,6 +105,13 @@ async fn set_finalizers(pod: &Pod, ctx: &Context, finalizers: Vec<String>) -> Re
         .await
         .map(drop)
         .or_else(ignore_not_found)
+        // The `test` failed: the finalizers changed since the cached copy (often by our own
+        // previous write, not yet in the cache). That change's watch event reconciles the pod
+        // again with the newer copy, so this is no failure to back off from.
+        .or_else(|e| match e {
+            kube::Error::Api(ref s) if s.code == 422 => Ok(()),
+            e => Err(e),
+        })
         .map_err(kube_err("update finalizers of pod", object_name(pod)))
 }
 

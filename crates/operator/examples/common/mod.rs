@@ -1,0 +1,92 @@
+//! What the benchmarks share: the simulated world they run `hangar run` against, and how they
+//! read the controller process's peak memory and CPU time.
+//!
+//! Included by each benchmark with `mod common;` (a directory without `main.rs` is not an
+//! example of its own).
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::PostParams;
+use kube::{Api, Client};
+use nodesim::program::RunnerProgram;
+use nodesim::{NodeSim, NodeSimConfig, NodeSimHandle, Timing};
+
+/// The controller's PAT in ghsim (accounting label `controller`).
+pub const CONTROLLER_PAT: &str = "ghp_bench_controller";
+/// The simulated runners' PAT: they mint remove tokens with it on SIGTERM.
+pub const RUNNER_PAT: &str = "ghp_bench_runner";
+/// The namespace every benchmark works in.
+pub const NAMESPACE: &str = "bench";
+
+/// A fresh control plane made ready for a benchmark: the CRDs, the [`NAMESPACE`], ghsim with
+/// organization `octo` and repository `octo/app`, and `nodes` simulated nodes whose runners
+/// remove themselves with [`RUNNER_PAT`].
+pub struct World {
+    /// Admin client of the control plane.
+    pub client: Client,
+    /// Simulated GitHub.
+    pub github: ghsim::Running,
+    /// Simulated nodes and runners.
+    pub nodes: NodeSimHandle,
+}
+
+impl World {
+    /// Sets the world up on the control plane of `kubeconfig`.
+    pub async fn start(kubeconfig: &Path, nodes: usize) -> anyhow::Result<Self> {
+        let client = hangar_testkit::control_plane::admin_client(kubeconfig).await?;
+        hangar_testkit::crds::apply_and_wait(&client, &hangar_api::crds())
+            .await
+            .map_err(anyhow::Error::msg)?;
+        let ns = Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(NAMESPACE.to_owned()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await?;
+
+        let sim = ghsim::Sim::new(ghsim::SimConfig::default());
+        sim.update(|w, _| {
+            w.add_pat(CONTROLLER_PAT, "controller");
+            w.add_pat(RUNNER_PAT, "runner");
+            w.add_org("octo", None);
+            w.add_repo("octo", "app", true);
+        });
+        let github = ghsim::spawn(sim).await?;
+        let nodes = NodeSim::start(
+            client.clone(),
+            NodeSimConfig::new("bench", nodes)
+                .with_timing(Timing::fast())
+                .with_runner_program(RunnerProgram::new().with_remove_credential(RUNNER_PAT)),
+        )
+        .await?;
+        Ok(Self {
+            client,
+            github,
+            nodes,
+        })
+    }
+}
+
+/// Peak RSS (MiB) and CPU seconds (user + system) of process `pid`, from `/proc`.
+pub fn peak_rss_and_cpu(pid: u32) -> anyhow::Result<(f64, f64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let peak_kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .context("no VmHWM")?
+        .parse()?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let after = stat.rsplit_once(')').context("bad stat")?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
+    // USER_HZ is 100 on Linux.
+    Ok((peak_kib / 1024.0, ticks / 100.0))
+}
