@@ -123,20 +123,7 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let hangar = match &args.hangar {
-        Some(path) => path.clone(),
-        None => std::env::current_exe()?
-            .parent()
-            .and_then(Path::parent)
-            .context("no parent directory of the example")?
-            .join("hangar"),
-    };
-    ensure!(
-        hangar.is_file(),
-        "no hangar binary at {} (build it with `cargo build --release -p hangar`, or run \
-         `cargo xtask bench-lifecycle`)",
-        hangar.display()
-    );
+    let hangar = common::hangar_binary(args.hangar.as_deref(), "bench-lifecycle")?;
 
     let mut runs = Vec::new();
     for &mode in &args.modes {

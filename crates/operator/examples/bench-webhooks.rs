@@ -103,20 +103,7 @@ async fn main() -> anyhow::Result<()> {
         "--rate and --seconds must be positive"
     );
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let hangar = match &args.hangar {
-        Some(path) => path.clone(),
-        None => std::env::current_exe()?
-            .parent()
-            .and_then(Path::parent)
-            .context("no parent directory of the example")?
-            .join("hangar"),
-    };
-    ensure!(
-        hangar.is_file(),
-        "no hangar binary at {} (build it with `cargo build --release -p hangar`, or run \
-         `cargo xtask bench-webhooks`)",
-        hangar.display()
-    );
+    let hangar = common::hangar_binary(args.hangar.as_deref(), "bench-webhooks")?;
 
     let dir = root.join("target/bench-webhooks");
     let cluster = dir.join("cluster");

@@ -4,9 +4,9 @@
 //! Included by each benchmark with `mod common;` (a directory without `main.rs` is not an
 //! example of its own).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::Context as _;
+use anyhow::{Context as _, ensure};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::PostParams;
 use kube::{Api, Client};
@@ -89,4 +89,24 @@ pub fn peak_rss_and_cpu(pid: u32) -> anyhow::Result<(f64, f64)> {
     let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
     // USER_HZ is 100 on Linux.
     Ok((peak_kib / 1024.0, ticks / 100.0))
+}
+
+/// The `hangar` binary to run: `given`, else the one next to this example's directory (where
+/// `cargo xtask <xtask_command>` builds it).
+pub fn hangar_binary(given: Option<&Path>, xtask_command: &str) -> anyhow::Result<PathBuf> {
+    let hangar = match given {
+        Some(path) => path.to_owned(),
+        None => std::env::current_exe()?
+            .parent()
+            .and_then(Path::parent)
+            .context("no parent directory of the example")?
+            .join("hangar"),
+    };
+    ensure!(
+        hangar.is_file(),
+        "no hangar binary at {} (build it with `cargo build --release -p hangar`, or run \
+         `cargo xtask {xtask_command}`)",
+        hangar.display()
+    );
+    Ok(hangar)
 }
