@@ -16,8 +16,9 @@
 //!   after the set's `effectiveTime` (the time demand was last raised), missing runners are not
 //!   recreated for [`RECREATION_DELAY_AFTER_SCALE`], because a completed ephemeral runner usually
 //!   means its job finished and the autoscaler is about to lower the replica count.
-//! - **Owners that are still settling are waited for** (a StatefulSet whose status has not
-//!   caught up with its spec), so pods being created are never counted as missing.
+//! - **Owners that are still settling count as pending runners** (a Runner that has not created
+//!   its pod yet, a StatefulSet whose status has not caught up with its spec), so pods being
+//!   created are never counted as missing, and nothing waits for them either.
 //!
 //! Differences from ARC, on purpose: ARC deletes owners with an outdated template hash outright,
 //! which SIGTERMs a busy runner mid-job; here outdated owners retire through the same
@@ -129,7 +130,8 @@ pub struct OwnerView {
     /// The owner carries `unregistration-complete-timestamp`.
     pub unregistration_complete: bool,
     /// The owner has created the pods it wants (a Runner has a phase; a StatefulSet's
-    /// status.replicas equals its spec.replicas).
+    /// status.replicas equals its spec.replicas). An unsettled owner without pods counts as one
+    /// pending runner.
     pub settled: bool,
     /// Its pods.
     pub pods: Vec<PodView>,
@@ -208,8 +210,6 @@ pub enum RetireReason {
 /// Why the plan stops short of scaling.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Wait {
-    /// An owner has not created its pods yet.
-    OwnerNotSettled(String),
     /// An owner lacks a template hash; it must be fixed or deleted by hand.
     OwnerWithoutTemplateHash(String),
     /// Completed ephemeral runners are not recreated until `until` (or a newer effectiveTime).
@@ -291,7 +291,7 @@ pub fn plan(input: &Input) -> Plan {
             plan.wait = Some(Wait::OwnerWithoutTemplateHash(owner.name.clone()));
             return plan;
         };
-        let counts = count(owner, now);
+        let mut counts = count(owner, now);
         if !owner.pods.is_empty() && counts.completed as usize == owner.pods.len() {
             plan.actions.push(Action::Delete {
                 owner: owner.name.clone(),
@@ -299,9 +299,12 @@ pub fn plan(input: &Input) -> Plan {
             });
             continue;
         }
-        if !owner.settled {
-            plan.wait = Some(Wait::OwnerNotSettled(owner.name.clone()));
-            return plan;
+        if !owner.settled && owner.pods.is_empty() {
+            // Every owner Hangar creates has exactly one runner pod, so an owner that has not
+            // created it yet is one pending runner. ARC stops the whole pass instead; under a
+            // steady stream of demand some owner is always that young, and new runners then
+            // come in waves, one per round trip of the owner's controller.
+            counts.pending += 1;
         }
         live.push((owner, counts));
     }

@@ -206,13 +206,60 @@ fn runner_container_exit_counts_as_completed_even_with_running_sidecar() {
     ));
 }
 
+/// A Runner that has not created its pod yet: no pods, not settled.
+fn unsettled(name: &str, created: u64) -> OwnerView {
+    OwnerView {
+        settled: false,
+        pods: vec![],
+        ..running(name, created)
+    }
+}
+
 #[test]
-fn unsettled_owner_defers_everything_after_it() {
-    let mut a = running("a", 0);
-    a.settled = false;
-    let plan = plan(&input(5, vec![a], 1));
+fn an_owner_yet_to_create_its_pod_counts_as_one_pending_runner() {
+    let plan = plan(&input(5, vec![running("a", 0), unsettled("b", 1)], 1));
+    assert_eq!(plan.actions, vec![Action::Create { count: 3 }]);
+    assert_eq!(plan.wait, None);
+    assert_eq!((plan.counts.running, plan.counts.pending), (1, 1));
+}
+
+#[test]
+fn an_unsettled_owner_holds_back_neither_new_runners_nor_cleanup() {
+    // ARC stops the pass at "b"; here the finished "c" goes and demand is met at once.
+    let plan = plan(&input(
+        3,
+        vec![unsettled("b", 1), owner_at("c", 0, PodPhase::Succeeded)],
+        1,
+    ));
+    assert_eq!(
+        plan.actions,
+        vec![
+            Action::Delete {
+                owner: "c".into(),
+                reason: DeleteReason::Completed,
+            },
+            Action::Create { count: 2 },
+        ]
+    );
+}
+
+#[test]
+fn an_unsettled_owner_with_its_pod_already_seen_counts_that_pod() {
+    // A StatefulSet whose status lags behind the pod in the cache.
+    let mut b = running("b", 1);
+    b.settled = false;
+    let plan = plan(&input(2, vec![running("a", 0), b], 2));
     assert_eq!(plan.actions, vec![]);
-    assert_eq!(plan.wait, Some(Wait::OwnerNotSettled("a".into())));
+    assert_eq!((plan.counts.running, plan.counts.pending), (2, 0));
+}
+
+#[test]
+fn an_owner_yet_to_create_its_pod_is_retired_first_on_scale_down() {
+    let plan = plan(&input(1, vec![running("a", 0), unsettled("b", 1)], 1));
+    assert_eq!(
+        retired(&plan),
+        vec![("b".to_string(), RetireReason::ScaleDown)]
+    );
 }
 
 #[test]
