@@ -10,6 +10,11 @@ use serde::{Deserialize, Serialize};
 pub struct Faults {
     /// Share of REST requests answered `502 Server Error`.
     pub server_error_rate: f64,
+    /// REST endpoints that always answer `502 Server Error`: a request fails when its route
+    /// (e.g. `/repos/{owner}/{repo}/actions/runners/registration-token`) ends with one of
+    /// these, e.g. `/registration-token` or `/generate-jitconfig` (one endpoint down, the rest
+    /// of GitHub up).
+    pub failing_endpoints: Vec<String>,
     /// Share of REST requests answered with a secondary rate limit (403).
     pub secondary_limit_rate: f64,
     /// `retry-after` of secondary limits, seconds; `None` sends no header (clients must then
@@ -31,6 +36,7 @@ impl Default for Faults {
     fn default() -> Self {
         Self {
             server_error_rate: 0.0,
+            failing_endpoints: Vec::new(),
             secondary_limit_rate: 0.0,
             secondary_retry_after_secs: Some(60),
             primary_budget: 5000,
@@ -54,6 +60,13 @@ pub enum FaultsError {
 }
 
 impl Faults {
+    /// Whether a request to the route `path` is answered 502 by [`Faults::failing_endpoints`].
+    pub fn endpoint_fails(&self, path: &str) -> bool {
+        self.failing_endpoints
+            .iter()
+            .any(|suffix| !suffix.is_empty() && path.ends_with(suffix.as_str()))
+    }
+
     /// The settings with the fields of `patch` (a JSON object) replaced.
     pub fn merged(&self, patch: serde_json::Value) -> Result<Self, FaultsError> {
         let mut current = serde_json::to_value(self)?;
@@ -96,6 +109,30 @@ mod tests {
         assert_eq!(f.server_error_rate, 0.5);
         assert_eq!(f.secondary_retry_after_secs, None);
         assert_eq!(f.primary_budget, 5000);
+    }
+
+    #[test]
+    fn failing_endpoints_match_route_suffixes() {
+        let f = Faults::default()
+            .merged(serde_json::json!({"failing_endpoints": ["/registration-token"]}))
+            .unwrap();
+        for (path, fails) in [
+            (
+                "/repos/{owner}/{repo}/actions/runners/registration-token",
+                true,
+            ),
+            ("/orgs/{org}/actions/runners/registration-token", true),
+            ("/orgs/{org}/actions/runners/remove-token", false),
+            ("/orgs/{org}/actions/runners", false),
+        ] {
+            assert_eq!(f.endpoint_fails(path), fails, "{path}");
+        }
+        // An empty suffix fails nothing.
+        let f = Faults {
+            failing_endpoints: vec![String::new()],
+            ..Faults::default()
+        };
+        assert!(!f.endpoint_fails("/orgs/{org}/actions/runners"));
     }
 
     #[test]

@@ -221,7 +221,7 @@ pub async fn github_layer(
         let b = w.budget(&label, now);
         (b.limit, b.used, b.reset.as_second())
     });
-    let early = if sim.roll(faults.server_error_rate) {
+    let early = if faults.endpoint_fails(matched.as_str()) || sim.roll(faults.server_error_rate) {
         Some(ApiError::new(StatusCode::BAD_GATEWAY, "Server Error").into_response())
     } else if !free && used >= limit {
         let what = match &identity {

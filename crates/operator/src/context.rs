@@ -26,6 +26,10 @@ pub struct Settings {
     pub pod_defaults: PodDefaults,
     /// Register runners with JIT configurations instead of registration tokens.
     pub jit: bool,
+    /// How RunnerSet pods get their registration credential: from the pod admission webhook
+    /// when this process serves it (`hangar run --admission-addr`), else from a Secret per
+    /// StatefulSet (see [`crate::controllers::runner_set::RunnerSetRegistration`]).
+    pub runner_set_registration: crate::controllers::runner_set::RunnerSetRegistration,
     /// Safety-net requeue interval for healthy objects.
     pub sync_period: Duration,
     /// The least time between two lists of a scope's runners while runner pods wait to be seen
@@ -33,6 +37,9 @@ pub struct Settings {
     pub registration_check_interval: Duration,
     /// Runner labels added to every RunnerDeployment's runners (`--common-runner-labels`).
     pub common_runner_labels: Vec<String>,
+    /// Keep a registration-only runner for every RunnerDeployment scaled to zero
+    /// (`--registration-only-runners`; see [`hangar_core::placeholder`]).
+    pub registration_only_runners: bool,
     /// How long an autoscaler waits after a scale-out before scaling down, unless its
     /// `scaleDownDelaySecondsAfterScaleOut` says otherwise (ARC's `--default-scale-down-delay`).
     pub default_scale_down_delay: Duration,
@@ -50,9 +57,11 @@ impl Default for Settings {
         Self {
             pod_defaults: PodDefaults::default(),
             jit: false,
+            runner_set_registration: Default::default(),
             sync_period: Duration::from_secs(60),
             registration_check_interval: Duration::from_secs(3),
             common_runner_labels: Vec::new(),
+            registration_only_runners: false,
             default_scale_down_delay: hangar_core::autoscaler::DEFAULT_SCALE_DOWN_DELAY,
             github_registry: None,
             exporter: None,

@@ -10,6 +10,7 @@ use super::configurations::{
 };
 use super::{Admission, AdmissionConfig};
 use crate::context::SystemClock;
+use crate::controllers::runner_set::RunnerSetRegistration;
 use crate::credentials::GitHubClients;
 
 /// Admission webhook flags (flattened into `hangar run`).
@@ -67,6 +68,16 @@ pub enum StartError {
 }
 
 impl AdmissionArgs {
+    /// How the RunnerSet controller of this process registers its pods: through the pod
+    /// webhook when this process serves the admission webhooks (`--admission-addr`), else with
+    /// a Secret per StatefulSet.
+    pub fn runner_set_registration(&self) -> RunnerSetRegistration {
+        match self.admission_addr {
+            Some(_) => RunnerSetRegistration::PodWebhook,
+            None => RunnerSetRegistration::StatefulSetSecret,
+        }
+    }
+
     /// Binds the listener and returns the server to spawn, or `None` when not enabled.
     pub async fn start(
         &self,
@@ -107,5 +118,50 @@ impl AdmissionArgs {
                 tracing::error!(error = %e, "admission server failed");
             }
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        admission: AdmissionArgs,
+    }
+
+    #[test]
+    fn runnersets_use_the_pod_webhook_exactly_when_this_process_serves_it() {
+        for (args, mode) in [
+            (vec![], RunnerSetRegistration::StatefulSetSecret),
+            (
+                vec!["--webhook-service-name", "hangar-webhook"],
+                RunnerSetRegistration::StatefulSetSecret,
+            ),
+            (
+                vec![
+                    "--admission-addr",
+                    "0.0.0.0:9443",
+                    "--webhook-service-name",
+                    "hangar-webhook",
+                ],
+                RunnerSetRegistration::PodWebhook,
+            ),
+            (
+                vec![
+                    "--admission-addr",
+                    "127.0.0.1:9443",
+                    "--webhook-url-base",
+                    "https://127.0.0.1:9443",
+                ],
+                RunnerSetRegistration::PodWebhook,
+            ),
+        ] {
+            let cli =
+                Cli::try_parse_from(std::iter::once("hangar").chain(args.iter().copied())).unwrap();
+            assert_eq!(cli.admission.runner_set_registration(), mode, "{args:?}");
+        }
     }
 }

@@ -4,8 +4,10 @@
 //! - `POST /mutate-runner-set-pod`: RunnerSet pods (label
 //!   `actions-runner-controller/inject-registration-token=true`) get `RUNNER_NAME`, a
 //!   registration credential by Secret reference, `restartPolicy: Never` and the token-expiry
-//!   annotation ([`pod`], [`registration`]). When no token can be had from GitHub the pod is
-//!   refused with the reason (fail closed: a runner pod without a credential would only crash).
+//!   annotation ([`pod`], [`registration`]); pods annotated `hangar.dev/registration: jit` get
+//!   a JIT configuration generated for their name in a Secret of their own ([`jit`]). When no
+//!   credential can be had from GitHub the pod is refused with the reason (fail closed: a
+//!   runner pod without a credential would only crash).
 //! - `POST /validate-actions-summerwind-dev-v1alpha1-{runner,runnerreplicaset,
 //!   runnerdeployment,runnerset}`: the checks the CRD schema cannot express ([`validate`]).
 //!   On UPDATE an unchanged spec is always accepted, so objects stored before a rule existed
@@ -22,6 +24,7 @@
 pub mod certs;
 pub mod cli;
 pub mod configurations;
+pub mod jit;
 pub mod pod;
 pub mod registration;
 pub mod review;
@@ -267,7 +270,7 @@ async fn pod_response(state: &AdmissionState, req: &AdmissionRequest) -> Admissi
     // Check the shape first, so the message names the first thing to fix.
     if let Err(problem) = pod::patch(
         &pod,
-        &pod::Injection {
+        &pod::Injection::Token {
             secret: "",
             expires_at: None,
         },
@@ -277,6 +280,14 @@ async fn pod_response(state: &AdmissionState, req: &AdmissionRequest) -> Admissi
     let Some(scope) = pod_scope(&pod) else {
         return refuse(403, pod::PodProblem::NoScope.to_string());
     };
+    let jit_target = if jit::wants_jit(&pod) {
+        match jit::target(&pod) {
+            Ok(t) => Some(t),
+            Err(problem) => return refuse(403, problem.to_string()),
+        }
+    } else {
+        None
+    };
     let scope = github_scope(&scope);
     let credentials = pod
         .metadata
@@ -285,6 +296,34 @@ async fn pod_response(state: &AdmissionState, req: &AdmissionRequest) -> Admissi
         .and_then(|a| a.get(hangar_api::annotation::GITHUB_API_CREDS_SECRET))
         .map(String::as_str)
         .filter(|s| !s.is_empty());
+    if let Some(target) = jit_target {
+        let secret = jit::secret_name(&target.name);
+        let runner_id = if req.dry_run == Some(true) {
+            None
+        } else {
+            match state
+                .registrations
+                .jit(&namespace, &scope, credentials, &target)
+                .await
+            {
+                Ok(p) => Some(p.runner_id),
+                // 403 for the same reason as below.
+                Err(e) => return refuse(403, e.to_string()),
+            }
+        };
+        let injection = pod::Injection::Jit {
+            secret: &secret,
+            runner_id,
+        };
+        return match pod::patch(&pod, &injection) {
+            Ok(ops) => {
+                tracing::info!(namespace, pod = %shown, %scope, %secret, ?runner_id,
+                               "injected JIT configuration");
+                AdmissionResponse::patch(&req.uid, &ops)
+            }
+            Err(problem) => refuse(403, problem.to_string()),
+        };
+    }
     let provided = if req.dry_run == Some(true) {
         state
             .registrations
@@ -305,7 +344,7 @@ async fn pod_response(state: &AdmissionState, req: &AdmissionRequest) -> Admissi
         // controller already retries with its own back-off.
         Err(e) => return refuse(403, e.to_string()),
     };
-    let injection = pod::Injection {
+    let injection = pod::Injection::Token {
         secret: &provided.secret,
         expires_at: Some(provided.expires_at.as_str()).filter(|s| !s.is_empty()),
     };

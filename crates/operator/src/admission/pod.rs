@@ -2,14 +2,17 @@
 //! create and where its registration credential lives, the JSON patch that makes it a runner.
 //!
 //! What ARC's `pod_runner_token_injector` does, with one difference: the credential is a
-//! `valueFrom.secretKeyRef` to the per-scope registration Secret (see
-//! [`super::registration`]), never a literal token in the pod spec. The patch
+//! `valueFrom.secretKeyRef` to a Secret (see [`super::registration`]), never a literal token in
+//! the pod spec. The patch
 //! - sets `RUNNER_NAME` to the pod's name — a literal when the name is known (StatefulSet pods),
 //!   the downward API `metadata.name` when the pod is created with `generateName`;
-//! - sets `RUNNER_TOKEN` from the Secret (replacing any value the template had);
+//! - sets the credential, replacing any the template had: `RUNNER_TOKEN` from the per-scope
+//!   registration Secret, or — for a pod annotated `hangar.dev/registration: jit` —
+//!   `ACTIONS_RUNNER_INPUT_JITCONFIG` from the pod's own Secret (see [`super::jit`]);
 //! - forces `restartPolicy: Never` (a runner that exited must not restart with a used token;
 //!   ARC #1369);
-//! - annotates `actions-runner-controller/token-expires-at` with the token's expiry.
+//! - annotates `actions-runner-controller/token-expires-at` with the token's expiry, or
+//!   `actions-runner/id` with the JIT runner's id (the pod is born knowing its runner).
 
 use k8s_openapi::api::core::v1::{
     EnvVar, EnvVarSource, ObjectFieldSelector, Pod, SecretKeySelector,
@@ -17,7 +20,7 @@ use k8s_openapi::api::core::v1::{
 use serde_json::{Value, json};
 
 use super::review::pointer_segment;
-use crate::runner_pod::{RUNNER_CONTAINER, TOKEN_KEY};
+use crate::runner_pod::{JIT_CONFIG_KEY, RUNNER_CONTAINER, TOKEN_KEY};
 
 /// Why a pod carrying the inject label cannot be made a runner.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,15 +38,54 @@ pub enum PodProblem {
          sets them from spec.organization, spec.repository or spec.enterprise)"
     )]
     NoScope,
+    /// A JIT pod created with `generateName`.
+    #[error(
+        "the pod asks for a JIT configuration (annotation hangar.dev/registration: jit) but has \
+         no name yet (generateName); a JIT configuration is generated for a runner name, so \
+         only pods created with a name (StatefulSet pods) can have one"
+    )]
+    JitWithoutName,
+    /// A JIT pod without a controller to own its Secret.
+    #[error(
+        "the pod asks for a JIT configuration (annotation hangar.dev/registration: jit) but has \
+         no controller ownerReference with a UID; its per-pod Secret is owned by the pod's \
+         controller (its StatefulSet) so that it is deleted with it"
+    )]
+    JitWithoutOwner,
 }
 
-/// Where the credential is and when it expires.
+/// Where the credential is, and what the pod is annotated with.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Injection<'a> {
-    /// The registration Secret (key [`TOKEN_KEY`]) in the pod's namespace.
-    pub secret: &'a str,
-    /// The token's expiry (RFC 3339), if known (a dry run may not know it).
-    pub expires_at: Option<&'a str>,
+pub enum Injection<'a> {
+    /// A registration token in the shared per-scope Secret.
+    Token {
+        /// The registration Secret (key [`TOKEN_KEY`]) in the pod's namespace.
+        secret: &'a str,
+        /// The token's expiry (RFC 3339), if known (a dry run may not know it).
+        expires_at: Option<&'a str>,
+    },
+    /// A JIT configuration in the pod's own Secret.
+    Jit {
+        /// The Secret (key [`JIT_CONFIG_KEY`]) in the pod's namespace.
+        secret: &'a str,
+        /// The runner GitHub created for the configuration (a dry run has none).
+        runner_id: Option<u64>,
+    },
+}
+
+fn secret_env(name: &str, secret: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.to_owned(),
+                key: key.to_owned(),
+                optional: Some(false),
+            }),
+            ..Default::default()
+        }),
+    }
 }
 
 /// The JSON patch for `pod`. Fails when the pod has no runner container.
@@ -76,20 +118,21 @@ pub fn patch(pod: &Pod, injection: &Injection<'_>) -> Result<Vec<Value>, PodProb
             }),
         },
     };
-    let token = EnvVar {
-        name: "RUNNER_TOKEN".into(),
-        value: None,
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: injection.secret.to_owned(),
-                key: TOKEN_KEY.to_owned(),
-                optional: Some(false),
-            }),
-            ..Default::default()
-        }),
+    let (credential, other) = match injection {
+        Injection::Token { secret, .. } => (
+            secret_env("RUNNER_TOKEN", secret, TOKEN_KEY),
+            "ACTIONS_RUNNER_INPUT_JITCONFIG",
+        ),
+        Injection::Jit { secret, .. } => (
+            secret_env("ACTIONS_RUNNER_INPUT_JITCONFIG", secret, JIT_CONFIG_KEY),
+            "RUNNER_TOKEN",
+        ),
     };
     let mut env = container.env.clone().unwrap_or_default();
-    for var in [runner_name, token] {
+    // One credential only: the runner prefers a JIT configuration, and a stale token next to
+    // it would only mislead.
+    env.retain(|e| e.name != other);
+    for var in [runner_name, credential] {
         match env.iter_mut().find(|e| e.name == var.name) {
             Some(existing) => *existing = var,
             None => env.push(var),
@@ -102,15 +145,22 @@ pub fn patch(pod: &Pod, injection: &Injection<'_>) -> Result<Vec<Value>, PodProb
         json!({"op": "add", "path": format!("/spec/containers/{index}/env"), "value": env}),
         json!({"op": "add", "path": "/spec/restartPolicy", "value": "Never"}),
     ];
-    if let Some(expires_at) = injection.expires_at {
-        let key = hangar_api::annotation::TOKEN_EXPIRES_AT;
+    let annotation = match injection {
+        Injection::Token { expires_at, .. } => {
+            expires_at.map(|at| (hangar_api::annotation::TOKEN_EXPIRES_AT, at.to_owned()))
+        }
+        Injection::Jit { runner_id, .. } => {
+            runner_id.map(|id| (hangar_api::annotation::RUNNER_ID, id.to_string()))
+        }
+    };
+    if let Some((key, value)) = annotation {
         if pod.metadata.annotations.is_none() {
             ops.push(json!({"op": "add", "path": "/metadata/annotations",
-                            "value": {key: expires_at}}));
+                            "value": {key: value}}));
         } else {
             ops.push(json!({"op": "add",
                             "path": format!("/metadata/annotations/{}", pointer_segment(key)),
-                            "value": expires_at}));
+                            "value": value}));
         }
     }
     Ok(ops)
@@ -171,7 +221,7 @@ mod tests {
         let original = statefulset_pod();
         let ops = patch(
             &pod(original.clone()),
-            &Injection {
+            &Injection::Token {
                 secret: "reg",
                 expires_at: Some("2030-01-01T00:00:00Z"),
             },
@@ -208,7 +258,7 @@ mod tests {
         });
         let ops = patch(
             &pod(original.clone()),
-            &Injection {
+            &Injection::Token {
                 secret: "reg",
                 expires_at: Some("t"),
             },
@@ -231,7 +281,7 @@ mod tests {
     fn the_token_is_never_a_literal_in_the_patch() {
         let ops = patch(
             &pod(statefulset_pod()),
-            &Injection {
+            &Injection::Token {
                 secret: "reg",
                 expires_at: None,
             },
@@ -244,13 +294,77 @@ mod tests {
     }
 
     #[test]
+    fn a_jit_pod_gets_its_own_secret_its_runner_id_and_never_and_loses_any_token() {
+        let original = statefulset_pod();
+        let ops = patch(
+            &pod(original.clone()),
+            &Injection::Jit {
+                secret: "ci-abcde-0-jit",
+                runner_id: Some(42),
+            },
+        )
+        .unwrap();
+        let out = apply(original, &ops);
+        assert_eq!(
+            out["spec"]["containers"][1]["env"],
+            json!([
+                {"name": "RUNNER_ORG", "value": "octo"},
+                {"name": "RUNNER_NAME", "value": "ci-abcde-0"},
+                {"name": "ACTIONS_RUNNER_INPUT_JITCONFIG", "valueFrom": {"secretKeyRef":
+                    {"name": "ci-abcde-0-jit", "key": JIT_CONFIG_KEY, "optional": false}}}
+            ])
+        );
+        assert_eq!(out["spec"]["restartPolicy"], "Never");
+        assert_eq!(
+            out["metadata"]["annotations"][hangar_api::annotation::RUNNER_ID],
+            "42"
+        );
+        assert!(out["metadata"]["annotations"][hangar_api::annotation::TOKEN_EXPIRES_AT].is_null());
+        // A dry run knows no runner yet: no annotation.
+        let dry = patch(
+            &pod(statefulset_pod()),
+            &Injection::Jit {
+                secret: "ci-abcde-0-jit",
+                runner_id: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(dry.len(), 2);
+    }
+
+    #[test]
+    fn a_token_pod_loses_a_jit_configuration_from_its_template() {
+        let mut original = statefulset_pod();
+        original["spec"]["containers"][1]["env"] = json!([
+            {"name": "RUNNER_ORG", "value": "octo"},
+            {"name": "ACTIONS_RUNNER_INPUT_JITCONFIG", "value": "old"}
+        ]);
+        let ops = patch(
+            &pod(original.clone()),
+            &Injection::Token {
+                secret: "reg",
+                expires_at: None,
+            },
+        )
+        .unwrap();
+        let out = apply(original, &ops);
+        let names: Vec<&str> = out["spec"]["containers"][1]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["RUNNER_ORG", "RUNNER_NAME", "RUNNER_TOKEN"]);
+    }
+
+    #[test]
     fn a_pod_without_a_runner_container_is_refused() {
         let p = pod(json!({"metadata": {"name": "x"},
                            "spec": {"containers": [{"name": "main", "image": "i"}]}}));
         assert_eq!(
             patch(
                 &p,
-                &Injection {
+                &Injection::Token {
                     secret: "s",
                     expires_at: None
                 }

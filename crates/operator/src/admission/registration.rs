@@ -19,21 +19,27 @@
 //! Concurrency: one in-flight refresh per Secret in this process; several replicas may both
 //! refresh, and the last server-side apply wins — every token GitHub hands out stays valid
 //! for its hour, so either is correct.
+//!
+//! JIT pods ([`super::jit`]) get a Secret of their own instead, from [`Registrations::jit`]:
+//! a configuration generated for the pod's name at each admission, all GitHub calls of one
+//! admission bounded together by the same timeout.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hangar_github::{GitHubError, Scope};
+use hangar_github::{GitHubApi, GitHubError, JitConfigRequest, RunnerId, Scope};
 use jiff::Timestamp;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::jit::{self, OnConflict};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 
 use crate::credentials::{CredentialProblem, GitHubClients, LookupError};
-use crate::runner_pod::TOKEN_KEY;
+use crate::runner_pod::{JIT_CONFIG_KEY, TOKEN_KEY};
 
 /// A token in a Secret is reused while at least this much of its validity remains.
 pub const MIN_TTL: Duration = Duration::from_secs(30 * 60);
@@ -71,6 +77,61 @@ pub enum RegistrationError {
         scope: Scope,
         /// The bound.
         timeout: Duration,
+    },
+    /// GitHub refused or could not be reached while generating a JIT configuration.
+    #[error(
+        "cannot generate a JIT configuration for runner {name} at {scope} from GitHub: \
+         {source}. The pod is refused so that no runner starts without a credential; its \
+         controller retries"
+    )]
+    JitGitHub {
+        /// The runner's (pod's) name.
+        name: String,
+        /// The scope.
+        scope: Scope,
+        /// What GitHub (or the network) said; never contains a secret.
+        source: GitHubError,
+    },
+    /// GitHub did not answer in time while generating a JIT configuration.
+    #[error(
+        "cannot generate a JIT configuration for runner {name} at {scope} from GitHub: no \
+         answer within {timeout:?}. The pod is refused so that no runner starts without a \
+         credential; its controller retries"
+    )]
+    JitTimeout {
+        /// The runner's (pod's) name.
+        name: String,
+        /// The scope.
+        scope: Scope,
+        /// The bound.
+        timeout: Duration,
+    },
+    /// A runner of the pod's name runs a job.
+    #[error(
+        "a runner named {name} is registered at {scope} (id {id}) and is running a job, so it \
+         is not replaced by a new JIT configuration. The pod is refused; its controller retries \
+         (the runner goes once its job ends, or delete it on GitHub)"
+    )]
+    RunnerBusy {
+        /// The runner's (pod's) name.
+        name: String,
+        /// The scope.
+        scope: Scope,
+        /// The busy runner.
+        id: u64,
+    },
+    /// GitHub kept reporting a runner of the pod's name.
+    #[error(
+        "GitHub still reports a runner named {name} at {scope} after replacing it {attempts} \
+         times; the pod is refused, its controller retries"
+    )]
+    JitConflict {
+        /// The runner's (pod's) name.
+        name: String,
+        /// The scope.
+        scope: Scope,
+        /// Requests made.
+        attempts: u32,
     },
     /// The pod's credentials Secret is unusable.
     #[error("GitHub credentials secret {secret} named by the pod is unusable: {problem}")]
@@ -137,6 +198,15 @@ impl std::fmt::Debug for Registrations {
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }
+}
+
+/// A pod's JIT Secret, just written, and the runner its configuration registered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProvidedJit {
+    /// The Secret's name ([`jit::secret_name`]).
+    pub secret: String,
+    /// The runner GitHub created.
+    pub runner_id: u64,
 }
 
 /// A Secret holding a fresh token.
@@ -208,21 +278,7 @@ impl Registrations {
                 expires_at: at,
             });
         }
-        let github = self
-            .clients
-            .client_for(&self.client, namespace, credentials)
-            .await
-            .map_err(|e| match e {
-                LookupError::Problem(problem) => RegistrationError::Credentials {
-                    secret: format!("{namespace}/{}", credentials.unwrap_or_default()),
-                    problem,
-                },
-                LookupError::Kube(source) => RegistrationError::Kube {
-                    action: "read GitHub credentials for",
-                    secret: format!("{namespace}/{name}"),
-                    source,
-                },
-            })?;
+        let github = self.github(namespace, credentials, &name).await?;
         let token = tokio::time::timeout(self.timeout, github.registration_token(scope))
             .await
             .map_err(|_| RegistrationError::Timeout {
@@ -283,6 +339,97 @@ impl Registrations {
         })
     }
 
+    /// The GitHub client for `credentials` (None: the controller's own); `for_secret` names the
+    /// Secret being written, in errors.
+    async fn github(
+        &self,
+        namespace: &str,
+        credentials: Option<&str>,
+        for_secret: &str,
+    ) -> Result<Arc<dyn GitHubApi>, RegistrationError> {
+        self.clients
+            .client_for(&self.client, namespace, credentials)
+            .await
+            .map_err(|e| match e {
+                LookupError::Problem(problem) => RegistrationError::Credentials {
+                    secret: format!("{namespace}/{}", credentials.unwrap_or_default()),
+                    problem,
+                },
+                LookupError::Kube(source) => RegistrationError::Kube {
+                    action: "read GitHub credentials for",
+                    secret: format!("{namespace}/{for_secret}"),
+                    source,
+                },
+            })
+    }
+
+    /// Generates a JIT configuration for `target` (replacing an idle runner of its name, see
+    /// [`jit::on_conflict`]), all GitHub calls bounded together by the timeout, and writes it
+    /// into the pod's Secret [`jit::secret_name`], owned by the pod's controller.
+    pub async fn jit(
+        &self,
+        namespace: &str,
+        scope: &Scope,
+        credentials: Option<&str>,
+        target: &jit::Target,
+    ) -> Result<ProvidedJit, RegistrationError> {
+        let name = jit::secret_name(&target.name);
+        let github = self.github(namespace, credentials, &name).await?;
+        let config = tokio::time::timeout(
+            self.timeout,
+            generate_replacing(github.as_ref(), scope, target),
+        )
+        .await
+        .map_err(|_| RegistrationError::JitTimeout {
+            name: target.name.clone(),
+            scope: scope.clone(),
+            timeout: self.timeout,
+        })??;
+        let runner_id = config.runner.id.0;
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(namespace.to_owned()),
+                labels: Some(
+                    [(
+                        "app.kubernetes.io/managed-by".to_owned(),
+                        "hangar".to_owned(),
+                    )]
+                    .into(),
+                ),
+                annotations: Some([(SCOPE_ANNOTATION.to_owned(), scope.to_string())].into()),
+                owner_references: Some(vec![target.owner.clone()]),
+                ..Default::default()
+            },
+            data: Some(
+                [(
+                    JIT_CONFIG_KEY.to_owned(),
+                    ByteString(config.encoded_jit_config.expose().as_bytes().to_vec()),
+                )]
+                .into(),
+            ),
+            type_: Some("Opaque".into()),
+            ..Default::default()
+        };
+        Api::<Secret>::namespaced(self.client.clone(), namespace)
+            .patch(
+                &name,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&secret),
+            )
+            .await
+            .map_err(|source| RegistrationError::Kube {
+                action: "apply",
+                secret: format!("{namespace}/{name}"),
+                source,
+            })?;
+        tracing::info!(namespace, secret = %name, %scope, runner_id, "generated JIT configuration");
+        Ok(ProvidedJit {
+            secret: name,
+            runner_id,
+        })
+    }
+
     async fn read_expiry(
         &self,
         namespace: &str,
@@ -302,6 +449,67 @@ impl Registrations {
             let at = data.get(EXPIRES_AT_KEY)?;
             String::from_utf8(at.0.clone()).ok()
         }))
+    }
+}
+
+/// Asks GitHub for a JIT configuration for `target`, deleting an idle runner of its name that
+/// is in the way ([`jit::on_conflict`]).
+async fn generate_replacing(
+    github: &dyn GitHubApi,
+    scope: &Scope,
+    target: &jit::Target,
+) -> Result<hangar_github::JitConfig, RegistrationError> {
+    let request = JitConfigRequest {
+        name: target.name.clone(),
+        runner_group_id: 1,
+        labels: target.labels.clone(),
+        work_folder: None,
+    };
+    let failed = |source| RegistrationError::JitGitHub {
+        name: target.name.clone(),
+        scope: scope.clone(),
+        source,
+    };
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match github.generate_jit_config(scope, &request).await {
+            Err(GitHubError::Conflict { .. }) => {}
+            other => return other.map_err(failed),
+        }
+        let existing = github
+            .find_runner(scope, &target.name)
+            .await
+            .map_err(failed)?
+            .map(|r| jit::Existing {
+                id: r.id.0,
+                busy: r.busy,
+            });
+        match jit::on_conflict(existing, attempt) {
+            OnConflict::GenerateAgain => {}
+            OnConflict::DeleteThenGenerate(id) => {
+                match github.delete_runner(scope, RunnerId(id)).await {
+                    Ok(()) | Err(GitHubError::NotFound { .. }) => {}
+                    Err(e) => return Err(failed(e)),
+                }
+                tracing::info!(%scope, runner = %target.name, id,
+                               "deleted an idle runner left by an earlier admission");
+            }
+            OnConflict::RefuseBusy(id) => {
+                return Err(RegistrationError::RunnerBusy {
+                    name: target.name.clone(),
+                    scope: scope.clone(),
+                    id,
+                });
+            }
+            OnConflict::GiveUp => {
+                return Err(RegistrationError::JitConflict {
+                    name: target.name.clone(),
+                    scope: scope.clone(),
+                    attempts: attempt,
+                });
+            }
+        }
     }
 }
 

@@ -10,9 +10,10 @@
 //!
 //! Observe: the set's StatefulSets (a store of StatefulSets labelled `runnerset-name`) and their
 //! pods (the runner-pod store). Decide: `owner_sync::plan`. Apply: create StatefulSets (named
-//! `<set>-<suffix>`, pod `<set>-<suffix>-0`) with their registration Secret, annotate retiring
-//! pods and StatefulSets, delete StatefulSets whose runners are unregistered or finished (the
-//! garbage collector takes the pod and the Secret; PVCs of `volumeClaimTemplates` stay).
+//! `<set>-<suffix>`, pod `<set>-<suffix>-0`; in the fallback mode with their registration
+//! Secret), annotate retiring pods and StatefulSets, delete StatefulSets whose runners are
+//! unregistered or finished (the garbage collector takes the pod and the Secrets; PVCs of
+//! `volumeClaimTemplates` stay).
 //! Then volume reuse ([`volumes`], ARC 0.24): the claims of StatefulSets that are gone are
 //! deleted and their released volumes made `Available` again for the set's next runners.
 //! Status: replicas, readyReplicas, availableReplicas, updatedReplicas, desiredReplicas, the
@@ -22,13 +23,26 @@
 //! ([`crate::runner_pod::build`]): the container named `runner` (added if absent) gets the
 //! runner environment, the `docker` sidecar is added or completed, and the pod carries the
 //! labels and finalizer the runner-pod controller acts on. The registration credential comes
-//! from a Secret per StatefulSet (`<statefulset>-registration`: a token, or a JIT configuration
-//! for the runner named after the pod), read through `valueFrom`.
+//! one of two ways ([`RunnerSetRegistration`], from the CLI):
+//! - **pod webhook** (this process serves the admission webhooks, as ARC's RunnerSets always
+//!   rely on): the template carries the label
+//!   `actions-runner-controller/inject-registration-token=true` and no credential; the webhook
+//!   ([`crate::admission`]) gives each pod `RUNNER_NAME`, a token from the shared per-scope
+//!   Secret or — for JIT sets, annotated `hangar.dev/registration: jit` on the template — a JIT
+//!   configuration generated for the pod's name in a Secret `<pod>-jit` owned by the
+//!   StatefulSet, and `restartPolicy: Never`. The controller creates no Secret and makes no
+//!   GitHub call. A pod deleted directly comes back under its name with a fresh credential.
+//! - **fallback** (no admission webhook in this process): a Secret per StatefulSet
+//!   (`<statefulset>-registration`: a token, or a JIT configuration for the runner named after
+//!   the pod) created by the controller, read through `valueFrom`. A JIT configuration is
+//!   single-use, so a pod of such a set deleted directly cannot register again: its runner
+//!   container fails, which counts as finished, and the StatefulSet is replaced.
 //!
-//! `restartPolicy`: a StatefulSet's template must say `Always`. ARC's pod admission webhook
-//! turns it into `Never` on each pod; until Hangar's webhook does too, a runner container that
-//! exits is restarted by the kubelet, so a runner container that *restarted* counts as finished
-//! (as a pod that stopped would): its StatefulSet is deleted and replaced, never reused.
+//! `restartPolicy`: a StatefulSet's template must say `Always`. The pod webhook turns it into
+//! `Never` on each pod (as ARC's does), so a runner container that exits ends its pod. Pods
+//! that still say `Always` (the fallback mode) have their runner container restarted by the
+//! kubelet, so there a runner container that *restarted* counts as finished (as a pod that
+//! stopped would): its StatefulSet is deleted and replaced, never reused.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -64,6 +78,58 @@ use crate::context::Context;
 use crate::credentials::GitHubClients;
 use crate::error::{Error, ignore_not_found, kube_err};
 use crate::runner_pod::{self, PodDefaults};
+
+/// How RunnerSet pods get their registration credential (see the module documentation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RunnerSetRegistration {
+    /// The controller creates a Secret per StatefulSet (`<statefulset>-registration`): the
+    /// fallback when this process does not serve the pod admission webhook.
+    #[default]
+    StatefulSetSecret,
+    /// The pod admission webhook served by this process injects the credential, the runner
+    /// name and `restartPolicy: Never` into each pod (`hangar run --admission-addr`).
+    PodWebhook,
+}
+
+/// The annotation (on a RunnerSet or its pod template; on the pods in webhook mode) that makes
+/// its runners register with JIT configurations, value [`JIT`].
+pub const REGISTRATION_ANNOTATION: &str = "hangar.dev/registration";
+
+/// The value of [`REGISTRATION_ANNOTATION`] selecting JIT configurations.
+pub const JIT: &str = "jit";
+
+/// Where a StatefulSet's pod gets its registration credential from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PodCredential {
+    /// The StatefulSet's own registration Secret, written by the controller.
+    Secret {
+        /// The Secret's name.
+        name: String,
+        /// It holds a JIT configuration (else a registration token).
+        jit: bool,
+        /// The runner a JIT configuration was generated for.
+        runner_id: Option<u64>,
+    },
+    /// The pod admission webhook; `jit` asks it for a JIT configuration per pod.
+    Webhook {
+        /// Register with a JIT configuration (else a registration token).
+        jit: bool,
+    },
+}
+
+impl PodCredential {
+    /// The credential of a new StatefulSet `stateful_set` in `mode`.
+    pub fn for_mode(mode: RunnerSetRegistration, stateful_set: &str, jit: bool) -> Self {
+        match mode {
+            RunnerSetRegistration::StatefulSetSecret => Self::Secret {
+                name: registration_secret_name(stateful_set),
+                jit,
+                runner_id: None,
+            },
+            RunnerSetRegistration::PodWebhook => Self::Webhook { jit },
+        }
+    }
+}
 
 /// Field manager for what this controller applies.
 pub const MANAGER: &str = "hangar-runnerset";
@@ -192,8 +258,8 @@ pub fn selector_string(s: &LabelSelector) -> String {
 pub fn uses_jit(set: &RunnerSet, controller_jit: bool) -> bool {
     let template = set.spec.stateful_set.template.metadata.as_ref();
     let jit = |a: Option<&BTreeMap<String, String>>| {
-        a.and_then(|a| a.get("hangar.dev/registration"))
-            .is_some_and(|v| v == "jit")
+        a.and_then(|a| a.get(REGISTRATION_ANNOTATION))
+            .is_some_and(|v| v == JIT)
     };
     controller_jit
         || jit(set.metadata.annotations.as_ref())
@@ -231,21 +297,35 @@ pub fn new_name(set: &RunnerSet, now: SystemTime) -> String {
 
 /// The StatefulSet for one runner of `set`: the set's StatefulSet fields with one replica, the
 /// default selector when none is given, and the pod template completed into a runner pod
-/// (runner environment, docker sidecar, labels, finalizer). `defaults` names the registration
-/// Secret and the registration mode. Pure.
+/// (runner environment, docker sidecar, labels, finalizer). `credential` says where the pod's
+/// registration credential comes from: a Secret the template reads, or the pod webhook (the
+/// template then carries the inject label and no credential). Pure.
 pub fn build_stateful_set(
     set: &RunnerSet,
     name: &str,
     hash: &str,
     defaults: &PodDefaults,
     sync_time: &str,
-    runner_id: Option<u64>,
+    credential: &PodCredential,
 ) -> StatefulSet {
     let ns = set.namespace().unwrap_or_default();
     let sts = &set.spec.stateful_set;
     let template_meta = sts.template.metadata.clone().unwrap_or_default();
     let mut pod_spec = sts.template.spec.clone().unwrap_or_default();
     let pod = pod_name(name);
+    let mut defaults = defaults.clone();
+    let runner_id = match credential {
+        PodCredential::Secret {
+            name,
+            jit,
+            runner_id,
+        } => {
+            defaults.registration_secret = name.clone();
+            defaults.jit = *jit;
+            *runner_id
+        }
+        PodCredential::Webhook { .. } => None,
+    };
 
     // The runner pod builder completes the containers and volumes exactly as for a Runner;
     // every other field of the user's pod spec is kept as written.
@@ -258,9 +338,21 @@ pub fn build_stateful_set(
             ..Default::default()
         },
     };
-    let built = runner_pod::build(&pod, &ns, &BTreeMap::new(), &runner_spec, defaults)
+    let mut built = runner_pod::build(&pod, &ns, &BTreeMap::new(), &runner_spec, &defaults)
         .spec
         .unwrap_or_default();
+    if let PodCredential::Webhook { .. } = credential {
+        // The webhook injects the credential per pod; the template names none.
+        for c in built
+            .containers
+            .iter_mut()
+            .filter(|c| c.name == runner_pod::RUNNER_CONTAINER)
+        {
+            if let Some(env) = c.env.as_mut() {
+                env.retain(|e| !CREDENTIAL_ENV.contains(&e.name.as_str()));
+            }
+        }
+    }
     pod_spec.containers = built.containers;
     pod_spec.volumes = built.volumes;
     // A StatefulSet's pods must restart Always (see the module documentation).
@@ -276,6 +368,18 @@ pub fn build_stateful_set(
     pod_labels.insert(label::RUNNER_TEMPLATE_HASH.into(), hash.into());
     pod_labels.insert(label::ACTIONS_RUNNER.into(), String::new());
     let mut pod_annotations = template_meta.annotations.clone().unwrap_or_default();
+    if let PodCredential::Webhook { jit } = credential {
+        pod_labels.insert(
+            label::INJECT_REGISTRATION_TOKEN.into(),
+            label::INJECT_REGISTRATION_TOKEN_VALUE.into(),
+        );
+        // What the webhook reads to choose between a token and a JIT configuration.
+        if *jit {
+            pod_annotations.insert(REGISTRATION_ANNOTATION.into(), JIT.into());
+        } else {
+            pod_annotations.remove(REGISTRATION_ANNOTATION);
+        }
+    }
     if let Some(secret) =
         GitHubClients::secret_name(set.spec.config.github_api_credentials_from.as_ref())
     {
@@ -357,11 +461,16 @@ fn pods_of(ctx: &Context, sts: &StatefulSet) -> Vec<Arc<Pod>> {
         .collect()
 }
 
-/// A StatefulSet pod as owner sync sees it: a runner container that restarted has finished
-/// (its pod restarts `Always`; see the module documentation).
+/// The runner container's environment variables that carry a registration credential.
+const CREDENTIAL_ENV: [&str; 2] = ["RUNNER_TOKEN", "ACTIONS_RUNNER_INPUT_JITCONFIG"];
+
+/// A StatefulSet pod as owner sync sees it. A pod that restarts `Always` (the fallback mode: no
+/// webhook made it `Never`) has a runner container that restarted counted as finished; see the
+/// module documentation. A pod that says `Never` ends when its runner does.
 fn stateful_pod_view(pod: &Pod) -> PodView {
     let mut view = pod_view(pod);
-    view.runner_stopped |= runner_restarted(pod);
+    let never = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) == Some("Never");
+    view.runner_stopped |= !never && runner_restarted(pod);
     view
 }
 
@@ -576,12 +685,23 @@ async fn apply(
     let now = rfc3339(ctx.now());
     match action {
         PlanAction::Create { count } => {
-            let github = ctx
-                .github_for(&ns, set.spec.config.github_api_credentials_from.as_ref())
-                .await?;
+            let mode = ctx.settings.runner_set_registration;
+            // Only the fallback mode registers here; with the webhook, pods register as they
+            // are admitted.
+            let github = match mode {
+                RunnerSetRegistration::StatefulSetSecret => Some(
+                    ctx.github_for(&ns, set.spec.config.github_api_credentials_from.as_ref())
+                        .await?,
+                ),
+                RunnerSetRegistration::PodWebhook => None,
+            };
             let mut created = Vec::new();
             for _ in 0..*count {
-                created.push(create_runner(set, ctx, scope, github.as_ref(), hash, &now).await?);
+                let name = match github.as_deref() {
+                    Some(github) => create_runner(set, ctx, scope, github, hash, &now).await?,
+                    None => create_webhook_runner(set, ctx, hash, &now).await?,
+                };
+                created.push(name);
             }
             info!(set = %object_name(set), count, "created runner statefulsets");
             // Each StatefulSet's one pod follows at once: it counts as the pod created.
@@ -653,6 +773,34 @@ async fn apply(
     Ok(())
 }
 
+/// Creates one runner whose pod the admission webhook registers: the StatefulSet alone.
+/// Returns its name.
+async fn create_webhook_runner(
+    set: &RunnerSet,
+    ctx: &Context,
+    hash: &str,
+    now: &str,
+) -> Result<String, Error> {
+    let ns = set.namespace().unwrap_or_default();
+    let name = new_name(set, ctx.now());
+    let jit = uses_jit(set, ctx.settings.jit);
+    let credential = PodCredential::Webhook { jit };
+    let sts = build_stateful_set(
+        set,
+        &name,
+        hash,
+        &ctx.settings.pod_defaults,
+        now,
+        &credential,
+    );
+    Api::<StatefulSet>::namespaced(ctx.client.clone(), &ns)
+        .create(&PostParams::default(), &sts)
+        .await
+        .map_err(kube_err("create statefulset for", object_name(set)))?;
+    info!(set = %object_name(set), statefulset = name, jit, "created runner statefulset (registered by the pod webhook)");
+    Ok(name)
+}
+
 /// Creates one runner: its registration Secret (owned by the set until the StatefulSet exists,
 /// so the pod never waits for it), the StatefulSet, then hands the Secret to the StatefulSet
 /// (the garbage collector deletes it with the StatefulSet). Returns the StatefulSet's name.
@@ -708,10 +856,19 @@ async fn create_runner(
     )
     .await?;
 
-    let mut defaults = ctx.settings.pod_defaults.clone();
-    defaults.registration_secret = secret_name.clone();
-    defaults.jit = jit;
-    let sts = build_stateful_set(set, &name, hash, &defaults, now, registered_id);
+    let credential = PodCredential::Secret {
+        name: secret_name.clone(),
+        jit,
+        runner_id: registered_id,
+    };
+    let sts = build_stateful_set(
+        set,
+        &name,
+        hash,
+        &ctx.settings.pod_defaults,
+        now,
+        &credential,
+    );
     let created = Api::<StatefulSet>::namespaced(ctx.client.clone(), &ns)
         .create(&PostParams::default(), &sts)
         .await

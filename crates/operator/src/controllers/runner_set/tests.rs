@@ -13,9 +13,17 @@ fn seed_example() -> RunnerSet {
 
 fn defaults() -> PodDefaults {
     PodDefaults {
-        registration_secret: "example-abc-registration".into(),
         github_url: "http://ghsim/".into(),
         ..PodDefaults::default()
+    }
+}
+
+/// The fallback mode's credential: the StatefulSet's own Secret with a token.
+fn secret() -> PodCredential {
+    PodCredential::Secret {
+        name: "example-abc-registration".into(),
+        jit: false,
+        runner_id: None,
     }
 }
 
@@ -52,7 +60,7 @@ fn a_runner_statefulset_has_one_replica_and_belongs_to_its_set() {
         "h1",
         &defaults(),
         "2024-01-01T00:00:00Z",
-        None,
+        &secret(),
     );
     let spec = sts.spec.clone().unwrap();
     assert_eq!(spec.replicas, Some(1));
@@ -73,7 +81,7 @@ fn a_runner_statefulset_has_one_replica_and_belongs_to_its_set() {
 #[test]
 fn without_a_selector_pods_are_selected_by_the_runnerset_name_label() {
     let set = seed_example();
-    let sts = build_stateful_set(&set, "example-abc", "h1", &defaults(), "t", None);
+    let sts = build_stateful_set(&set, "example-abc", "h1", &defaults(), "t", &secret());
     let spec = sts.spec.clone().unwrap();
     assert_eq!(
         spec.selector.match_labels.clone().unwrap(),
@@ -95,7 +103,7 @@ fn without_a_selector_pods_are_selected_by_the_runnerset_name_label() {
 fn a_given_selector_is_kept_and_the_template_carries_its_labels() {
     let yaml = include_str!("../../../../../examples/runnerset-seed002-statefulset-fields.yaml");
     let set: RunnerSet = serde_yaml::from_str(yaml).unwrap();
-    let sts = build_stateful_set(&set, "example-abc", "h1", &defaults(), "t", None);
+    let sts = build_stateful_set(&set, "example-abc", "h1", &defaults(), "t", &secret());
     let spec = sts.spec.unwrap();
     assert_eq!(spec.selector.match_labels.unwrap()["app"], "example");
     assert_eq!(
@@ -108,7 +116,7 @@ fn a_given_selector_is_kept_and_the_template_carries_its_labels() {
 #[test]
 fn the_runner_container_gets_the_runner_environment_and_keeps_the_users_settings() {
     let set = seed_example();
-    let sts = build_stateful_set(&set, "example-abc", "h1", &defaults(), "t", None);
+    let sts = build_stateful_set(&set, "example-abc", "h1", &defaults(), "t", &secret());
     let c = runner(&sts);
     assert_eq!(
         env(&c, "RUNNER_NAME").value.as_deref(),
@@ -149,7 +157,7 @@ fn a_runner_container_is_added_when_the_template_has_none() {
     let mut set = seed_example();
     set.spec.stateful_set.template.spec = None;
     set.spec.config.dockerd_within_runner_container = None;
-    let sts = build_stateful_set(&set, "example-abc", "h1", &defaults(), "t", None);
+    let sts = build_stateful_set(&set, "example-abc", "h1", &defaults(), "t", &secret());
     let names: Vec<String> = pod_spec(&sts)
         .containers
         .iter()
@@ -162,11 +170,12 @@ fn a_runner_container_is_added_when_the_template_has_none() {
 #[test]
 fn jit_runners_read_their_configuration_from_the_secret_and_are_born_registered() {
     let set = seed_example();
-    let d = PodDefaults {
+    let credential = PodCredential::Secret {
+        name: "example-abc-registration".into(),
         jit: true,
-        ..defaults()
+        runner_id: Some(42),
     };
-    let sts = build_stateful_set(&set, "example-abc", "h1", &d, "t", Some(42));
+    let sts = build_stateful_set(&set, "example-abc", "h1", &defaults(), "t", &credential);
     let c = runner(&sts);
     let jit = env(&c, "ACTIONS_RUNNER_INPUT_JITCONFIG")
         .value_from
@@ -214,16 +223,145 @@ fn statefulset_names_are_fresh_and_short_enough_for_labels() {
 }
 
 #[test]
-fn a_restarted_runner_container_counts_as_finished() {
-    let pod: Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "example-abc-0"},
-        "status": {"phase": "Running", "containerStatuses": [{
-            "name": "runner", "image": "i", "imageID": "", "ready": true, "restartCount": 1,
-            "state": {"running": {}}
-        }]}
-    }))
-    .unwrap();
-    assert!(stateful_pod_view(&pod).is_stopped());
+fn a_restarted_runner_container_counts_as_finished_only_in_pods_that_restart() {
+    // (restartPolicy, restarts, runner container terminated) -> counted as stopped
+    let cases = [
+        // Fallback mode: the template's `Always` stays; a restart means the runner finished.
+        (Some("Always"), 1, false, true),
+        (Some("Always"), 0, false, false),
+        (None, 1, false, true),
+        // Webhook mode: `Never`; nothing restarts, a terminated runner container is the end.
+        (Some("Never"), 0, false, false),
+        (Some("Never"), 0, true, true),
+        (Some("Never"), 1, false, false),
+    ];
+    for (policy, restarts, terminated, stopped) in cases {
+        let state = if terminated {
+            serde_json::json!({"terminated": {"exitCode": 0}})
+        } else {
+            serde_json::json!({"running": {}})
+        };
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "example-abc-0"},
+            "spec": {"restartPolicy": policy, "containers": []},
+            "status": {"phase": "Running", "containerStatuses": [{
+                "name": "runner", "image": "i", "imageID": "", "ready": true,
+                "restartCount": restarts, "state": state
+            }]}
+        }))
+        .unwrap();
+        assert_eq!(
+            stateful_pod_view(&pod).is_stopped(),
+            stopped,
+            "{policy:?} restarts={restarts} terminated={terminated}"
+        );
+    }
+}
+
+#[test]
+fn the_mode_decides_where_the_credential_comes_from() {
+    use RunnerSetRegistration::*;
+    let cases = [
+        (
+            StatefulSetSecret,
+            false,
+            PodCredential::Secret {
+                name: "x-abc-registration".into(),
+                jit: false,
+                runner_id: None,
+            },
+        ),
+        (
+            StatefulSetSecret,
+            true,
+            PodCredential::Secret {
+                name: "x-abc-registration".into(),
+                jit: true,
+                runner_id: None,
+            },
+        ),
+        (PodWebhook, false, PodCredential::Webhook { jit: false }),
+        (PodWebhook, true, PodCredential::Webhook { jit: true }),
+    ];
+    for (mode, jit, want) in cases {
+        assert_eq!(
+            PodCredential::for_mode(mode, "x-abc", jit),
+            want,
+            "{mode:?} {jit}"
+        );
+    }
+    assert_eq!(RunnerSetRegistration::default(), StatefulSetSecret);
+}
+
+#[test]
+fn with_the_pod_webhook_the_template_asks_for_injection_and_names_no_credential() {
+    let set = seed_example();
+    for jit in [false, true] {
+        let sts = build_stateful_set(
+            &set,
+            "example-abc",
+            "h1",
+            &defaults(),
+            "t",
+            &PodCredential::Webhook { jit },
+        );
+        let c = runner(&sts);
+        let names: Vec<&str> = c.env.iter().flatten().map(|e| e.name.as_str()).collect();
+        assert!(
+            !names.contains(&"RUNNER_TOKEN") && !names.contains(&"ACTIONS_RUNNER_INPUT_JITCONFIG"),
+            "{names:?}"
+        );
+        // No Secret is named anywhere in the template.
+        assert!(c.env.iter().flatten().all(|e| {
+            e.value_from
+                .as_ref()
+                .is_none_or(|v| v.secret_key_ref.is_none())
+        }));
+        // The rest of the runner environment is there (the webhook reads the scope from it).
+        assert_eq!(
+            env(&c, "RUNNER_REPO").value.as_deref(),
+            Some("mumoshu/actions-runner-controller-ci")
+        );
+        assert_eq!(
+            env(&c, "RUNNER_NAME").value.as_deref(),
+            Some("example-abc-0")
+        );
+        let meta = sts.spec.clone().unwrap().template.metadata.unwrap();
+        let labels = meta.labels.unwrap();
+        assert_eq!(
+            labels["actions-runner-controller/inject-registration-token"],
+            "true"
+        );
+        assert_eq!(labels["runnerset-name"], "example");
+        let annotations = meta.annotations.unwrap_or_default();
+        assert_eq!(
+            annotations
+                .get("hangar.dev/registration")
+                .map(String::as_str),
+            jit.then_some("jit"),
+            "jit={jit}"
+        );
+        assert!(!annotations.contains_key("actions-runner/id"));
+        // The StatefulSet still says Always; the webhook makes each pod Never.
+        assert_eq!(pod_spec(&sts).restart_policy.as_deref(), Some("Always"));
+        // The selector does not include the inject label (ARC's does not need it either).
+        let selector = sts.spec.unwrap().selector.match_labels.unwrap();
+        assert!(!selector.contains_key("actions-runner-controller/inject-registration-token"));
+    }
+}
+
+#[test]
+fn without_the_pod_webhook_the_template_reads_its_secret_and_asks_for_nothing() {
+    let sts = build_stateful_set(
+        &seed_example(),
+        "example-abc",
+        "h1",
+        &defaults(),
+        "t",
+        &secret(),
+    );
+    let labels = sts.spec.unwrap().template.metadata.unwrap().labels.unwrap();
+    assert!(!labels.contains_key("actions-runner-controller/inject-registration-token"));
 }
 
 #[test]
@@ -242,7 +380,7 @@ fn claims_of_a_runner_statefulset_name_their_set_and_statefulset() {
     let mut set: RunnerSet = serde_yaml::from_str(yaml).unwrap();
     set.metadata.namespace = Some("ci".into());
     set.metadata.uid = Some("uid-1".into());
-    let sts = build_stateful_set(&set, "cached-builds-abc", "h1", &defaults(), "t", None);
+    let sts = build_stateful_set(&set, "cached-builds-abc", "h1", &defaults(), "t", &secret());
     let templates = sts.spec.unwrap().volume_claim_templates.unwrap();
     assert_eq!(templates.len(), 1);
     assert_eq!(
