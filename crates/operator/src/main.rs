@@ -190,11 +190,6 @@ struct RunArgs {
     /// flag of the same name; changing them rolls the runners out).
     #[arg(long, value_delimiter = ',')]
     common_runner_labels: Vec<String>,
-    /// Keep an offline, registration-only runner for every RunnerDeployment scaled to zero, so
-    /// that GitHub versions which fail jobs without any matching runner queue them instead
-    /// (older GitHub Enterprise Server). Not needed on github.com.
-    #[arg(long, env = "HANGAR_REGISTRATION_ONLY_RUNNERS")]
-    registration_only_runners: bool,
     /// Safety-net resync interval.
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     sync_period: Duration,
@@ -394,13 +389,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let github = registry
         .client(credentials)
         .context("cannot build the GitHub client")?;
-    // Every Kubernetes request is counted by status code (`rest_client_requests_total`), so
-    // a permission the RBAC lacks shows as code="403" even where its error is not logged.
-    let exporter = Arc::new(hangar::metrics::Exporter::default());
-    let config = kube::Config::infer()
+    let client = kube::Client::try_default()
         .await
-        .context("cannot find a Kubernetes configuration")?;
-    let client = hangar::kube_client::counted(config, exporter.metrics.clone())
         .context("cannot reach Kubernetes")?;
     // Admission webhooks serve on every replica, leader or not.
     if let Some(admission) = args
@@ -411,7 +401,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         tokio::spawn(admission);
     }
     let settings = Settings {
-        exporter: Some(exporter.clone()),
+        exporter: Some(Arc::new(hangar::metrics::Exporter::default())),
         pod_defaults: PodDefaults {
             runner_image: args.runner_image,
             docker_image: args.docker_image,
@@ -428,7 +418,6 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .map(|l| l.trim().to_owned())
             .filter(|l| !l.is_empty())
             .collect(),
-        registration_only_runners: args.registration_only_runners,
         sync_period: args.sync_period,
         default_scale_down_delay: args.default_scale_down_delay,
         github_registry: Some(registry),
@@ -444,6 +433,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         _ => None,
     };
     let clock: Arc<dyn hangar::context::Clock> = Arc::new(hangar::context::SystemClock);
+    let exporter = settings.exporter.clone().unwrap_or_default();
     serve_exporter(
         &exporter,
         &[args.metrics_addr.0, args.health_probe_bind_address.0],
