@@ -12,6 +12,8 @@
 //!   stop acting.
 //! - [`owner_sync`]: how many runner-pod owners (Runners or StatefulSets) to create or retire,
 //!   never killing a busy runner.
+//! - [`placeholder`]: the opt-in registration-only runner that keeps jobs queued for a
+//!   RunnerDeployment scaled to zero on GitHub versions that fail them otherwise.
 //! - [`scope`]: where a runner registers on GitHub (enterprise, organization or repository) and
 //!   the rules a RunnerConfig must satisfy to name exactly one such scope.
 //! - [`template_hash`]: stable short hashes naming template versions.
@@ -22,6 +24,7 @@
 pub mod autoscaler;
 pub mod leader;
 pub mod owner_sync;
+pub mod placeholder;
 pub mod scope;
 pub mod template_hash;
 pub mod unregistration;

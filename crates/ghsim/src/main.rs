@@ -85,6 +85,10 @@ struct ServeArgs {
     /// Maximum random extra delay of webhook deliveries, ms.
     #[arg(long, default_value_t = 0)]
     webhook_max_delay_ms: u64,
+    /// Fail a queued job at once when no runner, online or offline, could take it (GitHub
+    /// before late 2021 and older GitHub Enterprise Server releases).
+    #[arg(long)]
+    fail_jobs_without_runners: bool,
     /// Seconds after the last poll that a runner counts as offline.
     #[arg(long, default_value_t = 90)]
     offline_after_secs: u64,
@@ -164,6 +168,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut world = WorldConfig {
         seed: args.seed,
         offline_after: Duration::from_secs(args.offline_after_secs),
+        fail_jobs_without_runners: args.fail_jobs_without_runners,
         ..WorldConfig::default()
     };
     if let Some(url) = &args.public_url {

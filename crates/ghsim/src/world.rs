@@ -45,6 +45,11 @@ pub struct WorldConfig {
     pub offline_after: Duration,
     /// A job queued this long without a runner fails (GitHub: 24 h).
     pub queue_timeout: Duration,
+    /// Fail a queued job at once when no runner of its repository's scopes, online or
+    /// offline, has its labels: GitHub before late 2021 and older GitHub Enterprise Server
+    /// releases (what ARC's registration-only runners worked around). Off: GitHub today keeps
+    /// such a job queued until `queue_timeout`.
+    pub fail_jobs_without_runners: bool,
     /// Offline runners are removed after this (GitHub: 14 days).
     pub offline_removal: Duration,
     /// Offline ephemeral runners are removed after this (GitHub: 1 day).
@@ -66,6 +71,7 @@ impl Default for WorldConfig {
             pickup_timeout: Duration::from_secs(60),
             offline_after: Duration::from_secs(90),
             queue_timeout: Duration::from_secs(24 * 3600),
+            fail_jobs_without_runners: false,
             offline_removal: Duration::from_secs(14 * 24 * 3600),
             ephemeral_offline_removal: Duration::from_secs(24 * 3600),
             leak_after: Duration::from_secs(300),
@@ -1808,6 +1814,13 @@ impl World {
             })
             .map(|j| j.id)
             .collect();
+        let expired = if cfg.fail_jobs_without_runners {
+            let mut expired = expired;
+            expired.extend(self.jobs_no_runner_could_take());
+            expired
+        } else {
+            expired
+        };
         for job in expired {
             if let Some(runner) = self.jobs[&job].runner_id
                 && let Some(r) = self.runners.get_mut(&runner)
@@ -1835,6 +1848,25 @@ impl World {
             self.remove_runner(id, now);
         }
         self.route(now);
+    }
+
+    /// Queued, unassigned jobs for which no registered runner (of any status) in a scope
+    /// their repository can use has every label.
+    fn jobs_no_runner_could_take(&self) -> Vec<u64> {
+        self.jobs
+            .values()
+            .filter(|j| j.status == JobStatus::Queued && j.runner_id.is_none())
+            .filter(|j| {
+                let Some(repo) = self.repos.get(&j.repo_id) else {
+                    return true;
+                };
+                !self.runners.values().any(|r| {
+                    self.level(r, repo).is_some()
+                        && routing::labels_match(&j.labels, &r.label_names())
+                })
+            })
+            .map(|j| j.id)
+            .collect()
     }
 
     /// Runners registered longer than `leak_after` ago that never connected.

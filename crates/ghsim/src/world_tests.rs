@@ -274,6 +274,27 @@ fn a_job_without_runners_fails_after_the_queue_timeout() {
 }
 
 #[test]
+fn legacy_github_fails_a_job_no_runner_could_take_but_queues_it_for_an_offline_one() {
+    let mut w = world();
+    w.config.fail_jobs_without_runners = true;
+    let lost = submit(&mut w, "acme/app", &["self-hosted", "gpu"], 1);
+    w.tick(t0());
+    assert_eq!(w.jobs[&lost[0]].conclusion.as_deref(), Some("failure"));
+
+    // A registered runner that never connected (offline) is enough for the job to wait.
+    register(&mut w, &Scope::org("acme"), "placeholder", &["gpu"], false);
+    let kept = submit(&mut w, "acme/app", &["self-hosted", "gpu"], 1);
+    w.tick(at(1));
+    assert_eq!(w.jobs[&kept[0]].status, JobStatus::Queued);
+
+    // Today's GitHub keeps it queued without any runner.
+    w.config.fail_jobs_without_runners = false;
+    let waiting = submit(&mut w, "acme/app", &["self-hosted", "arm"], 1);
+    w.tick(at(2));
+    assert_eq!(w.jobs[&waiting[0]].status, JobStatus::Queued);
+}
+
+#[test]
 fn tokens_are_scoped_and_expire() {
     let mut w = world();
     let (token, _) = w.create_runner_token(&Scope::org("acme"), TokenKind::Registration, t0());

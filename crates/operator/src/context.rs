@@ -37,6 +37,9 @@ pub struct Settings {
     pub registration_check_interval: Duration,
     /// Runner labels added to every RunnerDeployment's runners (`--common-runner-labels`).
     pub common_runner_labels: Vec<String>,
+    /// Keep a registration-only runner for every RunnerDeployment scaled to zero
+    /// (`--registration-only-runners`; see [`hangar_core::placeholder`]).
+    pub registration_only_runners: bool,
     /// How long an autoscaler waits after a scale-out before scaling down, unless its
     /// `scaleDownDelaySecondsAfterScaleOut` says otherwise (ARC's `--default-scale-down-delay`).
     pub default_scale_down_delay: Duration,
@@ -58,6 +61,7 @@ impl Default for Settings {
             sync_period: Duration::from_secs(60),
             registration_check_interval: Duration::from_secs(3),
             common_runner_labels: Vec::new(),
+            registration_only_runners: false,
             default_scale_down_delay: hangar_core::autoscaler::DEFAULT_SCALE_DOWN_DELAY,
             github_registry: None,
             exporter: None,

@@ -190,6 +190,11 @@ struct RunArgs {
     /// flag of the same name; changing them rolls the runners out).
     #[arg(long, value_delimiter = ',')]
     common_runner_labels: Vec<String>,
+    /// Keep an offline, registration-only runner for every RunnerDeployment scaled to zero, so
+    /// that GitHub versions which fail jobs without any matching runner queue them instead
+    /// (older GitHub Enterprise Server). Not needed on github.com.
+    #[arg(long, env = "HANGAR_REGISTRATION_ONLY_RUNNERS")]
+    registration_only_runners: bool,
     /// Safety-net resync interval.
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     sync_period: Duration,
@@ -418,6 +423,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .map(|l| l.trim().to_owned())
             .filter(|l| !l.is_empty())
             .collect(),
+        registration_only_runners: args.registration_only_runners,
         sync_period: args.sync_period,
         default_scale_down_delay: args.default_scale_down_delay,
         github_registry: Some(registry),

@@ -32,8 +32,16 @@ struct E2e {
 
 impl E2e {
     async fn start(prefix: &str) -> Self {
+        Self::start_configured(prefix, |_| {}).await
+    }
+
+    /// [`E2e::start`] with the controller settings adjusted by `configure`.
+    async fn start_configured(
+        prefix: &str,
+        configure: impl FnOnce(&mut hangar::context::Settings),
+    ) -> Self {
         support::init_tracing();
-        let h = Harness::start_with(prefix, support::uncached()).await;
+        let h = Harness::start_configured(prefix, support::uncached(), configure).await;
         let nodes = h.start_nodes("e2e", prefix).await;
         Self { h, nodes }
     }
@@ -927,5 +935,94 @@ async fn a_per_resource_credential_registers_and_unregisters_its_runners() {
         );
     }
     assert_eq!(e.h.interrupted(), 0);
+    e.shutdown().await;
+}
+
+/// `--registration-only-runners`: on a GitHub that fails jobs no runner could take (ghsim's
+/// `fail_jobs_without_runners`), a deployment at zero keeps an offline placeholder runner, so a
+/// job queued before it scales up waits instead of failing; the placeholder goes once a real
+/// runner is registered, comes back at zero, and leaves with the deployment.
+#[tokio::test]
+async fn a_deployment_at_zero_keeps_a_registration_only_runner_so_jobs_queue_on_legacy_github() {
+    let e = E2e::start_configured("e2e-placeholder", |s| s.registration_only_runners = true).await;
+    e.h.sim
+        .update(|w, _| w.config.fail_jobs_without_runners = true);
+    let labels = || vec!["self-hosted".to_owned(), "placeholder".to_owned()];
+    let placeholder = "placeholder-registration-only";
+    let deployments = e.h.api::<hangar_api::RunnerDeployment>();
+    let remembered = || async {
+        deployments
+            .get_opt("placeholder")
+            .await
+            .unwrap()
+            .and_then(|rd| {
+                rd.annotations()
+                    .get("hangar.dev/registration-only-runner-id")
+                    .cloned()
+            })
+    };
+
+    // The simulator really is that strict: with no runner at all, a job fails at once.
+    let lost =
+        e.h.submit_jobs(1, labels(), Duration::from_secs(1), "success");
+    e.h.sim.tick();
+    assert!(
+        e.h.all_completed(&lost, "failure"),
+        "a job without runners must fail"
+    );
+
+    let rd = Deployment::new("placeholder", 0, "placeholder");
+    e.apply(&rd);
+    eventually(&e, "a registered placeholder, remembered", WAIT, || async {
+        let registered = e.h.registered();
+        (registered == BTreeSet::from([placeholder.to_owned()])
+            && e.h.online().is_empty()
+            && remembered().await.is_some())
+        .then_some(())
+    })
+    .await;
+    let kept =
+        e.h.submit_jobs(1, labels(), Duration::from_secs(1), "success");
+    e.h.sim.tick();
+    let queued =
+        e.h.sim
+            .read(|w, _| w.jobs[&kept[0]].status == JobStatus::Queued);
+    assert!(queued, "the job must wait for a runner, not fail");
+
+    e.apply(&rd.clone().replicas(1));
+    eventually(
+        &e,
+        "the job done and the placeholder gone",
+        WAIT,
+        || async {
+            let done = e.h.all_completed(&kept, "success");
+            let gone = !e.h.registered().contains(placeholder) && remembered().await.is_none();
+            (done && gone).then_some(())
+        },
+    )
+    .await;
+
+    e.apply(&rd.clone().replicas(0));
+    eventually(&e, "a placeholder again at zero", WAIT, || async {
+        (e.h.registered() == BTreeSet::from([placeholder.to_owned()])
+            && remembered().await.is_some())
+        .then_some(())
+    })
+    .await;
+
+    deployments
+        .delete("placeholder", &Default::default())
+        .await
+        .unwrap();
+    eventually(
+        &e,
+        "the deployment and its placeholder gone",
+        WAIT,
+        || async {
+            let gone = deployments.get_opt("placeholder").await.unwrap().is_none();
+            (gone && e.h.registered().is_empty()).then_some(())
+        },
+    )
+    .await;
     e.shutdown().await;
 }

@@ -15,6 +15,7 @@
 //! - [`sets`]: the conditions and requeues of the two owner-sync controllers.
 
 pub mod hra;
+pub mod placeholder;
 pub mod registration;
 pub mod runner;
 pub mod runner_deployment;

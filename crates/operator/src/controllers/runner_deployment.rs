@@ -109,13 +109,15 @@ pub fn desired_set(rd: &RunnerDeployment, common_labels: &[String]) -> RunnerRep
 
 /// Reconciles one RunnerDeployment.
 pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let desired = desired_set(&rd, &ctx.settings.common_runner_labels);
     if rd.metadata.deletion_timestamp.is_some() {
+        // Only the registration-only runner may still need us (its finalizer).
+        super::placeholder::sync(&rd, &desired, 0, &ctx).await?;
         return Ok(Action::await_change());
     }
     let ns = rd.namespace().unwrap_or_default();
     let uid = rd.uid().unwrap_or_default();
     let api: Api<RunnerReplicaSet> = Api::namespaced(ctx.client.clone(), &ns);
-    let desired = desired_set(&rd, &ctx.settings.common_runner_labels);
     let desired_name = desired.name_any();
     let replicas = desired.spec.replicas.unwrap_or(1);
 
@@ -224,6 +226,7 @@ pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<A
                 object_name(rd.as_ref()),
             ))?;
     }
+    super::placeholder::sync(&rd, &desired, sum(|s| s.ready_replicas), &ctx).await?;
     Ok(Action::requeue(requeue))
 }
 

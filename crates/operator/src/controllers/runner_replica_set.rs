@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use hangar_api::{Runner, RunnerReplicaSet, annotation as ann, label};
 use hangar_core::owner_sync::{self, Action as PlanAction, OwnerView};
 use hangar_core::template_hash::template_hash;
@@ -67,6 +67,11 @@ pub async fn run(ctx: Arc<Context>, sets: Api<RunnerReplicaSet>, runners: Api<Ru
         .for_each(|_| async {})
         .await;
 }
+
+/// How many API writes one reconcile has in flight at once (Runner creates, deletes,
+/// annotations): enough to apply a burst in a few round trips, few enough not to flood the
+/// apiserver.
+const APPLY_CONCURRENCY: usize = 16;
 
 /// The template hash of a set: the `runner-template-hash` label its template carries (set by
 /// the RunnerDeployment), else a hash of the template.
@@ -145,9 +150,16 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         now,
     };
     let plan = owner_sync::plan(&input);
-    for action in &plan.actions {
-        apply(&set, &ctx, action, &input.desired_template_hash).await?;
-    }
+    // The actions touch different Runners (at most one each), so they go out together: one at
+    // a time, a burst's finished Runners would each cost a round trip before the next is
+    // deleted, and new demand would wait behind them.
+    let (set_ref, ctx_ref, hash) = (&*set, &*ctx, input.desired_template_hash.as_str());
+    let applied: Vec<Result<(), Error>> = futures::stream::iter(plan.actions.clone())
+        .map(|action| async move { apply(set_ref, ctx_ref, &action, hash).await })
+        .buffer_unordered(APPLY_CONCURRENCY)
+        .collect()
+        .await;
+    applied.into_iter().collect::<Result<(), Error>>()?;
 
     let mut status = serde_json::Map::new();
     let total = runners
@@ -216,15 +228,17 @@ async fn apply(
     let now = rfc3339(ctx.now());
     match action {
         PlanAction::Create { count } => {
-            let mut created = Vec::new();
-            for _ in 0..*count {
-                let runner = new_runner(set, hash, &now);
-                let runner = runners
-                    .create(&PostParams::default(), &runner)
-                    .await
-                    .map_err(kube_err("create runner for", object_name(set)))?;
-                created.push(runner.name_any());
-            }
+            let created: Vec<String> = futures::stream::iter(0..*count)
+                .map(|_| {
+                    let runner = new_runner(set, hash, &now);
+                    let runners = &runners;
+                    async move { runners.create(&PostParams::default(), &runner).await }
+                })
+                .buffer_unordered(APPLY_CONCURRENCY)
+                .map(|created| created.map(|r| r.name_any()))
+                .try_collect()
+                .await
+                .map_err(kube_err("create runner for", object_name(set)))?;
             info!(set = %object_name(set), count, "created runners");
             // The next reconcile is triggered by the controller's own watch of Runners, not by
             // the store's: run before the store caught up, it would count these Runners as
