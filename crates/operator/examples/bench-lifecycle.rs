@@ -408,26 +408,11 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) -> anyhow::Result<()>
 
 /// `apiserver_request_total{verb="LIST"}` summed by resource.
 async fn apiserver_lists(client: &Client) -> anyhow::Result<BTreeMap<String, u64>> {
-    let request = http::Request::get("/metrics").body(Vec::new())?;
-    let text = client.request_text(request).await?;
     let mut lists = BTreeMap::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
-            continue;
-        };
-        let Some((labels, value)) = rest.split_once("} ") else {
-            continue;
-        };
-        let label = |name: &str| {
-            labels.split(',').find_map(|kv| {
-                kv.strip_prefix(name)
-                    .and_then(|v| v.strip_prefix("=\""))
-                    .and_then(|v| v.strip_suffix('"'))
-            })
-        };
-        if label("verb") == Some("LIST") {
-            let resource = label("resource").unwrap_or("?").to_owned();
-            *lists.entry(resource).or_default() += value.trim().parse::<f64>()? as u64;
+    for ((verb, resource), count) in common::apiserver_requests(client).await? {
+        if verb == "LIST" {
+            let resource = resource.split('/').next().unwrap_or_default().to_owned();
+            *lists.entry(resource).or_default() += count;
         }
     }
     Ok(lists)

@@ -169,6 +169,9 @@ struct Observed {
     accounting: ghsim::accounting::Accounting,
     /// `hangar_webhook_*` and latency histogram lines from the controller's metrics.
     hangar_metrics: BTreeMap<String, f64>,
+    /// Writes the apiserver served from the first job queued until the drain ended, by
+    /// (verb, resource): what the control plane spent on the jobs.
+    apiserver_writes: BTreeMap<(String, String), u64>,
     usage: Usage,
 }
 
@@ -208,6 +211,7 @@ async fn run_on(kubeconfig: &Path, hangar: &Path, args: &Args) -> anyhow::Result
     let (registered, registrations) = poll_registrations(github.sim.clone());
     set_up(&client, &github, &nodes, &proxy, args, webhook_addr).await?;
 
+    let requests_before = common::apiserver_requests(&client).await?;
     let before = CpuSnapshot::take(controller.pid())?;
     let t0 = Timestamp::now();
     let ids = queue_jobs(&github.sim, args, &pods).await?;
@@ -226,6 +230,16 @@ async fn run_on(kubeconfig: &Path, hangar: &Path, args: &Args) -> anyhow::Result
     })
     .await;
     let hangar_metrics = scrape_metrics(metrics_addr).await;
+    let requests_after = common::apiserver_requests(&client).await?;
+    let apiserver_writes = requests_after
+        .into_iter()
+        .filter(|((verb, _), _)| !matches!(verb.as_str(), "GET" | "LIST" | "WATCH"))
+        .map(|(key, after)| {
+            let delta = after - requests_before.get(&key).copied().unwrap_or(0);
+            (key, delta)
+        })
+        .filter(|(_, delta)| *delta > 0)
+        .collect();
     // Read before anything stops: stopped runners would count as interrupting their jobs.
     let jobs: Vec<Job> = github.sim.read(|w, _| {
         ids.iter()
@@ -253,6 +267,7 @@ async fn run_on(kubeconfig: &Path, hangar: &Path, args: &Args) -> anyhow::Result
         registered,
         accounting,
         hangar_metrics,
+        apiserver_writes,
         usage: Usage {
             machine_cpu_busy_while_queueing: machine_busy,
             controller_cpus_while_queueing: controller_cpus,
@@ -666,6 +681,7 @@ struct Report {
     latency_seconds: Latencies,
     webhook_server: WebhookServer,
     github_api: GitHubApi,
+    apiserver_writes: ApiserverWrites,
     /// How late the pod watch saw each pod after its creation: `seen - creationTimestamp`,
     /// where the timestamp is truncated to the second, so each value is an upper bound (and
     /// at most one second above the true lag).
@@ -673,6 +689,17 @@ struct Report {
     usage: Usage,
     /// Where the per-job records went (not committed).
     per_job_records: &'static str,
+}
+
+/// Writes (anything but GET, LIST and WATCH) the apiserver served while the jobs were queued
+/// and drained: from every component (Hangar, nodesim's kubelets, the scheduler, the
+/// garbage collector), since each costs the control plane alike.
+#[derive(Debug, Serialize)]
+struct ApiserverWrites {
+    total: u64,
+    per_job: f64,
+    /// Per job, by `VERB resource[/subresource]`, largest first.
+    per_job_by_request: Vec<(String, f64)>,
 }
 
 #[derive(Debug, Serialize)]
@@ -1027,6 +1054,27 @@ fn summarize(args: &Args, o: &Observed) -> (Report, Vec<JobRecord>) {
             rate_limit_cost: cost,
             by_endpoint,
         },
+        apiserver_writes: {
+            let total: u64 = o.apiserver_writes.values().sum();
+            let per_job = |n: u64| {
+                if queued > 0 {
+                    round_us(n as f64 / queued as f64)
+                } else {
+                    0.0
+                }
+            };
+            let mut by: Vec<(String, f64)> = o
+                .apiserver_writes
+                .iter()
+                .map(|((verb, resource), n)| (format!("{verb} {resource}"), per_job(*n)))
+                .collect();
+            by.sort_by(|a, b| b.1.total_cmp(&a.1));
+            ApiserverWrites {
+                total,
+                per_job: per_job(total),
+                per_job_by_request: by,
+            }
+        },
         pod_watch_lag_upper_bound_seconds: Latency::of(
             "creationTimestamp (whole seconds)",
             "first seen by the watch",
@@ -1138,7 +1186,7 @@ fn summary(r: &Report) -> String {
          deliveries answered 2xx ({per_s:.1}/s while jobs were queued, peak {peak} in one \
          second), answer latency \
          p50 {answer50:.1} ms / p99 {answer99:.1} ms. GitHub API: {calls} calls with the controller's token ({per_job:.3} per \
-         job). CPU while queueing: machine {busy:.0}% busy, controller {ctl:.2} CPUs, bench \
+         job). Apiserver: {writes:.1} writes per job. CPU while queueing: machine {busy:.0}% busy, controller {ctl:.2} CPUs, bench \
          process {bench:.2} CPUs.",
         queued = r.jobs.queued,
         job = r.setup.job_seconds,
@@ -1166,6 +1214,7 @@ fn summary(r: &Report) -> String {
         answer99 = w.answer_latency_seconds.p99.unwrap_or(0.0) * 1000.0,
         calls = r.github_api.calls,
         per_job = r.github_api.calls_per_job,
+        writes = r.apiserver_writes.per_job,
         busy = r.usage.machine_cpu_busy_while_queueing * 100.0,
         ctl = r.usage.controller_cpus_while_queueing,
         bench = r.usage.bench_process_cpus_while_queueing,

@@ -110,3 +110,35 @@ pub fn hangar_binary(given: Option<&Path>, xtask_command: &str) -> anyhow::Resul
     );
     Ok(hangar)
 }
+
+/// The apiserver's `apiserver_request_total`, summed by (verb, resource with subresource) —
+/// e.g. `("PATCH", "pods/status")`. Differences of two readings count what happened between.
+pub async fn apiserver_requests(
+    client: &Client,
+) -> anyhow::Result<std::collections::BTreeMap<(String, String), u64>> {
+    let request = http::Request::get("/metrics").body(Vec::new())?;
+    let text = client.request_text(request).await?;
+    let mut counts = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels.split(',').find_map(|kv| {
+                kv.strip_prefix(name)
+                    .and_then(|v| v.strip_prefix("=\""))
+                    .and_then(|v| v.strip_suffix('"'))
+            })
+        };
+        let mut resource = label("resource").unwrap_or("?").to_owned();
+        if let Some(sub) = label("subresource").filter(|s| !s.is_empty()) {
+            resource = format!("{resource}/{sub}");
+        }
+        let verb = label("verb").unwrap_or("?").to_owned();
+        *counts.entry((verb, resource)).or_default() += value.trim().parse::<f64>()? as u64;
+    }
+    Ok(counts)
+}
