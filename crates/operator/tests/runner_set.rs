@@ -11,6 +11,7 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use hangar::controllers::runner_set::RunnerSetRegistration;
 use hangar_api::RunnerSet;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret};
@@ -25,6 +26,8 @@ const WAIT: Duration = Duration::from_secs(60);
 struct Rs {
     h: Harness,
     nodes: NodeSimHandle,
+    /// The admission webhooks, when the test runs with them.
+    admission: Option<support::AdmissionServer>,
 }
 
 impl Rs {
@@ -32,7 +35,28 @@ impl Rs {
         support::init_tracing();
         let h = Harness::start_with(prefix, support::uncached()).await;
         let nodes = h.start_nodes("rs", prefix).await;
-        Self { h, nodes }
+        Self {
+            h,
+            nodes,
+            admission: None,
+        }
+    }
+
+    /// As `hangar run --admission-addr`: the admission webhooks served for this namespace, and
+    /// the RunnerSet controller registering pods through the pod webhook.
+    async fn start_with_admission(prefix: &str) -> Self {
+        support::init_tracing();
+        let h = Harness::start_configured(prefix, support::uncached(), |s| {
+            s.runner_set_registration = RunnerSetRegistration::PodWebhook;
+        })
+        .await;
+        let admission = Some(h.serve_admission().await);
+        let nodes = h.start_nodes("rs", prefix).await;
+        Self {
+            h,
+            nodes,
+            admission,
+        }
     }
 
     /// A RunnerSet for repository `octo/app` whose pods run on this test's nodes.
@@ -158,6 +182,7 @@ impl Rs {
 
     async fn shutdown(self) {
         self.nodes.shutdown().await.unwrap();
+        drop(self.admission);
     }
 }
 
@@ -367,6 +392,36 @@ async fn the_seed_002_example_applies_unchanged_and_its_runners_register() {
     .await;
     // Placing the pods on this test's nodes (another field manager, as a user's overlay would)
     // rolls the set out to runners that register.
+    place_example(&e);
+    let pods = e.wait_running(2).await;
+    for p in e.pods().await {
+        if !pods.contains(&p.name_any()) {
+            continue; // a pod of the unplaced StatefulSets, on its way out
+        }
+        let spec = p.spec.unwrap();
+        let runner = spec.containers.iter().find(|c| c.name == "runner").unwrap();
+        let env = |n: &str| {
+            runner
+                .env
+                .iter()
+                .flatten()
+                .find(|v| v.name == n)
+                .and_then(|v| v.value.clone())
+        };
+        assert_eq!(
+            env("RUNNER_REPO").as_deref(),
+            Some("mumoshu/actions-runner-controller-ci")
+        );
+        assert_eq!(env("RUNNER_EPHEMERAL").as_deref(), Some("false"));
+        let limits = runner.resources.clone().unwrap().limits.unwrap();
+        assert_eq!(limits["memory"].0, "8Gi");
+    }
+    e.shutdown().await;
+}
+
+/// Places the seed example's pods on this test's nodes with a server-side apply of another
+/// field manager (as a user's overlay would), leaving the example's own fields as written.
+fn place_example(e: &Rs) {
     let placement = e.nodes.placement();
     let overlay = json!({
         "apiVersion": "actions.summerwind.dev/v1alpha1",
@@ -408,30 +463,6 @@ async fn the_seed_002_example_applies_unchanged_and_its_runners_register() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let pods = e.wait_running(2).await;
-    for p in e.pods().await {
-        if !pods.contains(&p.name_any()) {
-            continue; // a pod of the unplaced StatefulSets, on its way out
-        }
-        let spec = p.spec.unwrap();
-        let runner = spec.containers.iter().find(|c| c.name == "runner").unwrap();
-        let env = |n: &str| {
-            runner
-                .env
-                .iter()
-                .flatten()
-                .find(|v| v.name == n)
-                .and_then(|v| v.value.clone())
-        };
-        assert_eq!(
-            env("RUNNER_REPO").as_deref(),
-            Some("mumoshu/actions-runner-controller-ci")
-        );
-        assert_eq!(env("RUNNER_EPHEMERAL").as_deref(), Some("false"));
-        let limits = runner.resources.clone().unwrap().limits.unwrap();
-        assert_eq!(limits["memory"].0, "8Gi");
-    }
-    e.shutdown().await;
 }
 
 /// PersistentVolumes a test created (cluster-scoped), deleted when it ends, also on panic.
@@ -611,5 +642,244 @@ async fn a_later_runner_binds_the_persistent_volume_a_finished_runner_used() {
     })
     .await;
     assert_eq!(e.h.interrupted(), 0);
+    e.shutdown().await;
+}
+
+/// The runner container of a pod.
+fn runner_container(p: &Pod) -> k8s_openapi::api::core::v1::Container {
+    p.spec
+        .clone()
+        .unwrap()
+        .containers
+        .into_iter()
+        .find(|c| c.name == "runner")
+        .unwrap()
+}
+
+/// The Secret a runner container's variable `name` reads, as (Secret, key).
+fn secret_ref(p: &Pod, name: &str) -> Option<(String, String)> {
+    let var = runner_container(p)
+        .env
+        .into_iter()
+        .flatten()
+        .find(|v| v.name == name)?;
+    assert!(
+        var.value.is_none(),
+        "{name} is a literal in pod {}",
+        p.name_any()
+    );
+    let r = var.value_from?.secret_key_ref?;
+    Some((r.name, r.key))
+}
+
+// Multi-threaded: the admission server runs on the test's runtime, and `kubectl apply`
+// blocks a thread while the apiserver calls it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_pod_webhook_the_seed_002_example_registers_runners_that_take_jobs() {
+    let e = Rs::start_with_admission("rs-hook-seed").await;
+    e.h.sim.update(|w, _| {
+        w.add_org("mumoshu", None);
+        w.add_repo("mumoshu", "actions-runner-controller-ci", true);
+    });
+    e.h.apply(include_str!(
+        "../../../examples/runnerset-seed002-pod-template.yaml"
+    ));
+    eventually(
+        &e,
+        "two runner statefulsets of the example",
+        WAIT,
+        || async { (e.stateful_sets().await.len() == 2).then_some(()) },
+    )
+    .await;
+    place_example(&e);
+    let names = e.wait_running(2).await;
+
+    // The shared registration Secret of the scope holds the token; no pod names it literally,
+    // every pod reads it by reference, restarts Never and carries the inject label.
+    let scope = hangar_github::Scope::repo("mumoshu", "actions-runner-controller-ci");
+    let shared = hangar::admission::registration::secret_name(&scope, None);
+    let secret = e.h.api::<Secret>().get(&shared).await.unwrap();
+    let token = String::from_utf8(secret.data.unwrap()["runner_token"].0.clone()).unwrap();
+    assert!(!token.is_empty());
+    for p in e.pods().await {
+        if !names.contains(&p.name_any()) {
+            continue; // a pod of the unplaced StatefulSets, on its way out
+        }
+        assert!(
+            !serde_json::to_string(&p).unwrap().contains(&token),
+            "the token is in pod {}",
+            p.name_any()
+        );
+        assert_eq!(
+            secret_ref(&p, "RUNNER_TOKEN"),
+            Some((shared.clone(), "runner_token".to_owned()))
+        );
+        let spec = p.spec.clone().unwrap();
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(
+            p.labels()["actions-runner-controller/inject-registration-token"],
+            "true"
+        );
+        let name = runner_container(&p)
+            .env
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "RUNNER_NAME")
+            .unwrap();
+        assert_eq!(name.value, Some(p.name_any()));
+    }
+    // No per-StatefulSet Secret in this mode.
+    let per_set: Vec<String> =
+        e.h.list::<Secret>()
+            .await
+            .iter()
+            .map(|s| s.name_any())
+            .filter(|n| n.ends_with("-registration"))
+            .collect();
+    assert!(per_set.is_empty(), "{per_set:?}");
+
+    // The runners take jobs of the example's repository.
+    let jobs = e.h.sim.update(|w, now| {
+        let request = ghsim::world::SubmitJobs {
+            repository: "mumoshu/actions-runner-controller-ci".into(),
+            count: 3,
+            labels: vec!["self-hosted".into()],
+            duration_ms: 300,
+            conclusion: Some("success".into()),
+            workflow: None,
+            job_name: None,
+        };
+        w.submit_jobs(&request, now).unwrap().1
+    });
+    eventually(&e, "the example's jobs done", WAIT, || async {
+        e.all_succeeded(&jobs).then_some(())
+    })
+    .await;
+    assert_eq!(e.h.interrupted(), 0, "{}", e.describe().await);
+    e.shutdown().await;
+}
+
+// Multi-threaded: the admission server runs on the test's runtime, and `kubectl apply`
+// blocks a thread while the apiserver calls it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_pod_webhook_a_jit_pod_deleted_directly_comes_back_with_a_fresh_config() {
+    let e = Rs::start_with_admission("rs-hook-jit").await;
+    let mut set: serde_json::Value =
+        serde_json::from_str(&e.runner_set("jit", 1, "jit", &[])).unwrap();
+    set["metadata"]["annotations"] = json!({"hangar.dev/registration": "jit"});
+    e.h.apply(&set.to_string());
+    let first = e.wait_running(1).await.into_iter().next().unwrap();
+    let pods = e.h.api::<Pod>();
+    let before = pods.get(&first).await.unwrap();
+    let first_id = before.annotations()["actions-runner/id"].clone();
+    // The pod reads its JIT configuration from a Secret of its own, owned by its StatefulSet.
+    let jit_secret = format!("{first}-jit");
+    assert_eq!(
+        secret_ref(&before, "ACTIONS_RUNNER_INPUT_JITCONFIG"),
+        Some((jit_secret.clone(), "jit_config".to_owned()))
+    );
+    assert_eq!(secret_ref(&before, "RUNNER_TOKEN"), None);
+    assert_eq!(
+        before.spec.as_ref().unwrap().restart_policy.as_deref(),
+        Some("Never")
+    );
+    let sts = e.stateful_sets().await.remove(0);
+    let secret = e.h.api::<Secret>().get(&jit_secret).await.unwrap();
+    assert_eq!(secret.owner_references()[0].uid, sts.uid().unwrap());
+
+    // `kubectl delete pod`: the StatefulSet recreates it under the same name, the webhook
+    // generates a fresh configuration, and the new runner registers.
+    pods.delete(&first, &Default::default()).await.unwrap();
+    let again = eventually(&e, "the pod back with a new runner", WAIT, || async {
+        let p = pods.get_opt(&first).await.unwrap()?;
+        let id = p.annotations().get("actions-runner/id")?.clone();
+        let fresh = p.uid() != before.uid() && id != first_id;
+        let running = e.wait_running_once(1).await?.contains(&first);
+        (fresh && running).then_some(id)
+    })
+    .await;
+    // GitHub knows the new runner only.
+    let ids: Vec<String> =
+        e.h.sim
+            .read(|w, _| w.runners.values().map(|r| r.id.to_string()).collect());
+    assert_eq!(ids, [again.clone()], "{}", e.describe().await);
+    assert_eq!(
+        e.stateful_sets().await[0].uid(),
+        sts.uid(),
+        "same StatefulSet"
+    );
+
+    let jobs = e.submit(1, "jit", Duration::from_millis(300));
+    eventually(&e, "the job done", WAIT, || async {
+        e.all_succeeded(&jobs).then_some(())
+    })
+    .await;
+
+    kubectl_scale(&e, "jit", 0);
+    eventually(
+        &e,
+        "no statefulsets, pods, JIT secrets or GitHub registrations",
+        WAIT,
+        || async {
+            let secrets = e.h.list::<Secret>().await;
+            let jit_left = secrets.iter().any(|s| s.name_any().ends_with("-jit"));
+            let gone = e.stateful_sets().await.is_empty()
+                && e.pods().await.is_empty()
+                && !jit_left
+                && e.h.registered().is_empty();
+            gone.then_some(())
+        },
+    )
+    .await;
+    assert_eq!(e.h.interrupted(), 0);
+    e.shutdown().await;
+}
+
+// Multi-threaded: the admission server runs on the test's runtime, and `kubectl apply`
+// blocks a thread while the apiserver calls it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_pod_webhook_pods_are_refused_while_github_is_down_and_created_after() {
+    let e = Rs::start_with_admission("rs-hook-down").await;
+    // The registration-token endpoint fails; the rest of GitHub works.
+    e.h.sim.set_faults(ghsim::Faults {
+        failing_endpoints: vec!["/registration-token".into()],
+        ..ghsim::Faults::default()
+    });
+    e.h.apply(&e.runner_set("down", 1, "down", &[]));
+    let sts = eventually(&e, "the runner statefulset", WAIT, || async {
+        e.stateful_sets().await.into_iter().next()
+    })
+    .await;
+    // The StatefulSet controller's FailedCreate event carries the webhook's refusal.
+    let events: kube::Api<k8s_openapi::api::core::v1::Event> = e.h.api();
+    let message = eventually(
+        &e,
+        "a FailedCreate event with the refusal",
+        WAIT,
+        || async {
+            let list = events.list(&ListParams::default()).await.unwrap().items;
+            list.into_iter()
+                .filter(|ev| ev.involved_object.name.as_deref() == Some(sts.name_any().as_str()))
+                .filter(|ev| ev.reason.as_deref() == Some("FailedCreate"))
+                .find_map(|ev| ev.message)
+        },
+    )
+    .await;
+    assert!(
+        message.contains("cannot get a registration token for repository octo/app from GitHub")
+            && message.contains("The pod is refused"),
+        "{message}"
+    );
+    assert!(e.pods().await.is_empty(), "{}", e.describe().await);
+
+    e.h.sim.set_faults(ghsim::Faults::default());
+    let names = eventually(
+        &e,
+        "the runner registered after recovery",
+        Duration::from_secs(120),
+        || async { e.wait_running_once(1).await },
+    )
+    .await;
+    assert!(names.contains(&format!("{}-0", sts.name_any())));
     e.shutdown().await;
 }

@@ -80,6 +80,15 @@ impl Harness {
         Self::launch(prefix, options, |_| {}, None).await.0
     }
 
+    /// [`Harness::start_with`], with `settings` adjusted by `configure`.
+    pub async fn start_configured(
+        prefix: &str,
+        options: ClientOptions,
+        configure: impl FnOnce(&mut Settings),
+    ) -> Self {
+        Self::launch(prefix, options, configure, None).await.0
+    }
+
     /// [`Harness::start_with`], with `settings` adjusted by `configure`, plus the GitHub webhook
     /// server inside the manager (`hangar run --webhook-addr`) on a loopback port. Returns the
     /// harness and the webhook server's URL.
@@ -316,6 +325,153 @@ impl Harness {
                 })
                 .collect::<String>()
         })
+    }
+}
+
+/// The admission webhooks of a test (`hangar run --admission-addr`), for its namespace only:
+/// the server stops and its webhook configurations are deleted when this is dropped (also on
+/// panic), so other tests sharing the control plane never call it.
+pub struct AdmissionServer {
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    kubeconfig: std::path::PathBuf,
+    /// The configurations' names.
+    pub mutating: String,
+    validating: String,
+}
+
+impl Drop for AdmissionServer {
+    fn drop(&mut self) {
+        self.task.abort();
+        let kubeconfig = self.kubeconfig.clone();
+        let (m, v) = (self.mutating.clone(), self.validating.clone());
+        // Its own runtime: drop may run inside (or after) the test's.
+        let done = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async move {
+                let client = hangar_testkit::control_plane::admin_client(&kubeconfig)
+                    .await
+                    .ok()?;
+                let dp = kube::api::DeleteParams::default();
+                let _ = kube::Api::<
+                    k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration,
+                >::all(client.clone())
+                .delete(&m, &dp)
+                .await;
+                let _ = kube::Api::<
+                    k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
+                >::all(client)
+                .delete(&v, &dp)
+                .await;
+                Some(())
+            })
+        })
+        .join();
+        if !matches!(done, Ok(Some(()))) {
+            eprintln!("could not delete webhook configurations {}", self.mutating);
+        }
+    }
+}
+
+impl Harness {
+    /// Serves the admission webhooks on a loopback port for this test's namespace (a label
+    /// only it carries selects it), with GitHub clients of their own (no cache, no retries:
+    /// "GitHub down" answers at once), and waits until the apiserver calls the pod webhook.
+    /// The server runs on the test's runtime: a test that blocks a thread on `kubectl` needs a
+    /// multi-threaded runtime, or the apiserver's calls time out.
+    pub async fn serve_admission(&self) -> AdmissionServer {
+        use hangar::admission::configurations::{Endpoint as HookEndpoint, Registration};
+        use hangar::admission::{Admission, AdmissionConfig};
+        use k8s_openapi::api::core::v1::{Namespace, Pod};
+        use kube::api::{Patch, PatchParams, PostParams};
+
+        let ns = self.ns.name().to_owned();
+        let selector_key = "hangar.dev/admission-test";
+        kube::Api::<Namespace>::all(self.client.clone())
+            .patch(
+                &ns,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"metadata": {"labels": {selector_key: ns}}})),
+            )
+            .await
+            .unwrap();
+        let options = ClientOptions {
+            cache: false,
+            retry: hangar_github::RetryPolicy {
+                max_attempts: 1,
+                ..hangar_github::RetryPolicy::default()
+            },
+            ..ClientOptions::default()
+        };
+        let registry = Arc::new(ClientRegistry::new(
+            Endpoint::custom(&self.url, &self.url).unwrap(),
+            options,
+        ));
+        let github: Arc<dyn GitHubApi> = registry
+            .client(Credentials::Token(Secret::new(TOKEN)))
+            .unwrap();
+        let clients = Arc::new(hangar::credentials::GitHubClients::new(
+            github,
+            Some(registry),
+        ));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("https://{}", listener.local_addr().unwrap());
+        let mut registration = Registration::new(HookEndpoint::Url(base));
+        registration.mutating_name = format!("{ns}-mutating");
+        registration.validating_name = format!("{ns}-validating");
+        registration.create_if_absent = true;
+        registration.namespace_selector = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                match_labels: Some([(selector_key.to_owned(), ns.clone())].into()),
+                match_expressions: None,
+            },
+        );
+        let (mutating, validating) = (
+            registration.mutating_name.clone(),
+            registration.validating_name.clone(),
+        );
+        let config = AdmissionConfig::new(registration, &ns);
+        let admission = Admission::new(
+            self.client.clone(),
+            clients,
+            Arc::new(hangar::context::SystemClock),
+            config,
+        );
+        let server = AdmissionServer {
+            task: tokio::spawn(admission.serve(listener, std::future::pending())),
+            kubeconfig: self.cluster.kubeconfig().to_owned(),
+            mutating,
+            validating,
+        };
+        // Active once a dry-run create of a runner pod comes back mutated.
+        let pods: kube::Api<Pod> = self.api();
+        let dry = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        let probe: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "admission-probe", "labels": {
+                "actions-runner-controller/inject-registration-token": "true"}},
+            "spec": {"containers": [{"name": "runner", "image": "r",
+                                     "env": [{"name": "RUNNER_REPO", "value": "octo/app"}]}]}
+        }))
+        .unwrap();
+        eventually(
+            "the pod webhook to be active",
+            Duration::from_secs(60),
+            || {
+                let (pods, dry, probe) = (pods.clone(), dry.clone(), probe.clone());
+                async move {
+                    let created = pods.create(&dry, &probe).await.ok()?;
+                    let env = created.spec?.containers[0].env.clone()?;
+                    env.iter().any(|e| e.name == "RUNNER_NAME").then_some(())
+                }
+            },
+        )
+        .await;
+        server
     }
 }
 

@@ -259,6 +259,60 @@ fn a_restarted_runner_container_counts_as_finished_only_in_pods_that_restart() {
 }
 
 #[test]
+fn a_pod_deleted_while_its_runner_was_on_stands_for_its_replacement() {
+    // deletionTimestamp 12:00:30 with a 30 s grace: the deletion began at 12:00:00.
+    // (deleting, unregistration requested by owner sync, runner finished at) -> replaced
+    let cases = [
+        (false, false, None, false),
+        (true, false, None, true),
+        // Killed by the deletion.
+        (true, false, Some("2030-01-01T12:00:05Z"), true),
+        // Finished on its own, then deleted (e.g. by the StatefulSet controller).
+        (true, false, Some("2030-01-01T11:59:00Z"), false),
+        // Owner sync retires it: not replaced.
+        (true, true, None, false),
+    ];
+    for (deleting, requested, finished, replaced) in cases {
+        let mut meta = serde_json::json!({"name": "example-abc-0", "annotations": {}});
+        if deleting {
+            meta["deletionTimestamp"] = serde_json::json!("2030-01-01T12:00:30Z");
+            meta["deletionGracePeriodSeconds"] = serde_json::json!(30);
+        }
+        if requested {
+            meta["annotations"]["actions-runner/unregistration-request-timestamp"] =
+                serde_json::json!("2030-01-01T11:00:00Z");
+        }
+        let state = match finished {
+            Some(at) => serde_json::json!({"terminated": {"exitCode": 0, "finishedAt": at}}),
+            None => serde_json::json!({"running": {}}),
+        };
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": meta,
+            "spec": {"restartPolicy": "Never", "containers": []},
+            "status": {"phase": "Running", "containerStatuses": [{
+                "name": "runner", "image": "i", "imageID": "", "ready": true,
+                "restartCount": 0, "state": state
+            }]}
+        }))
+        .unwrap();
+        let case = format!("deleting={deleting} requested={requested} finished={finished:?}");
+        assert_eq!(replaced_by_its_stateful_set(&pod), replaced, "{case}");
+        let view = stateful_pod_view(&pod);
+        if replaced {
+            // One pending runner: owner sync neither replaces nor deletes its StatefulSet.
+            assert!(!view.is_stopped() && !view.deleting, "{case}");
+            assert_eq!(
+                view.phase,
+                hangar_core::owner_sync::PodPhase::Pending,
+                "{case}"
+            );
+        } else if deleting && !requested {
+            assert!(view.is_stopped(), "{case}");
+        }
+    }
+}
+
+#[test]
 fn the_mode_decides_where_the_credential_comes_from() {
     use RunnerSetRegistration::*;
     let cases = [
