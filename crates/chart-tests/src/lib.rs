@@ -10,7 +10,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use hangar_testkit::{Helm, KUBERNETES_VERSION};
+use hangar_testkit::{Helm, KUBERNETES_VERSION, TestCluster};
 use serde::Deserialize as _;
 use serde_yaml::Value;
 
@@ -373,4 +373,70 @@ pub fn run_with_stdin(cmd: &mut Command, input: &str) -> (bool, String) {
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.success(), text)
+}
+
+/// Cluster-scoped objects a test applied, deleted when it ends (also on panic).
+#[derive(Debug)]
+pub struct ClusterScoped {
+    kubeconfig: PathBuf,
+    /// `kind/name` of each (kind in lower case, as `kubectl delete` takes it).
+    pub names: Vec<String>,
+}
+
+impl Drop for ClusterScoped {
+    fn drop(&mut self) {
+        if self.names.is_empty() {
+            return;
+        }
+        let _ = TestCluster::get()
+            .kubectl()
+            .env("KUBECONFIG", &self.kubeconfig)
+            .args(["delete", "--ignore-not-found", "--wait=false"])
+            .args(&self.names)
+            .output();
+    }
+}
+
+/// Applies the chart's ServiceAccounts and RBAC objects (only those) for real.
+pub fn apply_rbac(cluster: &TestCluster, yaml: &str) -> ClusterScoped {
+    let rbac: Vec<_> = documents(yaml)
+        .into_iter()
+        .filter(|o| {
+            matches!(
+                str_at(o, &["kind"]),
+                "ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding"
+            )
+        })
+        .collect();
+    let names = rbac
+        .iter()
+        .filter(|o| str_at(o, &["kind"]).starts_with("Cluster"))
+        .map(|o| {
+            format!(
+                "{}/{}",
+                str_at(o, &["kind"]).to_lowercase(),
+                str_at(o, &["metadata", "name"])
+            )
+        })
+        .collect();
+    let guard = ClusterScoped {
+        kubeconfig: cluster.kubeconfig().to_owned(),
+        names,
+    };
+    let stream: String = rbac
+        .iter()
+        .map(|o| format!("---\n{}", serde_yaml::to_string(o).unwrap()))
+        .collect();
+    let (ok, said) = run_with_stdin(
+        cluster.kubectl().args([
+            "apply",
+            "--server-side",
+            "--field-manager=hangar-chart-tests",
+            "-f",
+            "-",
+        ]),
+        &stream,
+    );
+    assert!(ok, "applying the chart's RBAC failed:\n{said}");
+    guard
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use hangar_chart_tests::{
     CONTROLLER_NEEDS, CONTROLLER_VOLUME_NEEDS, Permission, RELEASE, WEBHOOK_SERVER_NEEDS,
-    admission_needs, documents, kinds_and_names, render, render_with, run_with_stdin, str_at,
+    admission_needs, apply_rbac, documents, kinds_and_names, render, render_with, run_with_stdin,
 };
 use hangar_testkit::{TestCluster, TestNamespace};
 use k8s_openapi::api::authorization::v1::{
@@ -116,70 +116,6 @@ async fn every_tested_combination_of_values_is_accepted_by_the_apiserver() {
     for (what, sets) in combinations {
         dry_run(cluster, &render(ns, sets), what);
     }
-}
-
-/// Cluster-scoped objects a test applied, deleted when it ends (also on panic).
-struct ClusterScoped {
-    kubeconfig: std::path::PathBuf,
-    names: Vec<String>,
-}
-
-impl Drop for ClusterScoped {
-    fn drop(&mut self) {
-        if self.names.is_empty() {
-            return;
-        }
-        let _ = TestCluster::get()
-            .kubectl()
-            .env("KUBECONFIG", &self.kubeconfig)
-            .args(["delete", "--ignore-not-found", "--wait=false"])
-            .args(&self.names)
-            .output();
-    }
-}
-
-/// Applies the chart's ServiceAccounts and RBAC objects (only those) for real.
-fn apply_rbac(cluster: &TestCluster, yaml: &str) -> ClusterScoped {
-    let rbac: Vec<_> = documents(yaml)
-        .into_iter()
-        .filter(|o| {
-            matches!(
-                str_at(o, &["kind"]),
-                "ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding"
-            )
-        })
-        .collect();
-    let names = rbac
-        .iter()
-        .filter(|o| str_at(o, &["kind"]).starts_with("Cluster"))
-        .map(|o| {
-            format!(
-                "{}/{}",
-                str_at(o, &["kind"]).to_lowercase(),
-                str_at(o, &["metadata", "name"])
-            )
-        })
-        .collect();
-    let guard = ClusterScoped {
-        kubeconfig: cluster.kubeconfig().to_owned(),
-        names,
-    };
-    let stream: String = rbac
-        .iter()
-        .map(|o| format!("---\n{}", serde_yaml::to_string(o).unwrap()))
-        .collect();
-    let (ok, said) = run_with_stdin(
-        cluster.kubectl().args([
-            "apply",
-            "--server-side",
-            "--field-manager=hangar-chart-tests",
-            "-f",
-            "-",
-        ]),
-        &stream,
-    );
-    assert!(ok, "applying the chart's RBAC failed:\n{said}");
-    guard
 }
 
 /// Where a check is asked: one namespace, or all of them.

@@ -6,7 +6,8 @@
 //! - [`manager`]: reflectors and controllers in one process.
 //! - [`context`], [`error`]: what reconcilers share, and how they fail.
 //! - [`leader`]: Lease-based leader election among controller replicas.
-//! - [`metrics`]: Prometheus metrics and the health endpoints.
+//! - [`metrics`]: Prometheus metrics and the health endpoints; [`kube_client`]: the Kubernetes
+//!   client whose every request is counted by status code.
 //! - [`credentials`]: per-resource GitHub credentials; [`conditions`]: status conditions.
 //! - [`webhook_server`]: GitHub `workflow_job` deliveries → capacity reservations on autoscalers.
 //! - [`admission`]: admission webhooks (RunnerSet pod token injection, validation) with
@@ -18,6 +19,7 @@ pub mod context;
 pub mod controllers;
 pub mod credentials;
 pub mod error;
+pub mod kube_client;
 pub mod leader;
 pub mod manager;
 pub mod metrics;

@@ -394,8 +394,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let github = registry
         .client(credentials)
         .context("cannot build the GitHub client")?;
-    let client = kube::Client::try_default()
+    // Every Kubernetes request is counted by status code (`rest_client_requests_total`), so
+    // a permission the RBAC lacks shows as code="403" even where its error is not logged.
+    let exporter = Arc::new(hangar::metrics::Exporter::default());
+    let config = kube::Config::infer()
         .await
+        .context("cannot find a Kubernetes configuration")?;
+    let client = hangar::kube_client::counted(config, exporter.metrics.clone())
         .context("cannot reach Kubernetes")?;
     // Admission webhooks serve on every replica, leader or not.
     if let Some(admission) = args
@@ -406,7 +411,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         tokio::spawn(admission);
     }
     let settings = Settings {
-        exporter: Some(Arc::new(hangar::metrics::Exporter::default())),
+        exporter: Some(exporter.clone()),
         pod_defaults: PodDefaults {
             runner_image: args.runner_image,
             docker_image: args.docker_image,
@@ -439,7 +444,6 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         _ => None,
     };
     let clock: Arc<dyn hangar::context::Clock> = Arc::new(hangar::context::SystemClock);
-    let exporter = settings.exporter.clone().unwrap_or_default();
     serve_exporter(
         &exporter,
         &[args.metrics_addr.0, args.health_probe_bind_address.0],

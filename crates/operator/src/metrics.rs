@@ -59,6 +59,7 @@ pub struct Metrics {
     hra_min: Family<Labels, Gauge>,
     hra_max: Family<Labels, Gauge>,
     deployment_replicas: Family<Labels, Gauge>,
+    kube_requests: Family<Labels, Counter>,
     busy: Mutex<HashSet<String>>,
     pending: Mutex<PendingDeliveries>,
     started: Instant,
@@ -100,6 +101,7 @@ impl Metrics {
             hra_min: Family::default(),
             hra_max: Family::default(),
             deployment_replicas: Family::default(),
+            kube_requests: Family::default(),
             busy: Mutex::new(HashSet::new()),
             pending: Mutex::new(PendingDeliveries::default()),
             started: Instant::now(),
@@ -177,7 +179,25 @@ impl Metrics {
             "spec.replicas of a RunnerDeployment (ARC legacy name)",
             m.deployment_replicas.clone(),
         );
+        registry.register(
+            "rest_client_requests",
+            "Kubernetes API requests by HTTP method and status code (controller-runtime's name); \
+             code=\"403\" is a call the controller's RBAC does not allow, code=\"<error>\" one \
+             that got no answer",
+            m.kube_requests.clone(),
+        );
         Self { registry, ..m }
+    }
+
+    /// Records one Kubernetes API request and the status code it was answered with (see
+    /// [`crate::kube_client`]).
+    pub fn kube_request(&self, method: &str, code: &str) {
+        self.kube_requests
+            .get_or_create(&vec![
+                ("code", code.to_owned()),
+                ("method", method.to_owned()),
+            ])
+            .inc();
     }
 
     /// Records one reconcile of `controller`.
@@ -806,6 +826,7 @@ mod tests {
         let m = Metrics::new();
         m.reconciled("runner", Duration::from_millis(30), true);
         m.delivery("workflow_job", "scaled");
+        m.kube_request("GET", "403");
         m.set_busy(["b".to_owned()].into());
         let pods = vec![
             pod("b", "Running", &[(ann::RUNNER_ID, "2")]),
@@ -829,6 +850,7 @@ mod tests {
             "hangar_reconcile_errors_total{controller=\"runner\"} 1",
             "hangar_reconcile_duration_seconds_count{controller=\"runner\"} 1",
             "hangar_webhook_deliveries_total{event=\"workflow_job\",outcome=\"scaled\"} 1",
+            "rest_client_requests_total{code=\"403\",method=\"GET\"} 1",
             "hangar_runners{namespace=\"ns\",state=\"busy\"} 1",
             "hangar_runners{namespace=\"ns\",state=\"idle\"} 1",
             "horizontalrunnerautoscaler_desired_replicas{namespace=\"ns\",horizontalrunnerautoscaler=\"hra\"} 3",
