@@ -377,6 +377,32 @@ async fn apiserver_calls_the_webhooks_and_they_survive_a_ca_rotation() {
     };
     let before = bundle_of(&mutating.get(&registration.mutating_name).await.unwrap());
     let served_before = certs.cert().current_pem().unwrap();
+    // Pods are created throughout the rotation by four loops, as StatefulSet controllers
+    // would: the apiserver must trust every certificate served, before and after the swap.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let creators: Vec<_> = (0..4)
+        .map(|loop_id| {
+            let (pods, stop) = (pods.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut created = 0;
+                let mut failures = Vec::new();
+                while !stop.load(Ordering::SeqCst) {
+                    let name = format!("rot-{loop_id}-{}", created + failures.len());
+                    let pod = runner_pod(
+                        Some(&name),
+                        json!([{"name": "RUNNER_ORG", "value": "octo"}]),
+                    );
+                    match pods.create(&PostParams::default(), &pod).await {
+                        Ok(_) => created += 1,
+                        Err(e) => failures.push(format!("{name}: {}", error_message(e))),
+                    }
+                }
+                (created, failures)
+            })
+        })
+        .collect();
+    // Some pods before the rotation is due.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     clock.set_offset_days(0);
     let after = eventually("the caBundle to change", Duration::from_secs(30), || {
         let mutating = mutating.clone();
@@ -401,6 +427,24 @@ async fn apiserver_calls_the_webhooks_and_they_survive_a_ca_rotation() {
         },
     )
     .await;
+    // And some after the new certificate is served.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::SeqCst);
+    let (mut created, mut failures) = (0, Vec::new());
+    for creator in creators {
+        let (c, f) = creator.await.unwrap();
+        created += c;
+        failures.extend(f);
+    }
+    eprintln!("{created} pods created across the rotation");
+    assert!(
+        failures.is_empty(),
+        "pod creation failed during the rotation ({created} succeeded): {failures:#?}"
+    );
+    assert!(
+        created >= 10,
+        "only {created} pods created across the rotation"
+    );
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let v = validating.get(&registration.validating_name).await.unwrap();
     for hook in v.webhooks.unwrap() {
