@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use hangar_api::{HorizontalRunnerAutoscaler, Runner, RunnerDeployment};
 use hangar_testkit::Binaries;
-use hangar_testkit::control_plane::{ControlPlane, admin_client, free_port};
+use hangar_testkit::control_plane::{ControlPlane, StartOptions, admin_client, free_port};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use serde::Deserialize;
@@ -47,6 +47,14 @@ pub struct Options {
     pub job_seconds: u64,
     /// The autoscaler's `maxReplicas`.
     pub max_replicas: u32,
+    /// The short, non-interactive form CI runs (`--ci`): a control plane of its own under
+    /// `target/` (never the developer's `.hangar/cluster`), tied to this process, a plain log
+    /// instead of the live view, a tighter time limit, a failure unless every job completed,
+    /// and everything stopped at the end.
+    pub ci: bool,
+    /// Build `hangar`, `ghsim` and `nodesim` first (`cargo build`); `cargo xtask test` turns
+    /// this off because `cargo test --workspace --no-run` has just built them.
+    pub build: bool,
 }
 
 /// The controller's PAT in ghsim, labelled so that its calls are accounted apart
@@ -63,15 +71,65 @@ const MIN_REPLICAS: i32 = 0;
 const SCALE_DOWN_DELAY_SECS: u32 = 5;
 /// The whole burst, scale-out to scale-in, must fit in this.
 const BURST_LIMIT: Duration = Duration::from_secs(300);
+/// ... and in CI, where the burst is smaller.
+const CI_BURST_LIMIT: Duration = Duration::from_secs(150);
 const TICK: Duration = Duration::from_millis(500);
+/// Where a failed demo's logs are (`logs/` of `.hangar/cluster`, or of `target/hangar-demo-ci`).
+const LOGS_HINT: &str = "the logs in the cluster directory's logs/";
 /// Processes of a demo that `ControlPlane::stop` ends along with the control plane.
 const DEMO_PROCESSES: [&str; 3] = ["ghsim", "nodesim", "hangar"];
 
-/// Runs the demo; `Ok(FAILURE)` when jobs were interrupted.
+/// Runs the demo; `Ok(FAILURE)` when jobs were interrupted (or, with `ci`, did not all
+/// complete). With `ci`, everything it started is stopped before it returns, failed or not.
 pub async fn run(opts: &Options) -> Result<ExitCode> {
-    let dir = default_cluster_dir();
+    if !opts.ci {
+        let dir = default_cluster_dir();
+        stop_previous_demo(&dir)?;
+        let kubeconfig = up(&dir).await?;
+        return run_on(opts, dir, kubeconfig).await;
+    }
+    let dir = ci_cluster_dir();
     stop_previous_demo(&dir)?;
-    let kubeconfig = up(&dir).await?;
+    let started = Instant::now();
+    let binaries = crate::build_binaries()?;
+    let mut start = StartOptions::new(&dir, binaries);
+    start.tie_to_pid = Some(std::process::id());
+    let plane = ControlPlane::start(start).await?;
+    let outcome = run_on(opts, dir.clone(), plane.kubeconfig().to_owned()).await;
+    if !matches!(&outcome, Ok(code) if *code == ExitCode::SUCCESS) {
+        // CI keeps no cluster to look at afterwards: show how the demo's processes ended.
+        for name in DEMO_PROCESSES {
+            let log = std::fs::read_to_string(dir.join("logs").join(format!("{name}.log")));
+            let log = log.unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            eprintln!("--- last lines of {name}.log");
+            for line in &lines[lines.len().saturating_sub(30)..] {
+                eprintln!("{line}");
+            }
+        }
+    }
+    // `cargo xtask cluster down --dir target/hangar-demo-ci`: the control plane, ghsim,
+    // nodesim and hangar, whatever the outcome.
+    let stopped = ControlPlane::stop(&dir)?;
+    eprintln!(
+        "xtask: CI demo {} after {:.0?}; stopped {} processes",
+        match &outcome {
+            Ok(code) if *code == ExitCode::SUCCESS => "passed",
+            _ => "FAILED",
+        },
+        started.elapsed(),
+        stopped.len()
+    );
+    outcome
+}
+
+/// Where the CI demo keeps its control plane: under `target/`, apart from the developer's
+/// `.hangar/cluster` and the test suite's `target/hangar-test-cluster`.
+pub fn ci_cluster_dir() -> PathBuf {
+    workspace_root().join("target").join("hangar-demo-ci")
+}
+
+async fn run_on(opts: &Options, dir: PathBuf, kubeconfig: PathBuf) -> Result<ExitCode> {
     let cluster = Cluster {
         client: admin_client(&kubeconfig).await?,
         binaries: Binaries::configured(),
@@ -80,7 +138,7 @@ pub async fn run(opts: &Options) -> Result<ExitCode> {
     };
     let namespace = opts.namespace.as_str();
     install(&cluster, namespace).await?;
-    let stack = start_stack(&cluster, namespace).await?;
+    let stack = start_stack(&cluster, namespace, opts.build).await?;
     let kube = &Kube::new(cluster.client.clone(), namespace);
     apply_pool(&cluster, kube, opts).await?;
     subscribe(&stack).await?;
@@ -100,6 +158,9 @@ pub async fn run(opts: &Options) -> Result<ExitCode> {
     let accounting: Accounting = stack.ghsim.get("/_ghsim/accounting").await?;
     let summary = Summary::from_accounting(&accounting, &watch);
     println!("\n{summary}");
+    if opts.ci {
+        return Ok(ci_verdict(&summary, opts.jobs));
+    }
     let url = &stack.ghsim_url;
     println!(
         "\nThe cluster keeps running. Explore it with:\n  export KUBECONFIG={}",
@@ -123,6 +184,23 @@ pub async fn run(opts: &Options) -> Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// CI's verdict on a finished burst: every job completed, none interrupted.
+fn ci_verdict(summary: &Summary, jobs: u32) -> ExitCode {
+    let mut failures = vec![];
+    if summary.completed < jobs as usize {
+        failures.push(format!("{} of {jobs} jobs completed", summary.completed));
+    }
+    if summary.interrupted > 0 {
+        failures.push(format!("{} job(s) interrupted", summary.interrupted));
+    }
+    if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("error: the demo failed: {}", failures.join("; "));
+        ExitCode::FAILURE
+    }
 }
 
 /// The running control plane and how to reach it.
@@ -195,20 +273,27 @@ struct Stack {
 /// Step 2: Hangar for real. ghsim plays GitHub, nodesim plays kubelets and the runners, and the
 /// controller serves GitHub's webhooks; every listener on a free loopback port, every process
 /// recorded with the control plane so that `cargo xtask cluster down` ends it.
-async fn start_stack(cluster: &Cluster, namespace: &str) -> Result<Stack> {
+async fn start_stack(cluster: &Cluster, namespace: &str, build: bool) -> Result<Stack> {
     let root = workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    must(Command::new(&cargo).current_dir(&root).args([
-        "build",
-        "--quiet",
-        "-p",
-        "hangar",
-        "-p",
-        "hangar-ghsim",
-        "-p",
-        "hangar-nodesim",
-    ]))?;
+    if build {
+        must(Command::new(&cargo).current_dir(&root).args([
+            "build",
+            "--quiet",
+            "-p",
+            "hangar",
+            "-p",
+            "hangar-ghsim",
+            "-p",
+            "hangar-nodesim",
+        ]))?;
+    }
     let bin_dir = root.join("target").join("debug");
+    for name in DEMO_PROCESSES {
+        if !bin_dir.join(name).is_file() {
+            bail!("no {name} binary in {}", bin_dir.display());
+        }
+    }
     let dir = &cluster.dir;
     let loopback = |port: u16| format!("127.0.0.1:{port}");
     let (ghsim_port, webhook_port) = (free_port()?, free_port()?);
@@ -422,7 +507,8 @@ struct Watch {
 /// Polls the world every [`TICK`] until the burst is over, drawing it: redrawn in place on a
 /// terminal, one line per change otherwise.
 async fn watch_burst(opts: &Options, ghsim: &Ghsim, kube: &Kube) -> Result<Watch> {
-    let tty = std::io::stdout().is_terminal();
+    let tty = std::io::stdout().is_terminal() && !opts.ci;
+    let limit = if opts.ci { CI_BURST_LIMIT } else { BURST_LIMIT };
     let started = Instant::now();
     let mut watch = Watch::default();
     let (mut drawn, mut last_line) = (0usize, String::new());
@@ -463,11 +549,9 @@ async fn watch_burst(opts: &Options, ghsim: &Ghsim, kube: &Kube) -> Result<Watch
                 return Ok(watch);
             }
         }
-        if started.elapsed() > BURST_LIMIT {
+        if started.elapsed() > limit {
             let why = observed.map_or_else(|e| format!("{e:#}"), |o| o.progress());
-            bail!(
-                "the burst did not finish within {BURST_LIMIT:?} ({why}); see the logs in .hangar/cluster/logs"
-            );
+            bail!("the burst did not finish within {limit:?} ({why}); see {LOGS_HINT}");
         }
         tokio::time::sleep(TICK).await;
     }
@@ -992,9 +1076,7 @@ where
             return Ok(v);
         }
         if Instant::now() > until {
-            bail!(
-                "timed out after {timeout:?} waiting for {what}; see the logs in .hangar/cluster/logs"
-            );
+            bail!("timed out after {timeout:?} waiting for {what}; see {LOGS_HINT}");
         }
         tokio::time::sleep(TICK).await;
     }
@@ -1146,6 +1228,8 @@ mod tests {
             jobs: 8,
             job_seconds: 4,
             max_replicas: 6,
+            ci: false,
+            build: false,
         };
         let lines = frame(&o, &opts);
         assert!(lines.iter().all(|l| l.chars().count() <= FRAME_WIDTH));

@@ -11,7 +11,7 @@
 //! - `bench-cluster`, `bench-lifecycle`, `bench-pods`, `bench-webhooks`: benchmarks writing
 //!   `bench/results/`;
 //! - `test`: the README's test command — lint, then the whole test suite against a control plane
-//!   that lives exactly as long as the run.
+//!   that lives exactly as long as the run, then the demo in its short CI form (`demo --ci`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -52,15 +52,20 @@ enum Cmd {
         /// Namespace of the demo's pool (the examples go into `<namespace>-examples`).
         #[arg(long, default_value = "hangar-demo")]
         namespace: String,
-        /// Jobs queued in the burst.
-        #[arg(long, default_value_t = 8)]
-        jobs: u32,
-        /// Seconds each job runs.
-        #[arg(long, default_value_t = 4)]
-        job_seconds: u64,
-        /// The autoscaler's maxReplicas (below --jobs, some jobs wait for a runner).
-        #[arg(long, default_value_t = 6)]
-        max_replicas: u32,
+        /// Jobs queued in the burst [default: 8; with --ci 4].
+        #[arg(long)]
+        jobs: Option<u32>,
+        /// Seconds each job runs [default: 4; with --ci 2].
+        #[arg(long)]
+        job_seconds: Option<u64>,
+        /// The autoscaler's maxReplicas (below --jobs, some jobs wait for a runner) [default:
+        /// 6; with --ci 3].
+        #[arg(long)]
+        max_replicas: Option<u32>,
+        /// The short form CI runs: a control plane of its own in target/hangar-demo-ci, a plain
+        /// log, non-zero unless every job completed uninterrupted, everything stopped at the end.
+        #[arg(long)]
+        ci: bool,
     },
     /// Start and stop the control plane repeatedly; write start-up times to
     /// bench/results/control-plane-start.json.
@@ -93,11 +98,15 @@ enum Cmd {
         #[arg(last = true)]
         args: Vec<String>,
     },
-    /// Check formatting and lints, then run every test against a fresh control plane.
+    /// Check formatting and lints, run every test against a fresh control plane, then the
+    /// demo in its short CI form (`demo --ci`).
     Test {
         /// Skip `cargo fmt --check` and `cargo clippy`.
         #[arg(long)]
         no_lint: bool,
+        /// Skip the demo (it is also skipped when cargo test arguments select some tests).
+        #[arg(long)]
+        no_demo: bool,
         /// Extra arguments for `cargo test` (after `--`).
         #[arg(last = true)]
         cargo_args: Vec<String>,
@@ -169,19 +178,23 @@ async fn run(cmd: Cmd) -> Result<ExitCode> {
             jobs,
             job_seconds,
             max_replicas,
+            ci,
         } => {
             let opts = demo::Options {
                 namespace,
-                jobs,
-                job_seconds,
-                max_replicas,
+                jobs: jobs.unwrap_or(if ci { 4 } else { 8 }),
+                job_seconds: job_seconds.unwrap_or(if ci { 2 } else { 4 }),
+                max_replicas: max_replicas.unwrap_or(if ci { 3 } else { 6 }),
+                ci,
+                build: true,
             };
             demo::run(&opts).await
         }
         Cmd::Test {
             no_lint,
+            no_demo,
             cargo_args,
-        } => test(no_lint, &cargo_args).await,
+        } => test(no_lint, no_demo || !cargo_args.is_empty(), &cargo_args).await,
         Cmd::BenchCluster { runs } => bench_cluster(runs).await.map(|()| ExitCode::SUCCESS),
         Cmd::BenchLifecycle { args } => {
             build_binaries()?;
@@ -403,7 +416,7 @@ async fn bench_cluster(runs: usize) -> Result<()> {
     Ok(())
 }
 
-async fn test(no_lint: bool, cargo_args: &[String]) -> Result<ExitCode> {
+async fn test(no_lint: bool, no_demo: bool, cargo_args: &[String]) -> Result<ExitCode> {
     let root = workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     if !no_lint {
@@ -444,12 +457,49 @@ async fn test(no_lint: bool, cargo_args: &[String]) -> Result<ExitCode> {
         .args(cargo_args)
         .env("HANGAR_TEST_KUBECONFIG", plane.kubeconfig())
         .env("HANGAR_K8S_BIN_DIR", binaries.dir())
+        // The chart tests run the `hangar` binary `cargo test --no-run` has just built.
+        .env(
+            "HANGAR_BIN",
+            root.join("target").join("debug").join("hangar"),
+        )
         .status()
         .context("running cargo test")?;
     ControlPlane::stop(plane.dir())?;
-    Ok(if status.success() {
+    if no_demo {
+        return Ok(exit_code(status.success()));
+    }
+    // The README's demo, short: binaries from the build above, a control plane of its own
+    // (the test suite's is stopped), torn down at the end. Run even after failed tests, so a
+    // CI log tells about both.
+    let started = Instant::now();
+    let opts = demo::Options {
+        namespace: "hangar-demo".to_owned(),
+        jobs: 4,
+        job_seconds: 2,
+        max_replicas: 3,
+        ci: true,
+        build: false,
+    };
+    let demo = match demo::run(&opts).await {
+        Ok(code) => code == ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: the demo failed: {e:#}");
+            false
+        }
+    };
+    eprintln!(
+        "xtask: tests {}, demo {} ({:.0?})",
+        if status.success() { "passed" } else { "FAILED" },
+        if demo { "passed" } else { "FAILED" },
+        started.elapsed()
+    );
+    Ok(exit_code(status.success() && demo))
+}
+
+fn exit_code(success: bool) -> ExitCode {
+    if success {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
-    })
+    }
 }
