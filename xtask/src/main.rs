@@ -66,6 +66,10 @@ enum Cmd {
         /// log, non-zero unless every job completed uninterrupted, everything stopped at the end.
         #[arg(long)]
         ci: bool,
+        /// Run target/debug/{hangar,ghsim,nodesim} as they are instead of `cargo build`ing them
+        /// first (`cargo xtask test` does so after `cargo test --no-run` has built them).
+        #[arg(long)]
+        no_build: bool,
     },
     /// Start and stop the control plane repeatedly; write start-up times to
     /// bench/results/control-plane-start.json.
@@ -179,6 +183,7 @@ async fn run(cmd: Cmd) -> Result<ExitCode> {
             job_seconds,
             max_replicas,
             ci,
+            no_build,
         } => {
             let opts = demo::Options {
                 namespace,
@@ -186,7 +191,7 @@ async fn run(cmd: Cmd) -> Result<ExitCode> {
                 job_seconds: job_seconds.unwrap_or(if ci { 2 } else { 4 }),
                 max_replicas: max_replicas.unwrap_or(if ci { 3 } else { 6 }),
                 ci,
-                build: true,
+                build: !no_build,
             };
             demo::run(&opts).await
         }
