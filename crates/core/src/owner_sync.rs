@@ -32,6 +32,12 @@ use std::time::{Duration, SystemTime};
 /// `DefaultRunnerPodRecreationDelayAfterWebhookScale`).
 pub const RECREATION_DELAY_AFTER_SCALE: Duration = Duration::from_secs(10 * 60);
 
+/// How long a finished ephemeral runner of an autoscaled set (one with an `effectiveTime`) keeps
+/// its place: the time the autoscaler needs to hear, by the job's `completed` webhook, that the
+/// job is done and lower `replicas`. Replaced at once, the runner would be recreated for demand
+/// that is already gone, and the extra runner retired again soon after (a GitHub DELETE).
+pub const RELEASE_GRACE: Duration = Duration::from_secs(10);
+
 /// How long a Ready runner pod may go without a GitHub runner ID before it counts as failed to
 /// register (ARC's `registrationTimeout`).
 pub const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(10 * 60);
@@ -70,6 +76,8 @@ pub struct PodView {
     pub unregistration_requested: bool,
     /// The pod carries `unregistration-complete-timestamp`.
     pub unregistration_complete: bool,
+    /// When the runner container terminated, if it did.
+    pub finished_at: Option<SystemTime>,
 }
 
 impl PodView {
@@ -217,6 +225,7 @@ pub enum Wait {
         /// When recreation resumes.
         until: SystemTime,
     },
+
     /// More runners are running than retained owners explain; wait for pods to settle.
     Settling,
     /// Counts that cannot happen; reported instead of acted on.
@@ -247,6 +256,9 @@ pub struct Plan {
     pub wait: Option<Wait>,
     /// Pod counts over up-to-date owners.
     pub counts: Counts,
+    /// When this plan changes by the passing of time alone (a finished runner's place is
+    /// released, [`RELEASE_GRACE`]): the driver decides again then.
+    pub recheck_at: Option<SystemTime>,
 }
 
 /// Decides what to do with a set of runner-pod owners. Pure: same input, same plan.
@@ -256,6 +268,10 @@ pub fn plan(input: &Input) -> Plan {
 
     // Pass 1: owners on their way out, finished owners, and the rest grouped by template.
     let mut live: Vec<(&OwnerView, Counts)> = vec![];
+    // Finished owners of an autoscaled ephemeral set that may still hold their place, with
+    // the time their runner finished.
+    let mut finished: Vec<(&OwnerView, SystemTime)> = vec![];
+    let holds_finished = input.ephemeral && input.effective_time.is_some();
     let mut last_sync: Option<SystemTime> = None;
     for owner in &input.owners {
         // Every owner still seen counts for the last sync, finished and departing ones too:
@@ -293,6 +309,14 @@ pub fn plan(input: &Input) -> Plan {
         };
         let mut counts = count(owner, now);
         if !owner.pods.is_empty() && counts.completed as usize == owner.pods.len() {
+            let finished_at = owner.pods.iter().filter_map(|p| p.finished_at).max();
+            let current = owner.template_hash.as_deref() == Some(&input.desired_template_hash);
+            if let Some(at) = finished_at
+                .filter(|at| holds_finished && current && elapsed(*at, now) < RELEASE_GRACE)
+            {
+                finished.push((owner, at));
+                continue;
+            }
             plan.actions.push(Action::Delete {
                 owner: owner.name.clone(),
                 reason: DeleteReason::Completed,
@@ -324,7 +348,22 @@ pub fn plan(input: &Input) -> Plan {
         running, pending, ..
     } = plan.counts;
     let desired = input.desired;
-    let maybe_running = running + pending;
+    // Just-finished runners keep the places still wanted, newest first; the rest go.
+    finished.sort_by_key(|(_, at)| std::cmp::Reverse(*at));
+    let held = finished
+        .len()
+        .min(desired.saturating_sub(running + pending) as usize);
+    for (owner, _) in &finished[held..] {
+        plan.actions.push(Action::Delete {
+            owner: owner.name.clone(),
+            reason: DeleteReason::Completed,
+        });
+    }
+    plan.recheck_at = finished[..held]
+        .iter()
+        .map(|(_, at)| *at + RELEASE_GRACE)
+        .min();
+    let maybe_running = running + pending + held as u32;
 
     // Pass 2: scale the up-to-date owners.
     let mut scaled_down = false;

@@ -29,6 +29,7 @@ prop_compose! {
         ready_at in proptest::option::of(0u64..30),
         requested in proptest::bool::weighted(0.2),
         complete in proptest::bool::weighted(0.1),
+        finished in proptest::option::of(0u64..120),
     ) -> PodView {
         PodView {
             name: format!("pod-{i}"),
@@ -39,6 +40,8 @@ prop_compose! {
             ready_since: ready_at.map(t),
             unregistration_requested: requested || complete,
             unregistration_complete: complete,
+            // Seconds after minute 30: now and then within the release grace of `now`.
+            finished_at: finished.map(|s| t(30) + std::time::Duration::from_secs(s)),
         }
     }
 }

@@ -21,6 +21,7 @@ fn pod(name: &str, phase: PodPhase) -> PodView {
         ready_since: (phase == PodPhase::Running).then(|| t(0)),
         unregistration_requested: false,
         unregistration_complete: false,
+        finished_at: None,
     }
 }
 
@@ -389,4 +390,86 @@ fn the_decision_is_deterministic() {
     ];
     let i = input(1, owners, 3);
     assert_eq!(plan(&i), plan(&i));
+}
+
+/// An owner created at minute `created` whose ephemeral runner finished `ago` before `now`.
+fn finished(name: &str, created: u64, now: SystemTime, ago: Duration) -> OwnerView {
+    let mut o = owner_at(name, created, PodPhase::Succeeded);
+    o.pods[0].finished_at = Some(now - ago);
+    o
+}
+
+/// An autoscaled set: the autoscaler raised demand at minute `effective`.
+fn autoscaled(desired: u32, owners: Vec<OwnerView>, now_min: u64, effective: u64) -> Input {
+    Input {
+        effective_time: Some(t(effective)),
+        ..input(desired, owners, now_min)
+    }
+}
+
+#[test]
+fn a_just_finished_runner_of_an_autoscaled_set_keeps_its_place_until_demand_is_released() {
+    // b's job is done; the autoscaler has not heard yet and still wants 2.
+    let now = t(5);
+    let b = finished("b", 4, now, Duration::from_secs(3));
+    let plan = plan(&autoscaled(2, vec![running("a", 4), b], 5, 5));
+    assert_eq!(plan.actions, vec![]);
+    assert_eq!(
+        plan.recheck_at,
+        Some(now - Duration::from_secs(3) + RELEASE_GRACE)
+    );
+
+    // The completed webhook lowered replicas: the place is released, nothing is created.
+    let b = finished("b", 4, now, Duration::from_secs(4));
+    let plan = super::plan(&autoscaled(1, vec![running("a", 4), b], 5, 5));
+    assert_eq!(
+        plan.actions,
+        vec![Action::Delete {
+            owner: "b".into(),
+            reason: DeleteReason::Completed,
+        }]
+    );
+    assert_eq!(plan.recheck_at, None);
+}
+
+#[test]
+fn new_demand_beside_a_held_runner_still_gets_its_runner() {
+    let now = t(5);
+    let b = finished("b", 4, now, Duration::from_secs(1));
+    let plan = plan(&autoscaled(3, vec![running("a", 4), b], 5, 5));
+    assert_eq!(plan.actions, vec![Action::Create { count: 1 }]);
+}
+
+#[test]
+fn a_finished_runner_is_replaced_once_the_grace_is_over() {
+    // No release came (a dropped delivery): after the grace it is replaced.
+    let now = t(5);
+    let b = finished("b", 4, now, RELEASE_GRACE + Duration::from_secs(1));
+    let plan = plan(&autoscaled(2, vec![running("a", 4), b], 5, 5));
+    assert_eq!(
+        plan.actions,
+        vec![
+            Action::Delete {
+                owner: "b".into(),
+                reason: DeleteReason::Completed,
+            },
+            Action::Create { count: 1 },
+        ]
+    );
+}
+
+#[test]
+fn fixed_size_and_outdated_sets_replace_finished_runners_at_once() {
+    let now = t(5);
+    // Without an effectiveTime nobody lowers replicas when a job ends: replace now.
+    let b = finished("b", 4, now, Duration::from_secs(1));
+    let plan = plan(&input(2, vec![running("a", 4), b.clone()], 5));
+    assert!(plan.actions.contains(&Action::Create { count: 1 }));
+    assert_eq!(plan.recheck_at, None);
+
+    // A finished runner of an outdated template holds no place.
+    let mut old = b;
+    old.template_hash = Some("old".into());
+    let plan = super::plan(&autoscaled(2, vec![running("a", 4), old], 5, 5));
+    assert!(plan.actions.contains(&Action::Create { count: 1 }));
 }

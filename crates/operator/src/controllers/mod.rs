@@ -181,6 +181,9 @@ pub fn pod_view(pod: &Pod) -> PodView {
         ready_since: ready_since(pod),
         unregistration_requested: annotation(pod, a::UNREGISTRATION_REQUEST_TIMESTAMP).is_some(),
         unregistration_complete: annotation(pod, a::UNREGISTRATION_COMPLETE_TIMESTAMP).is_some(),
+        finished_at: runner_status(pod)
+            .and_then(|s| s.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
+            .map(k8s_time),
     }
 }
 

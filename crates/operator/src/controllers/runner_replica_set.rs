@@ -210,7 +210,7 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
 
     Ok(sets::requeue(
         set.as_ref(),
-        plan.wait.as_ref(),
+        &plan,
         now,
         ctx.settings.sync_period,
     ))

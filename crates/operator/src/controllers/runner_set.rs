@@ -602,7 +602,7 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
 
     Ok(sets::requeue(
         set.as_ref(),
-        plan.wait.as_ref(),
+        &plan,
         now,
         ctx.settings.sync_period,
     ))

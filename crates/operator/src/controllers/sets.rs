@@ -93,19 +93,18 @@ pub fn conditions(
     vec![available, progressing]
 }
 
-/// When `set` is reconciled again after a successful run whose plan waits for `wait`: just
-/// after a recreation delay ends, soon for other waits, else after the sync period (never
-/// later than that).
+/// When `set` is reconciled again after a successful run of `plan`: just after a recreation
+/// delay ends or a held finished runner's place is released, soon for other waits, else after
+/// the sync period (never later than that).
 pub fn requeue(
     set: &impl ResourceExt,
-    wait: Option<&Wait>,
+    plan: &owner_sync::Plan,
     now: SystemTime,
     sync_period: Duration,
 ) -> Action {
-    let requeue = match wait {
-        Some(Wait::RecreationDelay { until }) => {
-            until.duration_since(now).unwrap_or_default() + Duration::from_secs(1)
-        }
+    let until = |t: SystemTime| t.duration_since(now).unwrap_or_default() + Duration::from_secs(1);
+    let requeue = match &plan.wait {
+        Some(Wait::RecreationDelay { until: t }) => until(*t),
         Some(w) => {
             if matches!(w, Wait::OwnerWithoutTemplateHash(_) | Wait::Inconsistent(_)) {
                 warn!(set = %object_name(set), wait = ?w, "owner sync cannot proceed");
@@ -114,6 +113,7 @@ pub fn requeue(
         }
         None => sync_period,
     };
+    let requeue = plan.recheck_at.map_or(requeue, |t| requeue.min(until(t)));
     Action::requeue(requeue.min(sync_period))
 }
 
