@@ -298,7 +298,22 @@ async fn pod_response(state: &AdmissionState, req: &AdmissionRequest) -> Admissi
         .filter(|s| !s.is_empty());
     if let Some(target) = jit_target {
         let secret = jit::secret_name(&target.name);
-        let runner_id = if req.dry_run == Some(true) {
+        // A create of a pod that exists already (a controller acting on a stale cache) fails
+        // with AlreadyExists after admission: generating for it would replace the live pod's
+        // runner and Secret. Admit it untouched by GitHub; the apiserver refuses it.
+        let exists = match state
+            .registrations
+            .pod_exists(&namespace, &target.name)
+            .await
+        {
+            Ok(exists) => exists,
+            Err(e) => return refuse(403, e.to_string()),
+        };
+        if exists {
+            tracing::info!(namespace, pod = %shown,
+                           "the pod exists already: no JIT configuration for a create that fails");
+        }
+        let runner_id = if req.dry_run == Some(true) || exists {
             None
         } else {
             match state

@@ -430,6 +430,20 @@ impl Registrations {
         })
     }
 
+    /// Whether the pod `namespace/name` exists (a GET, not a cache: admission must see pods
+    /// created moments ago).
+    pub async fn pod_exists(&self, namespace: &str, name: &str) -> Result<bool, RegistrationError> {
+        Api::<k8s_openapi::api::core::v1::Pod>::namespaced(self.client.clone(), namespace)
+            .get_metadata_opt(name)
+            .await
+            .map(|p| p.is_some())
+            .map_err(|source| RegistrationError::Kube {
+                action: "look up the pod of",
+                secret: format!("{namespace}/{}", jit::secret_name(name)),
+                source,
+            })
+    }
+
     async fn read_expiry(
         &self,
         namespace: &str,

@@ -573,6 +573,7 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
                 .any(|o| o.controller == Some(true) && o.uid == uid)
         })
         .collect();
+    hand_on_unregistration_requests(ctx, &owned).await?;
     let owners: Vec<OwnerView> = owned.iter().map(|s| owner_view(ctx, s, now)).collect();
 
     let input = owner_sync::Input {
@@ -606,6 +607,47 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
         now,
         ctx.settings.sync_period,
     ))
+}
+
+/// A retiring StatefulSet's pods are stamped first, then the StatefulSet ("all my pods were
+/// asked"); a pod created moments before had not reached the store and was not stamped. Hands
+/// the StatefulSet's request on to such pods, or they are never unregistered and the
+/// StatefulSet waits for them forever.
+async fn hand_on_unregistration_requests(
+    ctx: &Context,
+    owned: &[Arc<StatefulSet>],
+) -> Result<(), Error> {
+    for sts in owned
+        .iter()
+        .filter(|s| s.metadata.deletion_timestamp.is_none())
+    {
+        let Some(requested) = annotation(sts.as_ref(), ann::UNREGISTRATION_REQUEST_TIMESTAMP)
+        else {
+            continue;
+        };
+        let ns = sts.namespace().unwrap_or_default();
+        let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+        for pod in pods_of(ctx, sts).iter().filter(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && annotation(p.as_ref(), ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_none()
+        }) {
+            let name = pod.name_any();
+            sets::stamp(
+                &pods,
+                &name,
+                ann::UNREGISTRATION_REQUEST_TIMESTAMP,
+                requested,
+            )
+            .await
+            .map(drop)
+            .or_else(ignore_not_found)
+            .map_err(kube_err(
+                "request unregistration of pod",
+                format!("{ns}/{name}"),
+            ))?;
+        }
+    }
+    Ok(())
 }
 
 /// Counts for the status, over StatefulSets that are not being deleted.
