@@ -802,7 +802,7 @@ async fn with_the_pod_webhook_a_jit_pod_deleted_directly_comes_back_with_a_fresh
     let ids: Vec<String> =
         e.h.sim
             .read(|w, _| w.runners.values().map(|r| r.id.to_string()).collect());
-    assert_eq!(ids, [again.clone()], "{}", e.describe().await);
+    assert_eq!(ids, [again], "{}", e.describe().await);
     assert_eq!(
         e.stateful_sets().await[0].uid(),
         sts.uid(),

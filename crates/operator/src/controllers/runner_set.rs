@@ -512,7 +512,7 @@ pub fn replaced_by_its_stateful_set(pod: &Pod) -> bool {
         .and_then(|cs| cs.iter().find(|c| c.name == runner_pod::RUNNER_CONTAINER))
         .and_then(|c| c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
         .map(k8s_time);
-    !finished.is_some_and(|at| at < began)
+    finished.is_none_or(|at| at >= began)
 }
 
 fn owner_view(ctx: &Context, sts: &StatefulSet, now: SystemTime) -> OwnerView {
