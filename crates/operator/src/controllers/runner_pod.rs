@@ -209,11 +209,14 @@ async fn delete_parent_runner(pod: &Pod, ctx: &Context) -> Result<(), Error> {
     };
     let runners: Api<Runner> = Api::namespaced(ctx.client.clone(), &ns);
     let object_ref = kube::runtime::reflector::ObjectRef::<Runner>::new(&owner.name).within(&ns);
+    // Gone or going already (its set deleted it, usually together with this pod): a DELETE
+    // would only cost the apiserver a 404. A Runner the store lost track of is still caught by
+    // the Runner controller, which never resurrects a set's vanished pod.
     if ctx
         .stores
         .runners
         .get(&object_ref)
-        .is_some_and(|r| r.metadata.deletion_timestamp.is_some())
+        .is_none_or(|r| r.metadata.deletion_timestamp.is_some())
     {
         return Ok(());
     }
@@ -250,12 +253,20 @@ async fn unregister(
     // scheduled pod may look Pending in the cache while its runner has just registered
     // (kubelet reports container starts with a delay), so it is looked up in a list taken from
     // now on: released unregistered, it could be handed a job and then killed.
+    // A stopped runner is released whatever its ID (it can take no job), so a finished
+    // ephemeral runner that never had its ID looked up costs no list.
     let scheduled = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
-    if id.is_none() && pod_uses_jit(pod) {
+    let stopped = runner_stopped(pod)
+        || matches!(
+            pod_phase(pod),
+            hangar_core::owner_sync::PodPhase::Succeeded
+                | hangar_core::owner_sync::PodPhase::Failed
+        );
+    if id.is_none() && !stopped && pod_uses_jit(pod) {
         if let Lookup::Found(found) = find_runner_id(pod, ctx, gh_scope).await? {
             id = Some(found);
         }
-    } else if id.is_none() && scheduled {
+    } else if id.is_none() && !stopped && scheduled {
         let github = github_for_pod(pod, ctx).await?;
         id = ctx
             .runner_directory
