@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 use hangar_api::{Runner, RunnerReplicaSet, annotation as ann, label};
-use hangar_core::owner_sync::{self, Action as PlanAction, OwnerView};
+use hangar_core::owner_sync::{self, Action as PlanAction, DeleteReason, OwnerView};
 use hangar_core::template_hash::template_hash;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -160,6 +160,33 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         .collect()
         .await;
     applied.into_iter().collect::<Result<(), Error>>()?;
+    // One event per pass, not per Runner: an ephemeral pool deletes a Runner for every job.
+    for (reason, what) in [
+        (DeleteReason::Completed, "whose runner finished"),
+        (DeleteReason::Unregistered, "unregistered from GitHub"),
+    ] {
+        let deleted: Vec<&str> = plan
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                PlanAction::Delete { owner, reason: r } if *r == reason => Some(owner.as_str()),
+                _ => None,
+            })
+            .collect();
+        if !deleted.is_empty() {
+            ctx.event(
+                set.object_ref(&()),
+                false,
+                "DeletedRunners",
+                format!(
+                    "deleted {} runner(s) {what}: {}{}",
+                    deleted.len(),
+                    deleted[..deleted.len().min(5)].join(", "),
+                    if deleted.len() > 5 { ", ..." } else { "" }
+                ),
+            );
+        }
+    }
 
     let mut status = serde_json::Map::new();
     let total = runners
@@ -268,12 +295,6 @@ async fn apply(
                 .map_err(kube_err("delete pod of runner", format!("{ns}/{owner}")))?;
             info!(set = %object_name(set), runner = owner, ?reason, "deleted runner");
             wait_until_deleting(&ctx.stores.runners, &ns, std::slice::from_ref(owner)).await;
-            ctx.event(
-                set.object_ref(&()),
-                false,
-                "DeletedRunner",
-                format!("deleted runner {owner} ({reason:?})"),
-            );
         }
         PlanAction::RequestUnregistration {
             owner,
