@@ -468,10 +468,10 @@ const CREDENTIAL_ENV: [&str; 2] = ["RUNNER_TOKEN", "ACTIONS_RUNNER_INPUT_JITCONF
 /// webhook made it `Never`) has a runner container that restarted counted as finished; see the
 /// module documentation. A pod that says `Never` ends when its runner does.
 ///
-/// A pod someone deleted (`kubectl delete pod`) while its runner was still on stands for the
-/// pod its StatefulSet creates in its place under the same name: a pending runner, not a
-/// finished one (its runner container is killed by the deletion), so the StatefulSet is kept
-/// and the pod comes back (registered afresh by the pod webhook).
+/// A pod someone else deleted (`kubectl delete pod`) stands for the pod its StatefulSet creates
+/// in its place under the same name: a pending runner, not a finished one (its runner container
+/// is killed by the deletion), so the StatefulSet is kept and the pod comes back (registered
+/// afresh by the pod webhook).
 fn stateful_pod_view(pod: &Pod) -> PodView {
     let mut view = pod_view(pod);
     let never = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) == Some("Never");
@@ -486,33 +486,15 @@ fn stateful_pod_view(pod: &Pod) -> PodView {
     view
 }
 
-/// Whether `pod` is being deleted by someone else than owner sync, and its runner did not
-/// finish before the deletion began: its StatefulSet recreates it once it is gone. A pod whose
-/// unregistration owner sync requested is the StatefulSet's retirement, not a replacement; a
-/// runner container that terminated before the deletion began (the StatefulSet controller
-/// deletes finished pods itself) finished on its own.
+/// Whether `pod` is being deleted by someone else than owner sync (a user's `kubectl delete
+/// pod`, the StatefulSet controller replacing a pod that ended): its StatefulSet recreates it
+/// under the same name once it is gone. A pod whose unregistration owner sync requested is the
+/// StatefulSet's retirement, not a replacement. Whether its runner finished before the
+/// deletion cannot be told reliably: the kubelet's final delete moves `deletionTimestamp` to
+/// the moment the containers stopped; and either way the StatefulSet recreates the pod.
 pub fn replaced_by_its_stateful_set(pod: &Pod) -> bool {
-    let Some(deletion) = pod.metadata.deletion_timestamp.as_ref().map(k8s_time) else {
-        return false;
-    };
-    if annotation(pod, ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_some() {
-        return false;
-    }
-    // `deletionTimestamp` is the end of the grace period; the deletion began that much earlier.
-    let grace = pod
-        .metadata
-        .deletion_grace_period_seconds
-        .and_then(|s| u64::try_from(s).ok())
-        .unwrap_or(0);
-    let began = deletion - std::time::Duration::from_secs(grace);
-    let finished = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.name == runner_pod::RUNNER_CONTAINER))
-        .and_then(|c| c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
-        .map(k8s_time);
-    finished.is_none_or(|at| at >= began)
+    pod.metadata.deletion_timestamp.is_some()
+        && annotation(pod, ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_none()
 }
 
 fn owner_view(ctx: &Context, sts: &StatefulSet, now: SystemTime) -> OwnerView {

@@ -259,32 +259,31 @@ fn a_restarted_runner_container_counts_as_finished_only_in_pods_that_restart() {
 }
 
 #[test]
-fn a_pod_deleted_while_its_runner_was_on_stands_for_its_replacement() {
-    // deletionTimestamp 12:00:30 with a 30 s grace: the deletion began at 12:00:00.
-    // (deleting, unregistration requested by owner sync, runner finished at) -> replaced
+fn a_pod_deleted_by_someone_else_stands_for_its_replacement() {
+    // (deleting, unregistration requested by owner sync, runner terminated) -> replaced
     let cases = [
-        (false, false, None, false),
-        (true, false, None, true),
-        // Killed by the deletion.
-        (true, false, Some("2030-01-01T12:00:05Z"), true),
-        // Finished on its own, then deleted (e.g. by the StatefulSet controller).
-        (true, false, Some("2030-01-01T11:59:00Z"), false),
+        (false, false, false, false),
+        (true, false, false, true),
+        // Killed by the deletion (or finished first: the StatefulSet recreates it either way).
+        (true, false, true, true),
         // Owner sync retires it: not replaced.
-        (true, true, None, false),
+        (true, true, false, false),
+        (true, true, true, false),
     ];
-    for (deleting, requested, finished, replaced) in cases {
+    for (deleting, requested, terminated, replaced) in cases {
         let mut meta = serde_json::json!({"name": "example-abc-0", "annotations": {}});
         if deleting {
             meta["deletionTimestamp"] = serde_json::json!("2030-01-01T12:00:30Z");
-            meta["deletionGracePeriodSeconds"] = serde_json::json!(30);
+            meta["deletionGracePeriodSeconds"] = serde_json::json!(0);
         }
         if requested {
             meta["annotations"]["actions-runner/unregistration-request-timestamp"] =
                 serde_json::json!("2030-01-01T11:00:00Z");
         }
-        let state = match finished {
-            Some(at) => serde_json::json!({"terminated": {"exitCode": 0, "finishedAt": at}}),
-            None => serde_json::json!({"running": {}}),
+        let state = if terminated {
+            serde_json::json!({"terminated": {"exitCode": 0, "finishedAt": "2030-01-01T12:00:05Z"}})
+        } else {
+            serde_json::json!({"running": {}})
         };
         let pod: Pod = serde_json::from_value(serde_json::json!({
             "metadata": meta,
@@ -295,7 +294,7 @@ fn a_pod_deleted_while_its_runner_was_on_stands_for_its_replacement() {
             }]}
         }))
         .unwrap();
-        let case = format!("deleting={deleting} requested={requested} finished={finished:?}");
+        let case = format!("deleting={deleting} requested={requested} terminated={terminated}");
         assert_eq!(replaced_by_its_stateful_set(&pod), replaced, "{case}");
         let view = stateful_pod_view(&pod);
         if replaced {
@@ -306,8 +305,8 @@ fn a_pod_deleted_while_its_runner_was_on_stands_for_its_replacement() {
                 hangar_core::owner_sync::PodPhase::Pending,
                 "{case}"
             );
-        } else if deleting && !requested {
-            assert!(view.is_stopped(), "{case}");
+        } else {
+            assert_eq!(view.is_stopped(), terminated, "{case}");
         }
     }
 }
