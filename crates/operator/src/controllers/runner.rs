@@ -247,29 +247,11 @@ async fn drive(runner: &Runner, ctx: &Context, report: &mut Report) -> Result<Ac
             Ok(Action::requeue(ctx.settings.sync_period))
         }
         Some(pod) => {
-            // A set stamps a retiring Runner's pods, then the Runner ("all my pods were
-            // asked"); a pod created moments before had not reached the set's cache and was
-            // not stamped. Hand the request on, or that pod is never unregistered and the set
-            // waits for it forever.
             if let Some(requested) =
                 super::annotation(runner, ann::UNREGISTRATION_REQUEST_TIMESTAMP)
-                && super::annotation(pod.as_ref(), ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_none()
-                && pod.metadata.deletion_timestamp.is_none()
             {
                 let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-                super::sets::stamp(
-                    &pods,
-                    &name,
-                    ann::UNREGISTRATION_REQUEST_TIMESTAMP,
-                    requested,
-                )
-                .await
-                .map(drop)
-                .or_else(ignore_not_found)
-                .map_err(kube_err(
-                    "request unregistration of pod",
-                    format!("{ns}/{name}"),
-                ))?;
+                super::sets::hand_on_unregistration_request(&pods, requested, &pod).await?;
             }
             let phase = pod_phase(&pod);
             let standalone = runner.owner_references().is_empty();

@@ -154,12 +154,31 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
     // a time, a burst's finished Runners would each cost a round trip before the next is
     // deleted, and new demand would wait behind them.
     let (set_ref, ctx_ref, hash) = (&*set, &*ctx, input.desired_template_hash.as_str());
-    let applied: Vec<Result<(), Error>> = futures::stream::iter(plan.actions.clone())
+    let applied: Vec<Result<Touched, Error>> = futures::stream::iter(plan.actions.clone())
         .map(|action| async move { apply(set_ref, ctx_ref, &action, hash).await })
         .buffer_unordered(APPLY_CONCURRENCY)
         .collect()
         .await;
-    applied.into_iter().collect::<Result<(), Error>>()?;
+    // The next reconcile is triggered by the controller's own watch of Runners, not by the
+    // store's: run before the store caught up, it would count created Runners as missing and
+    // create more, and delete deleted ones again. One wait for the whole pass (not one per
+    // Runner, which under load held new demand back for as long as a burst took to delete).
+    let (mut created, mut deleted, mut failure) = (vec![], vec![], None);
+    for result in applied {
+        match result {
+            Ok(Touched::Created(names)) => created.extend(names),
+            Ok(Touched::Deleted(name)) => deleted.push(name),
+            Ok(Touched::Annotated) => {}
+            Err(e) => failure = failure.or(Some(e)),
+        }
+    }
+    tokio::join!(
+        wait_until_stored(&ctx.stores.runners, &ns, &created),
+        wait_until_deleting(&ctx.stores.runners, &ns, &deleted),
+    );
+    if let Some(e) = failure {
+        return Err(e);
+    }
     // One event per pass, not per Runner: an ephemeral pool deletes a Runner for every job.
     for (reason, what) in [
         (DeleteReason::Completed, "whose runner finished"),
@@ -243,12 +262,19 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
     ))
 }
 
+/// The Runners one applied action created or deleted, for the store wait at the end of a pass.
+enum Touched {
+    Created(Vec<String>),
+    Deleted(String),
+    Annotated,
+}
+
 async fn apply(
     set: &RunnerReplicaSet,
     ctx: &Context,
     action: &PlanAction,
     hash: &str,
-) -> Result<(), Error> {
+) -> Result<Touched, Error> {
     let ns = set.namespace().unwrap_or_default();
     let runners: Api<Runner> = Api::namespaced(ctx.client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
@@ -267,16 +293,13 @@ async fn apply(
                 .await
                 .map_err(kube_err("create runner for", object_name(set)))?;
             info!(set = %object_name(set), count, "created runners");
-            // The next reconcile is triggered by the controller's own watch of Runners, not by
-            // the store's: run before the store caught up, it would count these Runners as
-            // missing and create more (then retire the oldest as surplus).
-            wait_until_stored(&ctx.stores.runners, &ns, &created).await;
             ctx.event(
                 set.object_ref(&()),
                 false,
                 "CreatedRunners",
                 format!("created {count} runner(s)"),
             );
+            return Ok(Touched::Created(created));
         }
         PlanAction::Delete { owner, reason } => {
             runners
@@ -294,7 +317,7 @@ async fn apply(
                 .or_else(ignore_not_found)
                 .map_err(kube_err("delete pod of runner", format!("{ns}/{owner}")))?;
             info!(set = %object_name(set), runner = owner, ?reason, "deleted runner");
-            wait_until_deleting(&ctx.stores.runners, &ns, std::slice::from_ref(owner)).await;
+            return Ok(Touched::Deleted(owner.clone()));
         }
         PlanAction::RequestUnregistration {
             owner,
@@ -338,7 +361,7 @@ async fn apply(
             ))?;
         }
     }
-    Ok(())
+    Ok(Touched::Annotated)
 }
 
 /// A new Runner for the set: the template, named `<set>-<random>`, labelled with the template

@@ -609,24 +609,8 @@ async fn hand_on_unregistration_requests(
         };
         let ns = sts.namespace().unwrap_or_default();
         let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-        for pod in pods_of(ctx, sts).iter().filter(|p| {
-            p.metadata.deletion_timestamp.is_none()
-                && annotation(p.as_ref(), ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_none()
-        }) {
-            let name = pod.name_any();
-            sets::stamp(
-                &pods,
-                &name,
-                ann::UNREGISTRATION_REQUEST_TIMESTAMP,
-                requested,
-            )
-            .await
-            .map(drop)
-            .or_else(ignore_not_found)
-            .map_err(kube_err(
-                "request unregistration of pod",
-                format!("{ns}/{name}"),
-            ))?;
+        for pod in pods_of(ctx, sts) {
+            sets::hand_on_unregistration_request(&pods, requested, &pod).await?;
         }
     }
     Ok(())

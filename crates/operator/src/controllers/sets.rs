@@ -127,3 +127,27 @@ where
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
 }
+
+/// Hands an owner's unregistration request (`requested`, its timestamp) on to `pod` when the
+/// pod lacks one. Owner sync stamps a retiring owner's pods and then the owner ("all my pods
+/// were asked"); a pod created moments before had not reached the set's cache and was not
+/// stamped. Without this, that pod is never unregistered and the set waits for it forever.
+pub async fn hand_on_unregistration_request(
+    pods: &Api<k8s_openapi::api::core::v1::Pod>,
+    requested: &str,
+    pod: &k8s_openapi::api::core::v1::Pod,
+) -> Result<(), crate::error::Error> {
+    let key = hangar_api::annotation::UNREGISTRATION_REQUEST_TIMESTAMP;
+    if pod.metadata.deletion_timestamp.is_some() || super::annotation(pod, key).is_some() {
+        return Ok(());
+    }
+    let name = pod.name_any();
+    stamp(pods, &name, key, requested)
+        .await
+        .map(drop)
+        .or_else(crate::error::ignore_not_found)
+        .map_err(crate::error::kube_err(
+            "request unregistration of pod",
+            format!("{}/{name}", pod.namespace().unwrap_or_default()),
+        ))
+}
