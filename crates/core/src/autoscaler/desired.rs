@@ -61,6 +61,10 @@ pub struct DesiredInput {
     pub now: SystemTime,
 }
 
+/// How often an ephemeral target's `effectiveTime` is refreshed while demand exceeds
+/// maxReplicas (see [`Decision::effective_time`]).
+pub const BACKLOG_REFRESH: Duration = Duration::from_secs(3);
+
 /// The decision and the numbers behind it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
@@ -73,8 +77,14 @@ pub struct Decision {
     /// it as the target's `spec.effectiveTime` so that completed runners are recreated for new
     /// demand at once. `None` leaves the target's value alone. ARC writes it only together with
     /// a replica change, so at maxReplicas new demand waited out the recreation delay
-    /// (ARC #2254); write it whenever it differs.
+    /// (ARC #2254); write it whenever it differs. While demand is capped at maxReplicas, it is
+    /// `now`: jobs are still waiting, so every runner that finishes must be replaced, and the
+    /// newest reservation alone would make the target hold finished runners back for the
+    /// recreation delay once deliveries stop coming.
     pub effective_time: Option<SystemTime>,
+    /// Demand exceeds maxReplicas: decide again soon ([`BACKLOG_REFRESH`]) to keep
+    /// `effective_time` current.
+    pub backlog: bool,
     /// The effective minReplicas.
     pub min: u32,
     /// maxReplicas.
@@ -189,7 +199,10 @@ pub fn desired_replicas(input: &DesiredInput) -> Result<Decision, DecisionError>
     }
 
     let scale_out = desired > input.previous_desired.unwrap_or(DEFAULT_TARGET_REPLICAS);
-    let effective_time = if input.ephemeral {
+    let backlog = input.ephemeral && total > max;
+    let effective_time = if backlog {
+        Some(now)
+    } else if input.ephemeral {
         input
             .reservations
             .iter()
@@ -204,6 +217,7 @@ pub fn desired_replicas(input: &DesiredInput) -> Result<Decision, DecisionError>
         desired,
         scale_out,
         effective_time,
+        backlog,
         min,
         max,
         suggested,

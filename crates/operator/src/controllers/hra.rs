@@ -344,6 +344,9 @@ pub async fn reconcile(
         .map(|r| r.expiration_time)
         .collect();
     wake_ups.extend(decision.held_until);
+    if decision.backlog {
+        wake_ups.push(now + hangar_core::autoscaler::desired::BACKLOG_REFRESH);
+    }
     wake_ups.extend(decision.active_override.as_ref().map(|a| a.window.end));
     if let Ok(Some(next)) = upcoming_override(&overrides, now) {
         wake_ups.push(next.window.start);

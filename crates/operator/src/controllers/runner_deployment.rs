@@ -186,6 +186,9 @@ pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<A
             .filter_map(|s| s.status.as_ref().and_then(f))
             .sum()
     };
+    // Before the status write: the placeholder's patch is conditional on the resourceVersion
+    // read, which a status write would move.
+    super::placeholder::sync(&rd, &desired, sum(|s| s.ready_replicas), &ctx).await?;
     let newest_status = newest.status.clone().unwrap_or_default();
     let old_sets = sets.iter().filter(|s| s.name_any() != desired_name).count();
     let old_conditions = rd
@@ -226,7 +229,6 @@ pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<A
                 object_name(rd.as_ref()),
             ))?;
     }
-    super::placeholder::sync(&rd, &desired, sum(|s| s.ready_replicas), &ctx).await?;
     Ok(Action::requeue(requeue))
 }
 

@@ -391,6 +391,27 @@ fn ephemeral_targets_get_the_newest_unexpired_reservation_time() {
 }
 
 #[test]
+fn demand_capped_at_max_replicas_keeps_the_effective_time_current() {
+    // 12 reservations for at most 10 runners: 2 jobs wait, so every runner that finishes is
+    // to be replaced now, however old the newest reservation is.
+    let d = decide(&DesiredInput {
+        min_replicas: Some(0),
+        reservations: (0..12).map(|_| reservation(50, 200)).collect(),
+        ..input()
+    });
+    assert_eq!((d.desired, d.backlog), (10, true));
+    assert_eq!(d.effective_time, Some(t(NOW)));
+
+    let d = decide(&DesiredInput {
+        min_replicas: Some(0),
+        reservations: (0..10).map(|_| reservation(50, 200)).collect(),
+        ..input()
+    });
+    assert_eq!((d.desired, d.backlog), (10, false));
+    assert_eq!(d.effective_time, Some(t(50)));
+}
+
+#[test]
 fn static_targets_get_no_effective_time() {
     let d = decide(&DesiredInput {
         ephemeral: false,

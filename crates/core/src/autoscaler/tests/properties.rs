@@ -109,7 +109,8 @@ proptest! {
         let d = desired_replicas(&input).unwrap();
         if let Some(effective) = d.effective_time {
             prop_assert!(input.ephemeral);
-            prop_assert!(input
+            // While demand is capped at maxReplicas it is `now` (jobs still wait).
+            prop_assert!(d.backlog && effective == input.now || input
                 .reservations
                 .iter()
                 .any(|r| r.effective_time == effective && r.expiration_time > input.now));
