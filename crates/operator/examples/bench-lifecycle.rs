@@ -21,12 +21,12 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, bail, ensure};
 use clap::Parser;
-use common::{CONTROLLER_PAT, NAMESPACE, World};
+use common::{CONTROLLER_PAT, Controller, NAMESPACE, World};
 use futures::StreamExt;
 use ghsim::world::{JobStatus, SubmitJobs};
 use hangar_api::{Runner, RunnerDeployment};
@@ -418,11 +418,6 @@ async fn apiserver_lists(client: &Client) -> anyhow::Result<BTreeMap<String, u64
     Ok(lists)
 }
 
-/// The `hangar run` child process.
-struct Controller {
-    child: Child,
-}
-
 impl Controller {
     fn spawn(hangar: &Path, kubeconfig: &Path, github: &str, mode: Mode) -> anyhow::Result<Self> {
         let mut cmd = Command::new(hangar);
@@ -452,20 +447,5 @@ impl Controller {
             .spawn()
             .with_context(|| format!("failed to start {}", hangar.display()))?;
         Ok(Self { child })
-    }
-
-    /// Reads peak RSS (MiB) and CPU seconds from `/proc`, then stops the process.
-    fn stop(&mut self) -> anyhow::Result<(f64, f64)> {
-        let usage = common::peak_rss_and_cpu(self.child.id())?;
-        self.child.kill()?;
-        self.child.wait()?;
-        Ok(usage)
-    }
-}
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

@@ -30,7 +30,7 @@ mod common;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -38,7 +38,7 @@ use anyhow::{Context as _, ensure};
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode, header};
 use clap::Parser;
-use common::{CONTROLLER_PAT, NAMESPACE, World};
+use common::{CONTROLLER_PAT, Controller, NAMESPACE, World};
 use futures::StreamExt;
 use ghsim::webhooks::{ContentType, NewHook};
 use ghsim::world::{Job, JobStatus, SubmitJobs};
@@ -1291,12 +1291,7 @@ fn process_cpu_seconds(pid: &str) -> anyhow::Result<f64> {
     Ok(ticks / 100.0)
 }
 
-/// The `hangar run` child process, with its webhook server.
-#[derive(Debug)]
-struct Controller {
-    child: Child,
-}
-
+/// Starting the `hangar run` child process, with its webhook server.
 impl Controller {
     fn spawn(
         hangar: &Path,
@@ -1332,24 +1327,5 @@ impl Controller {
             .spawn()
             .with_context(|| format!("failed to start {}", hangar.display()))?;
         Ok(Self { child })
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Reads peak RSS (MiB) and CPU seconds from `/proc`, then stops the process.
-    fn stop(&mut self) -> anyhow::Result<(f64, f64)> {
-        let usage = common::peak_rss_and_cpu(self.child.id())?;
-        self.child.kill()?;
-        self.child.wait()?;
-        Ok(usage)
-    }
-}
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

@@ -142,3 +142,31 @@ pub async fn apiserver_requests(
     }
     Ok(counts)
 }
+
+/// The `hangar run` child process a benchmark measures; killed when dropped.
+pub struct Controller {
+    pub child: std::process::Child,
+}
+
+impl Controller {
+    /// Its process ID, for CPU accounting.
+    #[allow(dead_code)] // bench-lifecycle reads only the totals `stop` returns
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Reads peak RSS (MiB) and CPU seconds from `/proc`, then stops the process.
+    pub fn stop(&mut self) -> anyhow::Result<(f64, f64)> {
+        let usage = peak_rss_and_cpu(self.child.id())?;
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(usage)
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
