@@ -219,6 +219,28 @@ pub struct Provided {
 }
 
 impl Registrations {
+    /// Server-side applies `secret` as `namespace/name` (field manager [`MANAGER`]).
+    async fn apply(
+        &self,
+        namespace: &str,
+        name: &str,
+        secret: &Secret,
+    ) -> Result<(), RegistrationError> {
+        Api::<Secret>::namespaced(self.client.clone(), namespace)
+            .patch(
+                name,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(secret),
+            )
+            .await
+            .map(drop)
+            .map_err(|source| RegistrationError::Kube {
+                action: "apply",
+                secret: format!("{namespace}/{name}"),
+                source,
+            })
+    }
+
     /// `timeout` bounds one GitHub call; keep it below the webhook's `timeoutSeconds`.
     pub fn new(client: Client, clients: Arc<GitHubClients>, timeout: Duration) -> Self {
         Self {
@@ -320,18 +342,7 @@ impl Registrations {
             type_: Some("Opaque".into()),
             ..Default::default()
         };
-        Api::<Secret>::namespaced(self.client.clone(), namespace)
-            .patch(
-                &name,
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(&secret),
-            )
-            .await
-            .map_err(|source| RegistrationError::Kube {
-                action: "apply",
-                secret: format!("{namespace}/{name}"),
-                source,
-            })?;
+        self.apply(namespace, &name, &secret).await?;
         tracing::info!(namespace, secret = %name, %scope, %expires_at, "refreshed registration secret");
         Ok(Provided {
             secret: name,
@@ -411,18 +422,7 @@ impl Registrations {
             type_: Some("Opaque".into()),
             ..Default::default()
         };
-        Api::<Secret>::namespaced(self.client.clone(), namespace)
-            .patch(
-                &name,
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(&secret),
-            )
-            .await
-            .map_err(|source| RegistrationError::Kube {
-                action: "apply",
-                secret: format!("{namespace}/{name}"),
-                source,
-            })?;
+        self.apply(namespace, &name, &secret).await?;
         tracing::info!(namespace, secret = %name, %scope, runner_id, "generated JIT configuration");
         Ok(ProvidedJit {
             secret: name,

@@ -57,8 +57,18 @@ pub async fn sync(
         // Switched off: a placeholder left from before goes.
         remembered.map_or(Step::Keep, Step::Remove)
     };
-    let holds_finalizer = rd.finalizers().iter().any(|f| f == FINALIZER);
-    if next == Step::Keep && (remembered.is_some() || !holds_finalizer) {
+    let mut finalizers: Vec<String> = rd
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    if next == Step::Keep {
+        // Our finalizer without a remembered runner (its annotation was removed by hand):
+        // nothing is left to remove, let the deployment go.
+        if remembered.is_none() && finalizers.len() < rd.finalizers().len() {
+            record(rd, ctx, None, &finalizers).await?;
+        }
         return Ok(());
     }
 
@@ -76,12 +86,6 @@ pub async fn sync(
     let github = ctx
         .github_for(&ns, config.github_api_credentials_from.as_ref())
         .await?;
-    let mut finalizers: Vec<String> = rd
-        .finalizers()
-        .iter()
-        .filter(|f| *f != FINALIZER)
-        .cloned()
-        .collect();
     let id = match next {
         Step::Register => {
             let name = placeholder_name(rd);
@@ -110,24 +114,34 @@ pub async fn sync(
             info!(deployment = %object_name(rd), id, "removed registration-only runner");
             None
         }
-        // A finalizer without a remembered runner (its annotation was removed by hand).
-        Step::Keep => None,
+        Step::Keep => return Ok(()),
     };
+    record(rd, ctx, id, &finalizers).await
+}
+
+/// Writes the remembered runner ID (`None` removes it) and the finalizers in one merge patch,
+/// conditional on the `resourceVersion` read.
+async fn record(
+    rd: &RunnerDeployment,
+    ctx: &Context,
+    id: Option<String>,
+    finalizers: &[String],
+) -> Result<(), Error> {
     let patch = json!({ "metadata": {
         "resourceVersion": rd.resource_version(),
         "annotations": { ID_ANNOTATION: id },
         "finalizers": finalizers,
     }});
-    Api::<RunnerDeployment>::namespaced(ctx.client.clone(), &ns)
+    Api::<RunnerDeployment>::namespaced(ctx.client.clone(), &rd.namespace().unwrap_or_default())
         .patch(
             &rd.name_any(),
             &PatchParams::default(),
             &Patch::Merge(&patch),
         )
         .await
+        .map(drop)
         .map_err(kube_err(
             "record registration-only runner of",
             object_name(rd),
-        ))?;
-    Ok(())
+        ))
 }
