@@ -421,9 +421,39 @@ async fn bench_cluster(runs: usize) -> Result<()> {
     Ok(())
 }
 
+/// What a build of the workspace from scratch takes in `target/` (debug tests, clippy, the
+/// xtask), measured on a fresh clone without incremental state, with room to spare.
+const TEST_BUILD_DISK_GIB: u64 = 6;
+
+/// Says so up front when the disk holding `target/` is nearly full: otherwise the run fails
+/// twenty minutes in with a linker's "No space left on device".
+fn warn_if_disk_is_short(root: &std::path::Path) {
+    let Ok(out) = Command::new("df").arg("-Pk").arg(root).output() else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    // POSIX format: the second line's fourth column is the available space in KiB.
+    let available_kib = text
+        .lines()
+        .nth(1)
+        .and_then(|line| line.split_whitespace().nth(3))
+        .and_then(|kib| kib.parse::<u64>().ok());
+    if let Some(kib) = available_kib {
+        let gib = kib / (1024 * 1024);
+        eprintln!("xtask: {gib} GiB free for {}", root.display());
+        if gib < TEST_BUILD_DISK_GIB {
+            eprintln!(
+                "xtask: warning: a build from scratch needs about {TEST_BUILD_DISK_GIB} GiB; \
+                 `cargo clean` old checkouts or set CARGO_TARGET_DIR to a larger disk"
+            );
+        }
+    }
+}
+
 async fn test(no_lint: bool, no_demo: bool, cargo_args: &[String]) -> Result<ExitCode> {
     let root = workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    warn_if_disk_is_short(&root);
     if !no_lint {
         must(
             Command::new(&cargo)

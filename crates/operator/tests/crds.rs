@@ -128,14 +128,16 @@ async fn kubectl_explain_documents_the_runner_template() {
 async fn hra_short_name_and_printer_columns_work() {
     let (cluster, ns) = ready_namespace("columns").await;
     let hra = "apiVersion: actions.summerwind.dev/v1alpha1\nkind: HorizontalRunnerAutoscaler\nmetadata:\n  name: columns\nspec:\n  scaleTargetRef:\n    name: some-deployment\n  minReplicas: 1\n  maxReplicas: 7\n";
-    let file = std::env::temp_dir().join(format!("hangar-hra-{}.yaml", std::process::id()));
-    std::fs::write(&file, hra).unwrap();
-    let out = cluster
+    let mut apply = cluster
         .kubectl()
-        .args(["apply", "--server-side", "-n", ns.name(), "-f"])
-        .arg(&file)
-        .output()
+        .args(["apply", "--server-side", "-n", ns.name(), "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    std::io::Write::write_all(&mut apply.stdin.take().unwrap(), hra.as_bytes()).unwrap();
+    let out = apply.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let out = cluster
         .kubectl()

@@ -77,11 +77,41 @@ impl TestCluster {
     }
 }
 
+/// Private control planes live in `<temp>/hangar-test-cluster-<pid of the test binary>`.
+const PRIVATE_DIR_PREFIX: &str = "hangar-test-cluster-";
+
+/// Deletes the directories of private control planes whose test binary has exited.
+///
+/// Their processes stop with the binary (the watchdog), but a `static` is never dropped, so the
+/// directory (etcd's data, about 70 MB) stays behind; without this sweep every `cargo test`
+/// run outside `cargo xtask test` would leave one per test binary until the disk fills.
+fn remove_abandoned_private_clusters() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(PRIVATE_DIR_PREFIX))
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let alive = Path::new("/proc").join(pid.to_string()).exists();
+        if !alive {
+            // Best effort: another test binary may be sweeping the same directory.
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 fn start_private() -> Result<TestCluster, String> {
     let binaries = Binaries::configured()
         .require()
         .map_err(|e| e.to_string())?;
-    let dir = std::env::temp_dir().join(format!("hangar-test-cluster-{}", std::process::id()));
+    remove_abandoned_private_clusters();
+    let dir = std::env::temp_dir().join(format!("{PRIVATE_DIR_PREFIX}{}", std::process::id()));
     let mut opts = StartOptions::new(&dir, binaries.clone());
     opts.tie_to_pid = Some(std::process::id());
     let runtime = tokio::runtime::Builder::new_current_thread()

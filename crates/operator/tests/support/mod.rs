@@ -177,16 +177,17 @@ impl Harness {
 
     /// `kubectl apply --server-side` of a YAML document into the test namespace.
     pub fn apply(&self, yaml: &str) {
-        let file =
-            std::env::temp_dir().join(format!("hangar-{}-{}.yaml", self.ns.name(), fastrand()));
-        std::fs::write(&file, yaml).unwrap();
-        let out = self
-            .cluster
-            .kubectl()
-            .args(["apply", "--server-side", "-n", self.ns.name(), "-f"])
-            .arg(&file)
-            .output()
-            .unwrap();
+        let out = kubectl_with_stdin(
+            self.cluster.kubectl().args([
+                "apply",
+                "--server-side",
+                "-n",
+                self.ns.name(),
+                "-f",
+                "-",
+            ]),
+            yaml,
+        );
         assert!(
             out.status.success(),
             "apply failed: {}",
@@ -475,11 +476,22 @@ impl Harness {
     }
 }
 
-fn fastrand() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
+/// Runs `cmd` (a `kubectl ... -f -`) with `input` on its stdin, so no temporary file is left.
+pub fn kubectl_with_stdin(cmd: &mut std::process::Command, input: &str) -> std::process::Output {
+    use std::io::Write as _;
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
         .unwrap()
-        .as_nanos()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
 }
 
 /// Polls `check` every 200 ms until it returns `Some`, or panics with `what` after `timeout`.
