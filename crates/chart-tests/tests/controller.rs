@@ -376,7 +376,7 @@ async fn run_with_chart_rbac(mode: Mode) {
         ("PATCH", "200"),
         ("DELETE", "200"),
     ] {
-        let line = format!("rest_client_requests_total{{code=\"{code}\",method=\"{method}\"}}");
+        let line = format!("rest_client_requests_total{{code=\"{code}\",method=\"{method}\",");
         assert!(
             requests.iter().any(|l| l.starts_with(&line)),
             "no {method} answered {code} counted: {requests:#?}"

@@ -144,6 +144,8 @@ pub struct Context {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Runner IDs by scope and name, shared by all runner pods (one list per scope at a time).
     pub runner_directory: crate::runner_directory::RunnerDirectory,
+    /// The per-scope registration-token Secrets token-mode Runners' pods read.
+    pub shared_tokens: crate::controllers::registration::SharedTokens,
 }
 
 impl std::fmt::Debug for Stores {
@@ -192,6 +194,7 @@ impl Context {
             runner_directory: crate::runner_directory::RunnerDirectory::new(
                 settings.registration_check_interval,
             ),
+            shared_tokens: Default::default(),
             client,
             github,
             settings,

@@ -1,6 +1,7 @@
 //! The Kubernetes client `hangar run` uses: kube's own, with every apiserver answer counted by
-//! method and status code into [`crate::metrics::Metrics::kube_request`]
-//! (`rest_client_requests_total`, controller-runtime's name).
+//! method, status code and resource into [`crate::metrics::Metrics::kube_request`]
+//! (`rest_client_requests_total`, controller-runtime's name): what the controller costs the
+//! apiserver, per resource.
 //!
 //! Why at the transport: some calls fail on purpose without a trace — events are published in
 //! the background and their errors dropped, reflectors retry failed watches by themselves — so
@@ -63,6 +64,7 @@ where
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         let method = request.method().to_string();
+        let resource = resource_of(request.uri().path());
         let metrics = self.metrics.clone();
         let answer = self.inner.call(request);
         Box::pin(async move {
@@ -71,9 +73,43 @@ where
                 Ok(response) => response.status().as_str().to_owned(),
                 Err(_) => "<error>".to_owned(),
             };
-            metrics.kube_request(&method, &code);
+            metrics.kube_request(&method, &code, &resource);
             answer
         })
+    }
+}
+
+/// The resource a request path is about, subresource included (`pods`, `pods/status`,
+/// `runners/status`); `-` for paths that name none (discovery, `/version`). Its values are
+/// bounded by the API's resources, so the label cannot explode.
+pub fn resource_of(path: &str) -> String {
+    // /api/v1/<rest> or /apis/<group>/<version>/<rest>
+    let rest = if let Some(rest) = path.strip_prefix("/api/") {
+        rest.split_once('/').map(|(_, r)| r)
+    } else if let Some(rest) = path.strip_prefix("/apis/") {
+        rest.splitn(3, '/').nth(2)
+    } else {
+        None
+    };
+    let Some(rest) = rest.filter(|r| !r.is_empty()) else {
+        return "-".to_owned();
+    };
+    // namespaces/<ns>/<resource>/... is a namespaced resource; `namespaces`,
+    // `namespaces/<name>` and `namespaces/<name>/status` are about namespaces themselves
+    // (the last, like any subresource, is counted as `namespaces/status`).
+    let rest = match rest
+        .strip_prefix("namespaces/")
+        .and_then(|r| r.split_once('/'))
+    {
+        Some((_, after)) if !after.is_empty() && after != "status" && after != "finalize" => after,
+        _ => rest,
+    };
+    // <resource>[/<name>[/<subresource>]]
+    let mut parts = rest.splitn(3, '/');
+    let resource = parts.next().unwrap_or_default();
+    match (parts.next(), parts.next()) {
+        (Some(_name), Some(sub)) if !sub.is_empty() => format!("{resource}/{sub}"),
+        _ => resource.to_owned(),
     }
 }
 
@@ -81,6 +117,40 @@ where
 mod tests {
     use super::*;
     use tower::{Layer as _, Service as _};
+
+    #[test]
+    fn requests_are_attributed_to_their_resource() {
+        for (path, resource) in [
+            ("/api/v1/pods", "pods"),
+            ("/api/v1/namespaces/a/pods", "pods"),
+            ("/api/v1/namespaces/a/pods/p-1", "pods"),
+            ("/api/v1/namespaces/a/pods/p-1/status", "pods/status"),
+            ("/api/v1/namespaces/a/pods/p-1/binding", "pods/binding"),
+            ("/api/v1/namespaces", "namespaces"),
+            ("/api/v1/namespaces/a", "namespaces"),
+            ("/api/v1/namespaces/a/status", "namespaces/status"),
+            ("/api/v1/nodes/n-1/status", "nodes/status"),
+            (
+                "/apis/actions.summerwind.dev/v1alpha1/namespaces/a/runners/r-1/status",
+                "runners/status",
+            ),
+            (
+                "/apis/actions.summerwind.dev/v1alpha1/runnerdeployments",
+                "runnerdeployments",
+            ),
+            ("/apis/events.k8s.io/v1/namespaces/a/events", "events"),
+            (
+                "/apis/coordination.k8s.io/v1/namespaces/a/leases/x",
+                "leases",
+            ),
+            ("/api/v1", "-"),
+            ("/apis/apps/v1", "-"),
+            ("/apis", "-"),
+            ("/version", "-"),
+        ] {
+            assert_eq!(resource_of(path), resource, "{path}");
+        }
+    }
 
     #[tokio::test]
     async fn every_answer_is_counted_by_method_and_code() {
@@ -114,9 +184,9 @@ mod tests {
         }
         let text = metrics.render(&crate::metrics::ScrapeState::default());
         for line in [
-            "rest_client_requests_total{code=\"200\",method=\"GET\"} 2",
-            "rest_client_requests_total{code=\"403\",method=\"GET\"} 1",
-            "rest_client_requests_total{code=\"403\",method=\"POST\"} 1",
+            "rest_client_requests_total{code=\"200\",method=\"GET\",resource=\"pods\"} 2",
+            "rest_client_requests_total{code=\"403\",method=\"GET\",resource=\"secrets\"} 1",
+            "rest_client_requests_total{code=\"403\",method=\"POST\",resource=\"secrets\"} 1",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
         }

@@ -181,21 +181,23 @@ impl Metrics {
         );
         registry.register(
             "rest_client_requests",
-            "Kubernetes API requests by HTTP method and status code (controller-runtime's name); \
-             code=\"403\" is a call the controller's RBAC does not allow, code=\"<error>\" one \
-             that got no answer",
+            "Kubernetes API requests by HTTP method, status code and resource (controller-runtime's \
+             name, plus the resource: what the controller costs the apiserver); code=\"403\" is a \
+             call the controller's RBAC does not allow, code=\"<error>\" one that got no answer",
             m.kube_requests.clone(),
         );
         Self { registry, ..m }
     }
 
-    /// Records one Kubernetes API request and the status code it was answered with (see
+    /// Records one Kubernetes API request, the resource it was about (`pods`,
+    /// `runners/status`, ...) and the status code it was answered with (see
     /// [`crate::kube_client`]).
-    pub fn kube_request(&self, method: &str, code: &str) {
+    pub fn kube_request(&self, method: &str, code: &str, resource: &str) {
         self.kube_requests
             .get_or_create(&vec![
                 ("code", code.to_owned()),
                 ("method", method.to_owned()),
+                ("resource", resource.to_owned()),
             ])
             .inc();
     }
@@ -826,7 +828,7 @@ mod tests {
         let m = Metrics::new();
         m.reconciled("runner", Duration::from_millis(30), true);
         m.delivery("workflow_job", "scaled");
-        m.kube_request("GET", "403");
+        m.kube_request("GET", "403", "secrets");
         m.set_busy(["b".to_owned()].into());
         let pods = vec![
             pod("b", "Running", &[(ann::RUNNER_ID, "2")]),
@@ -850,7 +852,7 @@ mod tests {
             "hangar_reconcile_errors_total{controller=\"runner\"} 1",
             "hangar_reconcile_duration_seconds_count{controller=\"runner\"} 1",
             "hangar_webhook_deliveries_total{event=\"workflow_job\",outcome=\"scaled\"} 1",
-            "rest_client_requests_total{code=\"403\",method=\"GET\"} 1",
+            "rest_client_requests_total{code=\"403\",method=\"GET\",resource=\"secrets\"} 1",
             "hangar_runners{namespace=\"ns\",state=\"busy\"} 1",
             "hangar_runners{namespace=\"ns\",state=\"idle\"} 1",
             "horizontalrunnerautoscaler_desired_replicas{namespace=\"ns\",horizontalrunnerautoscaler=\"hra\"} 3",

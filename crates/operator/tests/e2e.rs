@@ -739,13 +739,17 @@ async fn scaling_through_github_errors_and_rate_limits_converges_without_interru
     let rd = Deployment::new("faulty", 0, "faulty");
     e.apply(&rd);
 
-    // Scale up while a third of GitHub's answers are 502s and a fifth secondary rate limits.
+    // Scale up while a third of GitHub's answers are 502s and a fifth secondary rate limits,
+    // and registration tokens cannot be had at all: the scale-up needs few calls (one token
+    // serves the scope), so only a down endpoint makes sure the controllers meet errors.
     let faults = json!({
         "server_error_rate": 0.35,
         "secondary_limit_rate": 0.2,
         "secondary_retry_after_secs": 1,
     });
-    e.set_faults(faults.clone());
+    let mut scale_up_faults = faults.clone();
+    scale_up_faults["failing_endpoints"] = json!(["/registration-token"]);
+    e.set_faults(scale_up_faults);
     e.apply(&rd.clone().replicas(3));
     eventually(
         &e,
@@ -754,7 +758,9 @@ async fn scaling_through_github_errors_and_rate_limits_converges_without_interru
         || async { (e.controller_errors() >= 5).then_some(()) },
     )
     .await;
-    e.set_faults(json!({"server_error_rate": 0.0, "secondary_limit_rate": 0.0}));
+    e.set_faults(
+        json!({"server_error_rate": 0.0, "secondary_limit_rate": 0.0, "failing_endpoints": []}),
+    );
     let names = e.wait_running(3).await;
 
     // Scale down with two runners busy, through the same faults: the idle runner is

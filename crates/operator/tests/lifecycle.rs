@@ -51,6 +51,7 @@ async fn runner_deployment_creates_runner_pods_with_secret_sourced_tokens() {
         sets[0].name_any()
     );
 
+    let mut secret_names = std::collections::BTreeSet::new();
     for pod in &pods {
         let spec = pod.spec.as_ref().unwrap();
         let names: Vec<&str> = spec.containers.iter().map(|c| c.name.as_str()).collect();
@@ -75,6 +76,7 @@ async fn runner_deployment_creates_runner_pods_with_secret_sourced_tokens() {
             .as_ref()
             .unwrap()
             .name;
+        secret_names.insert(secret_name.clone());
         let secret = h.api::<Secret>().get(secret_name).await.unwrap();
         let issued = String::from_utf8(secret.data.unwrap()["runner_token"].0.clone()).unwrap();
         assert!(!issued.is_empty());
@@ -98,6 +100,42 @@ async fn runner_deployment_creates_runner_pods_with_secret_sourced_tokens() {
         .unwrap()
         .items;
     assert_eq!(runners.len(), 2);
+
+    // A token is the scope's, not a runner's: both pods read one Secret, and no Secret per
+    // Runner is written (it cost two apiserver writes per job).
+    assert_eq!(
+        secret_names.len(),
+        1,
+        "one registration Secret per scope: {secret_names:?}"
+    );
+    let shared = secret_names.into_iter().next().unwrap();
+    assert!(shared.starts_with("hangar-registration-repo-"), "{shared}");
+    let secrets: Vec<String> = h
+        .api::<Secret>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|s| s.name_any())
+        .collect();
+    assert_eq!(
+        secrets,
+        std::slice::from_ref(&shared),
+        "no per-Runner Secrets"
+    );
+
+    // Deleted behind Hangar's back while a pod still waits to start, it is written again.
+    h.api::<Secret>()
+        .delete(&shared, &Default::default())
+        .await
+        .unwrap();
+    eventually(
+        "the shared registration Secret to be rewritten",
+        WAIT,
+        || async { h.api::<Secret>().get_opt(&shared).await.unwrap().map(drop) },
+    )
+    .await;
 }
 
 #[tokio::test]

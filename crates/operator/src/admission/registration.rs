@@ -172,6 +172,52 @@ pub fn secret_name(scope: &Scope, credentials: Option<&str>) -> String {
     )
 }
 
+/// The per-scope Secret `namespace/name` holding `token` for `scope` (see the module docs).
+pub fn token_secret(
+    namespace: &str,
+    name: &str,
+    scope: &Scope,
+    token: &hangar_github::RunnerToken,
+) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(
+                [(
+                    "app.kubernetes.io/managed-by".to_owned(),
+                    "hangar".to_owned(),
+                )]
+                .into(),
+            ),
+            annotations: Some([(SCOPE_ANNOTATION.to_owned(), scope.to_string())].into()),
+            ..Default::default()
+        },
+        data: Some(
+            [
+                (
+                    TOKEN_KEY.to_owned(),
+                    ByteString(token.token.expose().as_bytes().to_vec()),
+                ),
+                (
+                    EXPIRES_AT_KEY.to_owned(),
+                    ByteString(token.expires_at.to_string().into_bytes()),
+                ),
+            ]
+            .into(),
+        ),
+        type_: Some("Opaque".into()),
+        ..Default::default()
+    }
+}
+
+/// The token expiry a registration Secret records, if it holds a token.
+pub fn recorded_expiry(secret: &Secret) -> Option<String> {
+    let data = secret.data.as_ref()?;
+    data.get(TOKEN_KEY)?;
+    String::from_utf8(data.get(EXPIRES_AT_KEY)?.0.clone()).ok()
+}
+
 /// Whether a token expiring at `expires_at` (RFC 3339) can still be handed out at `now`.
 pub fn is_fresh(expires_at: Option<&str>, now: Timestamp) -> bool {
     let Some(at) = expires_at.and_then(|s| s.parse::<Timestamp>().ok()) else {
@@ -181,7 +227,7 @@ pub fn is_fresh(expires_at: Option<&str>, now: Timestamp) -> bool {
 }
 
 /// One refresh at a time per (namespace, Secret name).
-type RefreshLocks = Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>;
+pub(crate) type RefreshLocks = Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>;
 
 /// The webhook's view of registration Secrets.
 pub struct Registrations {
@@ -312,36 +358,7 @@ impl Registrations {
                 source,
             })?;
         let expires_at = token.expires_at.to_string();
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                namespace: Some(namespace.to_owned()),
-                labels: Some(
-                    [(
-                        "app.kubernetes.io/managed-by".to_owned(),
-                        "hangar".to_owned(),
-                    )]
-                    .into(),
-                ),
-                annotations: Some([(SCOPE_ANNOTATION.to_owned(), scope.to_string())].into()),
-                ..Default::default()
-            },
-            data: Some(
-                [
-                    (
-                        TOKEN_KEY.to_owned(),
-                        ByteString(token.token.expose().as_bytes().to_vec()),
-                    ),
-                    (
-                        EXPIRES_AT_KEY.to_owned(),
-                        ByteString(expires_at.clone().into_bytes()),
-                    ),
-                ]
-                .into(),
-            ),
-            type_: Some("Opaque".into()),
-            ..Default::default()
-        };
+        let secret = token_secret(namespace, &name, scope, &token);
         self.apply(namespace, &name, &secret).await?;
         tracing::info!(namespace, secret = %name, %scope, %expires_at, "refreshed registration secret");
         Ok(Provided {
@@ -457,12 +474,7 @@ impl Registrations {
                 secret: format!("{namespace}/{name}"),
                 source,
             })?;
-        Ok(secret.and_then(|s| {
-            let data = s.data?;
-            data.get(TOKEN_KEY)?;
-            let at = data.get(EXPIRES_AT_KEY)?;
-            String::from_utf8(at.0.clone()).ok()
-        }))
+        Ok(secret.as_ref().and_then(recorded_expiry))
     }
 }
 

@@ -160,3 +160,131 @@ pub async fn apply(
         .map(drop)
         .map_err(kube_err(action, format!("{ns}/{name}")))
 }
+
+/// How long a registration Secret this process wrote or read is trusted without reading it
+/// again: under a burst of runner creations it is read once per interval, not once per pod.
+/// A Secret deleted behind Hangar's back is written again by the first reconcile after this of
+/// a Runner whose pod has not started (a kubelet retries a missing Secret meanwhile).
+pub const SHARED_TOKEN_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The per-scope registration Secrets of token-mode Runners: the same Secret the pod webhook
+/// keeps for RunnerSet pods ([`crate::admission::registration`]), one per (namespace, scope,
+/// credentials), holding a token valid for at least
+/// [`crate::admission::registration::MIN_TTL`].
+///
+/// Why shared, not one per Runner: a registration token is a scope's, not a runner's, and
+/// GitHub hands out the same one for an hour. A Secret per Runner cost two apiserver writes
+/// per job (apply, then the garbage collector's delete) and a round trip before every pod
+/// create; this costs one write an hour per scope and, while its token is fresh, nothing
+/// before the pod is created. A pod reads the Secret when its runner container starts, so a
+/// token replaced meanwhile is simply the newer valid one.
+///
+/// Concurrency: one refresh at a time per Secret; concurrent Runners wait for it.
+#[derive(Default)]
+pub struct SharedTokens {
+    /// (namespace, Secret name) → the recorded expiry and when it was last confirmed.
+    known: std::sync::Mutex<std::collections::HashMap<(String, String), Known>>,
+    /// One refresh at a time per (namespace, Secret name).
+    locks: crate::admission::registration::RefreshLocks,
+}
+
+#[derive(Clone, Copy)]
+struct Known {
+    expires_at: jiff::Timestamp,
+    confirmed: tokio::time::Instant,
+}
+
+impl std::fmt::Debug for SharedTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let known = self.known.lock().map(|k| k.len()).unwrap_or_default();
+        f.debug_struct("SharedTokens")
+            .field("secrets", &known)
+            .finish()
+    }
+}
+
+impl SharedTokens {
+    /// The name of a Secret in `namespace` holding a fresh token for `scope` (credentials from
+    /// Secret `credentials`, `None`: the controller's), written from `github` when missing or
+    /// about to expire.
+    pub async fn ensure(
+        &self,
+        client: &kube::Client,
+        github: &dyn GitHubApi,
+        namespace: &str,
+        scope: &RunnerScope,
+        credentials: Option<&str>,
+        now: jiff::Timestamp,
+    ) -> Result<String, Error> {
+        use crate::admission::registration as shared;
+        let gh_scope = github_scope(scope);
+        let name = shared::secret_name(&gh_scope, credentials);
+        let key = (namespace.to_owned(), name.clone());
+        if self.trusted(&key, now) {
+            return Ok(name);
+        }
+        let lock = {
+            let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+            locks.entry(key.clone()).or_default().clone()
+        };
+        let _guard = lock.lock().await;
+        if self.trusted(&key, now) {
+            return Ok(name); // refreshed while this call waited
+        }
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+        let recorded = secrets
+            .get_opt(&name)
+            .await
+            .map_err(kube_err(
+                "read registration secret",
+                format!("{namespace}/{name}"),
+            ))?
+            .as_ref()
+            .and_then(shared::recorded_expiry);
+        let fresh = recorded
+            .and_then(|at| at.parse::<jiff::Timestamp>().ok())
+            .filter(|at| lasts(*at, now));
+        let expires_at = match fresh {
+            Some(at) => at,
+            None => {
+                let token = github
+                    .registration_token(&gh_scope)
+                    .await
+                    .map_err(github_err("get registration token", scope))?;
+                let secret = shared::token_secret(namespace, &name, &gh_scope, &token);
+                apply(
+                    &secrets,
+                    super::runner::MANAGER,
+                    &secret,
+                    "apply registration secret",
+                )
+                .await?;
+                tracing::info!(namespace, secret = %name, scope = %gh_scope, expires_at = %token.expires_at, "refreshed registration secret");
+                token.expires_at
+            }
+        };
+        self.known.lock().unwrap_or_else(|e| e.into_inner()).insert(
+            key,
+            Known {
+                expires_at,
+                confirmed: tokio::time::Instant::now(),
+            },
+        );
+        Ok(name)
+    }
+
+    /// Whether the Secret `key` was seen holding a fresh token recently enough to skip reading it.
+    fn trusted(&self, key: &(String, String), now: jiff::Timestamp) -> bool {
+        let known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        known.get(key).is_some_and(|k| {
+            k.confirmed.elapsed() < SHARED_TOKEN_RECHECK && lasts(k.expires_at, now)
+        })
+    }
+}
+
+/// Whether a token expiring at `expires_at` is still valid for at least
+/// [`crate::admission::registration::MIN_TTL`] after `now`.
+fn lasts(expires_at: jiff::Timestamp, now: jiff::Timestamp) -> bool {
+    expires_at.duration_since(now).as_secs_f64()
+        >= crate::admission::registration::MIN_TTL.as_secs_f64()
+}

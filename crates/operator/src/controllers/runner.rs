@@ -1,10 +1,11 @@
-//! Runner controller: one registration Secret and one pod per Runner, and a status that says
-//! whether the runner is actually registered on GitHub.
+//! Runner controller: one pod per Runner, and a status that says whether the runner is
+//! actually registered on GitHub.
 //!
 //! Observe: the Runner, its pod (store) and, when the pod must be created, a registration
-//! credential from GitHub (token cached per scope by the client; or a JIT configuration).
-//! Apply: the Secret (server-side apply, owned by the Runner), then the pod (created once; pods
-//! are immutable). Status: `phase` mirrors the pod, except that a running pod whose runner has
+//! credential: the scope's shared token Secret ([`registration::SharedTokens`], written from
+//! GitHub only when missing or about to expire), or a JIT configuration from GitHub. Apply: a
+//! JIT configuration's Secret (server-side apply, owned by the Runner), then the pod (created
+//! once; pods are immutable). Status: `phase` mirrors the pod, except that a running pod whose runner has
 //! no GitHub runner ID yet is reported `Pending` with reason `RegistrationPending` — a Runner is
 //! `Running` only once GitHub knows it (ARC's contract since 0.18).
 //!
@@ -223,27 +224,12 @@ async fn drive(runner: &Runner, ctx: &Context, report: &mut Report) -> Result<Ac
             let github = ctx
                 .github_for(&ns, runner.spec.config.github_api_credentials_from.as_ref())
                 .await?;
-            create_pod(runner, &scope, ctx, github.as_ref()).await?;
-            report.status = Some(RunnerStatus {
-                phase: Some("Pending".into()),
-                reason: Some("PodCreated".into()),
-                message: Some("runner pod created; waiting for it to start and register".into()),
-                ready: Some(false),
-                ..Default::default()
-            });
-            report.conditions = vec![
-                credentials_accepted(runner),
-                Desired::no(
-                    kind::REGISTERED,
-                    reason::REGISTRATION_PENDING,
-                    "runner pod created; waiting for it to start and register on GitHub",
-                ),
-                Desired::no(
-                    kind::READY,
-                    reason::RUNNER_NOT_READY,
-                    "the runner is not registered yet",
-                ),
-            ];
+            let pod = create_pod(runner, &scope, ctx, github.as_ref()).await?;
+            // The status the new pod implies, exactly as later reconciles derive it from the
+            // pod: an unscheduled pod then costs no second status write.
+            report.status = Some(status_from_pod(&pod));
+            report.conditions = conditions_from_pod(&pod);
+            report.conditions.push(credentials_accepted(runner));
             Ok(Action::requeue(ctx.settings.sync_period))
         }
         Some(pod) => {
@@ -273,8 +259,15 @@ async fn drive(runner: &Runner, ctx: &Context, report: &mut Report) -> Result<Ac
             report.conditions = conditions_from_pod(&pod);
             // The pod needs the credentials until its runner is unregistered: a Secret deleted
             // or broken meanwhile shows here, not only when the runner is retired.
-            ctx.github_for(&ns, runner.spec.config.github_api_credentials_from.as_ref())
+            let github = ctx
+                .github_for(&ns, runner.spec.config.github_api_credentials_from.as_ref())
                 .await?;
+            // A pod that has not started reads the shared token Secret when it does: keep it
+            // there and fresh (free while it is known to be; a read every
+            // `SHARED_TOKEN_RECHECK` otherwise).
+            if phase == hangar_core::owner_sync::PodPhase::Pending && !uses_jit(runner, ctx) {
+                shared_token_secret(runner, &scope, ctx, github.as_ref()).await?;
+            }
             report.conditions.push(credentials_accepted(runner));
             Ok(Action::requeue(ctx.settings.sync_period))
         }
@@ -344,6 +337,10 @@ pub fn status_from_pod(pod: &Pod) -> RunnerStatus {
     let mut phase = st.phase.clone().unwrap_or_else(|| "Pending".into());
     let mut reason = st.reason.clone();
     let mut message = st.message.clone();
+    if phase == "Pending" && reason.is_none() && message.is_none() {
+        reason = Some("PodCreated".into());
+        message = Some("runner pod created; waiting for it to start and register".into());
+    }
     if phase == "Running" && !registered {
         phase = "Pending".into();
         reason = Some("RegistrationPending".into());
@@ -497,46 +494,79 @@ async fn patch_status(runner: &Runner, ctx: &Context, report: Report) -> Result<
     .map_err(kube_err("patch status of runner", object_name(runner)))
 }
 
+/// Whether `runner` registers with a JIT configuration (`--jit`, or the
+/// `hangar.dev/registration: jit` annotation) rather than a registration token.
+fn uses_jit(runner: &Runner, ctx: &Context) -> bool {
+    ctx.settings.jit
+        || runner
+            .annotations()
+            .get("hangar.dev/registration")
+            .is_some_and(|v| v == "jit")
+}
+
+/// The scope's shared registration Secret for `runner`, holding a fresh token.
+async fn shared_token_secret(
+    runner: &Runner,
+    scope: &RunnerScope,
+    ctx: &Context,
+    github: &dyn GitHubApi,
+) -> Result<String, Error> {
+    let now = jiff::Timestamp::try_from(ctx.now()).unwrap_or_else(|_| jiff::Timestamp::now());
+    ctx.shared_tokens
+        .ensure(
+            &ctx.client,
+            github,
+            &runner.namespace().unwrap_or_default(),
+            scope,
+            GitHubClients::secret_name(runner.spec.config.github_api_credentials_from.as_ref()),
+            now,
+        )
+        .await
+}
+
+/// Creates the Runner's pod (and a JIT configuration's Secret); returns the pod as sent.
 async fn create_pod(
     runner: &Runner,
     scope: &RunnerScope,
     ctx: &Context,
     github: &dyn GitHubApi,
-) -> Result<(), Error> {
+) -> Result<Pod, Error> {
     let ns = runner.namespace().unwrap_or_default();
     let name = runner.name_any();
-    let secret_name = registration_secret_name(&name);
-    let jit = ctx.settings.jit
-        || runner
-            .annotations()
-            .get("hangar.dev/registration")
-            .is_some_and(|v| v == "jit");
+    let jit = uses_jit(runner, ctx);
 
-    // The credential goes into a Secret owned by the Runner; the pod reads it via valueFrom.
-    let registration = registration::register(
-        github,
-        scope,
-        &name,
-        runner.spec.config.labels.as_deref(),
-        runner.spec.pod.node_selector.as_ref(),
-        jit,
-    )
-    .await?;
-    let registered_id = registration.runner_id;
-    let secret = registration::secret(
-        &ns,
-        &secret_name,
-        owner_reference(runner),
-        &[],
-        registration.data,
-    );
-    registration::apply(
-        &Api::namespaced(ctx.client.clone(), &ns),
-        MANAGER,
-        &secret,
-        "apply registration secret",
-    )
-    .await?;
+    // The credential is in a Secret the pod reads via valueFrom: a JIT configuration is the
+    // runner's own (a Secret owned by the Runner), a registration token the scope's (a Secret
+    // shared by the scope's runners, see `registration::SharedTokens`).
+    let (secret_name, registered_id) = if jit {
+        let secret_name = registration_secret_name(&name);
+        let registration = registration::register(
+            github,
+            scope,
+            &name,
+            runner.spec.config.labels.as_deref(),
+            runner.spec.pod.node_selector.as_ref(),
+            jit,
+        )
+        .await?;
+        let secret = registration::secret(
+            &ns,
+            &secret_name,
+            owner_reference(runner),
+            &[],
+            registration.data,
+        );
+        registration::apply(
+            &Api::namespaced(ctx.client.clone(), &ns),
+            MANAGER,
+            &secret,
+            "apply registration secret",
+        )
+        .await?;
+        (secret_name, registration.runner_id)
+    } else {
+        (shared_token_secret(runner, scope, ctx, github).await?, None)
+    };
 
     let mut defaults = ctx.settings.pod_defaults.clone();
     defaults.registration_secret = secret_name;
@@ -582,7 +612,7 @@ async fn create_pod(
     // A reconcile that still missed the pod would fetch a new credential: for JIT, one that
     // replaces the runner registration the running pod uses.
     super::wait_until_stored(&ctx.stores.pods, &ns, std::slice::from_ref(&name)).await;
-    Ok(())
+    Ok(pod)
 }
 
 /// Every failure is a Warning event on the Runner (its conditions were written by
@@ -643,6 +673,25 @@ mod tests {
             (false, "RegistrationPending".into())
         );
         assert_eq!(by_kind(&c, kind::READY), (false, "RunnerNotReady".into()));
+    }
+
+    #[test]
+    fn a_just_created_pod_and_an_unscheduled_one_imply_the_same_status() {
+        // As sent (no status yet), and as the kubelet-less apiserver stores it.
+        let sent: Pod =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "r-1"}})).unwrap();
+        let stored: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "r-1"},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+            ]},
+        }))
+        .unwrap();
+        let status = status_from_pod(&sent);
+        assert_eq!(status.phase.as_deref(), Some("Pending"));
+        assert_eq!(status.reason.as_deref(), Some("PodCreated"));
+        assert_eq!(status, status_from_pod(&stored));
+        assert_eq!(conditions_from_pod(&sent), conditions_from_pod(&stored));
     }
 
     #[test]

@@ -239,14 +239,11 @@ async fn unregister(
     now: std::time::SystemTime,
 ) -> Result<Option<Duration>, Error> {
     let uid = pod.uid().unwrap_or_default();
-    if annotation(pod, ann::UNREGISTRATION_START_TIMESTAMP).is_none() {
-        annotate(
-            pod,
-            ctx,
-            &[(ann::UNREGISTRATION_START_TIMESTAMP, Some(rfc3339(now)))],
-        )
-        .await?;
-    }
+    // ARC's `unregistration-start-timestamp` is a record for users, read by nothing: it is
+    // written together with whatever this step writes anyway, never on its own.
+    let start = annotation(pod, ann::UNREGISTRATION_START_TIMESTAMP)
+        .is_none()
+        .then(|| (ann::UNREGISTRATION_START_TIMESTAMP, Some(rfc3339(now))));
     let mut id = runner_id(pod);
     // A pod that was never scheduled registered nothing — unless it uses JIT, whose runner was
     // registered with its configuration; left alone, it would stay on GitHub (offline). A
@@ -296,7 +293,12 @@ async fn unregister(
     };
     let finished = match unregistration::next_step(&state, now) {
         Step::Finish(why) => why,
-        Step::WaitForRegistration { recheck_after } => return Ok(Some(recheck_after)),
+        Step::WaitForRegistration { recheck_after } => {
+            if let Some(start) = start {
+                annotate(pod, ctx, &[start]).await?;
+            }
+            return Ok(Some(recheck_after));
+        }
         // A reconcile on a cache from before this pod's `unregistration-complete` annotation:
         // the runner is gone already, and a second DELETE would only cost a call.
         Step::Delete { .. } if ctx.runner_directory.was_removed(&uid) => Finished::Removed,
@@ -333,6 +335,7 @@ async fn unregister(
                         ann::UNREGISTRATION_FAILURE_MESSAGE,
                         Some("runner is still running a job".to_owned()),
                     )];
+                    pairs.extend(start);
                     if start_completion_wait
                         && state.completion_wait_started.then_some(()).is_none()
                     {
@@ -350,23 +353,33 @@ async fn unregister(
                     );
                     return Ok(Some(recheck_after));
                 }
-                AfterDelete::Retry { after } => return Ok(Some(after)),
+                AfterDelete::Retry { after } => {
+                    if let Some(start) = start {
+                        annotate(pod, ctx, &[start]).await?;
+                    }
+                    return Ok(Some(after));
+                }
             }
         }
     };
     info!(pod = %object_name(pod), reason = ?finished, "runner unregistered");
-    ctx.event(
-        pod.object_ref(&()),
-        false,
-        "RunnerUnregistered",
-        format!("unregistered from GitHub ({finished:?})"),
-    );
-    annotate(
-        pod,
-        ctx,
-        &[(ann::UNREGISTRATION_COMPLETE_TIMESTAMP, Some(rfc3339(now)))],
-    )
-    .await?;
+    // The event is for runners Hangar took off GitHub; one that stopped by itself (every
+    // finished ephemeral runner) is no news, and an event per job would cost the apiserver a
+    // write per job.
+    if matches!(finished, Finished::Removed | Finished::RestartedAfterJob) {
+        ctx.event(
+            pod.object_ref(&()),
+            false,
+            "RunnerUnregistered",
+            format!("unregistered from GitHub ({finished:?})"),
+        );
+    }
+    // A deleting pod records its completion by losing the finalizer, its caller's next write.
+    if pod.metadata.deletion_timestamp.is_none() {
+        let mut pairs = vec![(ann::UNREGISTRATION_COMPLETE_TIMESTAMP, Some(rfc3339(now)))];
+        pairs.extend(start);
+        annotate(pod, ctx, &pairs).await?;
+    }
     Ok(None)
 }
 
