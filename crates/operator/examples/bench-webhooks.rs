@@ -167,7 +167,8 @@ struct Observed {
     /// Runner registrations (ghsim's `registered_at`) by runner name.
     registered: HashMap<String, Timestamp>,
     accounting: ghsim::accounting::Accounting,
-    /// `hangar_webhook_*` and latency histogram lines from the controller's metrics.
+    /// `hangar_webhook_*`, latency histogram and `rest_client_requests_total` lines from the
+    /// controller's metrics.
     hangar_metrics: BTreeMap<String, f64>,
     /// Writes the apiserver served from the first job queued until the drain ended, by
     /// (verb, resource): what the control plane spent on the jobs.
@@ -639,6 +640,7 @@ async fn scrape_metrics(addr: SocketAddr) -> BTreeMap<String, f64> {
                 || l.starts_with("hangar_webhook_delivery_to_pod_seconds_count")
                 || l.starts_with("hangar_job_queue_to_assignment_seconds_sum")
                 || l.starts_with("hangar_job_queue_to_assignment_seconds_count")
+                || l.starts_with("rest_client_requests_total")
         })
         .filter_map(|l| {
             let (series, value) = l.rsplit_once(' ')?;
@@ -700,6 +702,9 @@ struct ApiserverWrites {
     per_job: f64,
     /// Per job, by `VERB resource[/subresource]`, largest first.
     per_job_by_request: Vec<(String, f64)>,
+    /// Hangar's own share (its `rest_client_requests_total`, whole run including setup), per
+    /// job, by `METHOD resource[/subresource]`, largest first.
+    by_hangar_per_job_by_request: Vec<(String, f64)>,
 }
 
 #[derive(Debug, Serialize)]
@@ -1069,10 +1074,36 @@ fn summarize(args: &Args, o: &Observed) -> (Report, Vec<JobRecord>) {
                 .map(|((verb, resource), n)| (format!("{verb} {resource}"), per_job(*n)))
                 .collect();
             by.sort_by(|a, b| b.1.total_cmp(&a.1));
+            let mut by_hangar: BTreeMap<String, u64> = BTreeMap::new();
+            for (series, n) in &o.hangar_metrics {
+                let Some(labels) = series.strip_prefix("rest_client_requests_total{") else {
+                    continue;
+                };
+                let label = |name: &str| {
+                    labels.split(',').find_map(|kv| {
+                        kv.strip_prefix(name)?
+                            .strip_prefix("=\"")?
+                            .trim_end_matches('}')
+                            .strip_suffix('"')
+                    })
+                };
+                let (Some(method), Some(resource)) = (label("method"), label("resource")) else {
+                    continue;
+                };
+                if method != "GET" {
+                    *by_hangar.entry(format!("{method} {resource}")).or_default() += *n as u64;
+                }
+            }
+            let mut by_hangar: Vec<(String, f64)> = by_hangar
+                .into_iter()
+                .map(|(k, n)| (k, per_job(n)))
+                .collect();
+            by_hangar.sort_by(|a, b| b.1.total_cmp(&a.1));
             ApiserverWrites {
                 total,
                 per_job: per_job(total),
                 per_job_by_request: by,
+                by_hangar_per_job_by_request: by_hangar,
             }
         },
         pod_watch_lag_upper_bound_seconds: Latency::of(
@@ -1155,7 +1186,12 @@ fn webhook_server(o: &Observed) -> WebhookServer {
             MONOTONIC_CLOCK,
             jobs.iter().map(|d| d.answer.as_secs_f64()).collect(),
         ),
-        controller_metrics: o.hangar_metrics.clone(),
+        controller_metrics: o
+            .hangar_metrics
+            .iter()
+            .filter(|(series, _)| !series.starts_with("rest_client_requests_total"))
+            .map(|(series, value)| (series.clone(), *value))
+            .collect(),
     }
 }
 

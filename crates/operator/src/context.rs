@@ -146,6 +146,8 @@ pub struct Context {
     pub runner_directory: crate::runner_directory::RunnerDirectory,
     /// The per-scope registration-token Secrets token-mode Runners' pods read.
     pub shared_tokens: crate::controllers::registration::SharedTokens,
+    /// Events counting runners created and deleted, coalesced per set.
+    pub runner_events: crate::events::RunnerEvents,
 }
 
 impl std::fmt::Debug for Stores {
@@ -183,8 +185,10 @@ impl Context {
             controller: "hangar".into(),
             instance: std::env::var("POD_NAME").ok(),
         };
+        let recorder = Recorder::new(client.clone(), reporter);
         Self {
-            recorder: Recorder::new(client.clone(), reporter),
+            runner_events: crate::events::RunnerEvents::new(recorder.clone()),
+            recorder,
             clients: GitHubClients::new(github.clone(), settings.github_registry.clone()),
             metrics: settings
                 .exporter

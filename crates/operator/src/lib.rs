@@ -19,6 +19,7 @@ pub mod context;
 pub mod controllers;
 pub mod credentials;
 pub mod error;
+pub mod events;
 pub mod kube_client;
 pub mod leader;
 pub mod manager;

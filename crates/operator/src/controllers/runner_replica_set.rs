@@ -30,6 +30,7 @@ use super::{
 use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
 use crate::error::{Error, ignore_not_found, kube_err};
+use crate::events::RunnerCount;
 
 /// Runs the controller until the stream ends.
 pub async fn run(ctx: Arc<Context>, sets: Api<RunnerReplicaSet>, runners: Api<Runner>) {
@@ -179,30 +180,30 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
     if let Some(e) = failure {
         return Err(e);
     }
-    // One event per pass, not per Runner: an ephemeral pool deletes a Runner for every job.
-    for (reason, what) in [
+    // One event per pass at most, not per Runner (an ephemeral pool deletes a Runner for every
+    // job), and passes are coalesced too (`crate::events`).
+    for (reason, why) in [
         (DeleteReason::Completed, "whose runner finished"),
         (DeleteReason::Unregistered, "unregistered from GitHub"),
     ] {
-        let deleted: Vec<&str> = plan
+        let deleted: Vec<String> = plan
             .actions
             .iter()
             .filter_map(|a| match a {
-                PlanAction::Delete { owner, reason: r } if *r == reason => Some(owner.as_str()),
+                PlanAction::Delete { owner, reason: r } if *r == reason => Some(owner.clone()),
                 _ => None,
             })
             .collect();
         if !deleted.is_empty() {
-            ctx.event(
+            ctx.runner_events.publish(
                 set.object_ref(&()),
-                false,
                 "DeletedRunners",
-                format!(
-                    "deleted {} runner(s) {what}: {}{}",
-                    deleted.len(),
-                    deleted[..deleted.len().min(5)].join(", "),
-                    if deleted.len() > 5 { ", ..." } else { "" }
-                ),
+                RunnerCount {
+                    verb: "deleted",
+                    why,
+                    count: deleted.len(),
+                    names: deleted,
+                },
             );
         }
     }
@@ -293,11 +294,15 @@ async fn apply(
                 .await
                 .map_err(kube_err("create runner for", object_name(set)))?;
             info!(set = %object_name(set), count, "created runners");
-            ctx.event(
+            ctx.runner_events.publish(
                 set.object_ref(&()),
-                false,
                 "CreatedRunners",
-                format!("created {count} runner(s)"),
+                RunnerCount {
+                    verb: "created",
+                    why: "",
+                    count: *count as usize,
+                    names: vec![],
+                },
             );
             return Ok(Touched::Created(created));
         }

@@ -759,11 +759,15 @@ async fn apply(
             // As for RunnerReplicaSets: the next reconcile must see these StatefulSets, or it
             // would create them again.
             wait_until_stored(&state.stateful_sets, &ns, &created).await;
-            ctx.event(
+            ctx.runner_events.publish(
                 set.object_ref(&()),
-                false,
                 "CreatedRunners",
-                format!("created {count} runner(s): {}", created.join(", ")),
+                crate::events::RunnerCount {
+                    verb: "created",
+                    why: "",
+                    count: created.len(),
+                    names: created.clone(),
+                },
             );
         }
         PlanAction::Delete { owner, reason } => {
@@ -773,11 +777,20 @@ async fn apply(
                 .or_else(ignore_not_found)
                 .map_err(kube_err("delete statefulset", format!("{ns}/{owner}")))?;
             info!(set = %object_name(set), statefulset = owner, ?reason, "deleted runner statefulset");
-            ctx.event(
+            ctx.runner_events.publish(
                 set.object_ref(&()),
-                false,
-                "DeletedRunner",
-                format!("deleted runner statefulset {owner} ({reason:?})"),
+                "DeletedRunners",
+                crate::events::RunnerCount {
+                    verb: "deleted",
+                    why: match reason {
+                        hangar_core::owner_sync::DeleteReason::Completed => "whose runner finished",
+                        hangar_core::owner_sync::DeleteReason::Unregistered => {
+                            "unregistered from GitHub"
+                        }
+                    },
+                    count: 1,
+                    names: vec![owner.clone()],
+                },
             );
         }
         PlanAction::RequestUnregistration {
