@@ -36,6 +36,10 @@ pub const RECREATION_DELAY_AFTER_SCALE: Duration = Duration::from_secs(10 * 60);
 /// its place: the time the autoscaler needs to hear, by the job's `completed` webhook, that the
 /// job is done and lower `replicas`. Replaced at once, the runner would be recreated for demand
 /// that is already gone, and the extra runner retired again soon after (a GitHub DELETE).
+///
+/// Only while no demand arrived after the runner finished (`effectiveTime` not newer than its
+/// finish): a place held against new demand makes new jobs wait out the grace. Under steady
+/// demand the replacement is no waste either — the next job takes it.
 pub const RELEASE_GRACE: Duration = Duration::from_secs(10);
 
 /// How long a Ready runner pod may go without a GitHub runner ID before it counts as failed to
@@ -311,9 +315,10 @@ pub fn plan(input: &Input) -> Plan {
         if !owner.pods.is_empty() && counts.completed as usize == owner.pods.len() {
             let finished_at = owner.pods.iter().filter_map(|p| p.finished_at).max();
             let current = owner.template_hash.as_deref() == Some(&input.desired_template_hash);
-            if let Some(at) = finished_at
-                .filter(|at| holds_finished && current && elapsed(*at, now) < RELEASE_GRACE)
-            {
+            let demand_since = |at: SystemTime| input.effective_time.is_some_and(|e| e > at);
+            if let Some(at) = finished_at.filter(|at| {
+                holds_finished && current && elapsed(*at, now) < RELEASE_GRACE && !demand_since(*at)
+            }) {
                 finished.push((owner, at));
                 continue;
             }

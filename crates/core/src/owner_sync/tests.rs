@@ -409,10 +409,11 @@ fn autoscaled(desired: u32, owners: Vec<OwnerView>, now_min: u64, effective: u64
 
 #[test]
 fn a_just_finished_runner_of_an_autoscaled_set_keeps_its_place_until_demand_is_released() {
-    // b's job is done; the autoscaler has not heard yet and still wants 2.
+    // b's job is done; the autoscaler has not heard yet and still wants 2 (for demand from
+    // minute 4, before b finished).
     let now = t(5);
     let b = finished("b", 4, now, Duration::from_secs(3));
-    let plan = plan(&autoscaled(2, vec![running("a", 4), b], 5, 5));
+    let plan = plan(&autoscaled(2, vec![running("a", 4), b], 5, 4));
     assert_eq!(plan.actions, vec![]);
     assert_eq!(
         plan.recheck_at,
@@ -421,7 +422,7 @@ fn a_just_finished_runner_of_an_autoscaled_set_keeps_its_place_until_demand_is_r
 
     // The completed webhook lowered replicas: the place is released, nothing is created.
     let b = finished("b", 4, now, Duration::from_secs(4));
-    let plan = super::plan(&autoscaled(1, vec![running("a", 4), b], 5, 5));
+    let plan = super::plan(&autoscaled(1, vec![running("a", 4), b], 5, 4));
     assert_eq!(
         plan.actions,
         vec![Action::Delete {
@@ -436,8 +437,29 @@ fn a_just_finished_runner_of_an_autoscaled_set_keeps_its_place_until_demand_is_r
 fn new_demand_beside_a_held_runner_still_gets_its_runner() {
     let now = t(5);
     let b = finished("b", 4, now, Duration::from_secs(1));
-    let plan = plan(&autoscaled(3, vec![running("a", 4), b], 5, 5));
+    let plan = plan(&autoscaled(3, vec![running("a", 4), b], 5, 4));
     assert_eq!(plan.actions, vec![Action::Create { count: 1 }]);
+}
+
+#[test]
+fn demand_that_arrived_after_a_runner_finished_is_not_held_up_by_it() {
+    // b finished 3 s ago; a job was queued since (effectiveTime = now). Which of the 2 wanted
+    // is b's stale reservation is unknown, so b goes and both are created: a surplus runner
+    // takes the next job, while a held place would make the new job wait out the grace.
+    let now = t(5);
+    let b = finished("b", 4, now, Duration::from_secs(3));
+    let plan = plan(&autoscaled(3, vec![running("a", 4), b], 5, 5));
+    assert_eq!(
+        plan.actions,
+        vec![
+            Action::Delete {
+                owner: "b".into(),
+                reason: DeleteReason::Completed,
+            },
+            Action::Create { count: 2 },
+        ]
+    );
+    assert_eq!(plan.recheck_at, None);
 }
 
 #[test]
@@ -445,7 +467,7 @@ fn a_finished_runner_is_replaced_once_the_grace_is_over() {
     // No release came (a dropped delivery): after the grace it is replaced.
     let now = t(5);
     let b = finished("b", 4, now, RELEASE_GRACE + Duration::from_secs(1));
-    let plan = plan(&autoscaled(2, vec![running("a", 4), b], 5, 5));
+    let plan = plan(&autoscaled(2, vec![running("a", 4), b], 5, 4));
     assert_eq!(
         plan.actions,
         vec![

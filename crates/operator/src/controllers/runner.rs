@@ -491,6 +491,8 @@ async fn patch_status(runner: &Runner, ctx: &Context, report: Report) -> Result<
     )
     .await
     .map(drop)
+    // Deleted meanwhile (its set removed it once its runner finished): nothing to report on.
+    .or_else(ignore_not_found)
     .map_err(kube_err("patch status of runner", object_name(runner)))
 }
 
