@@ -200,6 +200,11 @@ async fn drive(runner: &Runner, ctx: &Context, report: &mut Report) -> Result<Ac
                 .as_ref()
                 .and_then(|s| s.phase.as_ref())
                 .is_some();
+            // A finished runner's pod is deleted by its set, which deletes the Runner next:
+            // nothing to check (under load that GET was two per job).
+            if had_pod && reported_finished(runner) {
+                return Ok(Action::await_change());
+            }
             if had_pod && !runner.owner_references().is_empty() {
                 let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
                 let exists = pods
@@ -272,6 +277,20 @@ async fn drive(runner: &Runner, ctx: &Context, report: &mut Report) -> Result<Ac
             Ok(Action::requeue(ctx.settings.sync_period))
         }
     }
+}
+
+/// Whether the Runner's status says its runner finished: the pod Succeeded or Failed, or the
+/// runner exited (condition `Registered` with reason `RunnerFinished`).
+fn reported_finished(runner: &Runner) -> bool {
+    let Some(status) = runner.status.as_ref() else {
+        return false;
+    };
+    matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"))
+        || status.conditions.iter().flatten().any(|c| {
+            c.type_ == kind::REGISTERED
+                && c.status == "False"
+                && c.reason == reason::RUNNER_FINISHED
+        })
 }
 
 fn credentials_accepted(runner: &Runner) -> Desired {

@@ -128,7 +128,17 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error
 
     if deleting {
         if has_finalizer {
-            delete_parent_runner(&pod, &ctx).await?;
+            // A finished runner's pod is deleted by its set, which deletes the Runner itself
+            // (a Runner whose pod vanished is deleted by the Runner controller anyway).
+            if !runner_stopped(&pod)
+                && !matches!(
+                    pod_phase(&pod),
+                    hangar_core::owner_sync::PodPhase::Succeeded
+                        | hangar_core::owner_sync::PodPhase::Failed
+                )
+            {
+                delete_parent_runner(&pod, &ctx).await?;
+            }
             match unregister(&pod, &ctx, &gh_scope, now).await? {
                 Some(wait) => return Ok(Action::requeue(wait)),
                 None => {

@@ -307,20 +307,22 @@ async fn apply(
             return Ok(Touched::Created(created));
         }
         PlanAction::Delete { owner, reason } => {
+            // The pod too, rather than leaving it to the garbage collector, which on a young
+            // cluster may not watch Runners yet (it rediscovers resources every 30 s). Its
+            // finalizer still holds it until the runner is unregistered. The pod goes first:
+            // a collector that sees the Runner gone while the pod is not yet deleting deletes
+            // the pod itself, a second write for the apiserver.
+            pods.delete(owner, &DeleteParams::background())
+                .await
+                .map(drop)
+                .or_else(ignore_not_found)
+                .map_err(kube_err("delete pod of runner", format!("{ns}/{owner}")))?;
             runners
                 .delete(owner, &DeleteParams::background())
                 .await
                 .map(drop)
                 .or_else(ignore_not_found)
                 .map_err(kube_err("delete runner", format!("{ns}/{owner}")))?;
-            // The pod too, rather than leaving it to the garbage collector, which on a young
-            // cluster may not watch Runners yet (it rediscovers resources every 30 s). Its
-            // finalizer still holds it until the runner is unregistered.
-            pods.delete(owner, &DeleteParams::background())
-                .await
-                .map(drop)
-                .or_else(ignore_not_found)
-                .map_err(kube_err("delete pod of runner", format!("{ns}/{owner}")))?;
             info!(set = %object_name(set), runner = owner, ?reason, "deleted runner");
             return Ok(Touched::Deleted(owner.clone()));
         }
