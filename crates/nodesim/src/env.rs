@@ -82,88 +82,6 @@ impl ObjectSource for ApiObjects {
     }
 }
 
-/// How long [`Cached`] serves an object it read without reading it again.
-pub const OBJECT_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// An [`ObjectSource`] that keeps what it read for [`OBJECT_CACHE_TTL`], as a kubelet serves
-/// ConfigMaps and Secrets from its cache rather than reading them per container: under a
-/// burst of pods that all read one registration Secret, the simulator reads it about once a
-/// second instead of once per pod. A missing object is not kept: the container's retry reads
-/// again.
-pub struct Cached<S> {
-    inner: S,
-    kept: std::sync::Mutex<Kept>,
-}
-
-/// (is a Secret, namespace, name) → when it was read, and its data.
-type Kept = std::collections::HashMap<
-    (bool, String, String),
-    (tokio::time::Instant, BTreeMap<String, String>),
->;
-
-impl<S> Cached<S> {
-    /// Caches what `inner` reads.
-    pub fn new(inner: S) -> Self {
-        Self {
-            inner,
-            kept: Default::default(),
-        }
-    }
-
-    fn get(&self, key: &(bool, String, String)) -> Option<BTreeMap<String, String>> {
-        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        kept.get(key)
-            .filter(|(at, _)| at.elapsed() < OBJECT_CACHE_TTL)
-            .map(|(_, data)| data.clone())
-    }
-
-    fn keep(&self, key: (bool, String, String), data: &Option<BTreeMap<String, String>>) {
-        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        // Expired entries go whenever one is added, so the map holds about a second's worth.
-        kept.retain(|_, (at, _)| at.elapsed() < OBJECT_CACHE_TTL);
-        if let Some(data) = data {
-            kept.insert(key, (tokio::time::Instant::now(), data.clone()));
-        }
-    }
-}
-
-impl<S> std::fmt::Debug for Cached<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Cached")
-    }
-}
-
-#[async_trait]
-impl<S: ObjectSource> ObjectSource for Cached<S> {
-    async fn config_map(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<BTreeMap<String, String>>, String> {
-        let key = (false, namespace.to_owned(), name.to_owned());
-        if let Some(data) = self.get(&key) {
-            return Ok(Some(data));
-        }
-        let data = self.inner.config_map(namespace, name).await?;
-        self.keep(key, &data);
-        Ok(data)
-    }
-
-    async fn secret(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<BTreeMap<String, String>>, String> {
-        let key = (true, namespace.to_owned(), name.to_owned());
-        if let Some(data) = self.get(&key) {
-            return Ok(Some(data));
-        }
-        let data = self.inner.secret(namespace, name).await?;
-        self.keep(key, &data);
-        Ok(data)
-    }
-}
-
 /// Pod facts `fieldRef` can read that are not in the pod object yet.
 #[derive(Clone, Debug)]
 pub struct Addresses<'a> {
@@ -617,35 +535,5 @@ mod tests {
         ] {
             assert_eq!(expand(input, lookup), want, "{input:?}");
         }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn cached_objects_are_read_once_a_second_and_missing_ones_every_time() {
-        let mut fake = Fake::default();
-        fake.secrets
-            .insert("token".into(), [("k".to_owned(), "v".to_owned())].into());
-        let cached = Cached::new(fake);
-        for _ in 0..5 {
-            assert_eq!(
-                cached.secret("ns", "token").await.unwrap().unwrap()["k"],
-                "v"
-            );
-        }
-        assert_eq!(
-            *cached.inner.reads.lock().unwrap(),
-            1,
-            "five pods, one read"
-        );
-        tokio::time::advance(OBJECT_CACHE_TTL).await;
-        cached.secret("ns", "token").await.unwrap();
-        assert_eq!(
-            *cached.inner.reads.lock().unwrap(),
-            2,
-            "read again after the TTL"
-        );
-        // Not there (yet): every retry asks again, so it is seen as soon as it appears.
-        assert_eq!(cached.secret("ns", "later").await.unwrap(), None);
-        assert_eq!(cached.secret("ns", "later").await.unwrap(), None);
-        assert_eq!(*cached.inner.reads.lock().unwrap(), 4);
     }
 }
