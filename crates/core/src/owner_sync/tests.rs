@@ -449,17 +449,19 @@ fn demand_that_arrived_after_a_runner_finished_is_not_held_up_by_it() {
     let now = t(5);
     let b = finished("b", 4, now, Duration::from_secs(3));
     let plan = plan(&autoscaled(3, vec![running("a", 4), b], 5, 5));
-    assert_eq!(
-        plan.actions,
-        vec![
-            Action::Delete {
-                owner: "b".into(),
-                reason: DeleteReason::Completed,
-            },
-            Action::Create { count: 2 },
-        ]
-    );
+    assert_eq!(plan.actions, finished_and_replaced("b", 2));
     assert_eq!(plan.recheck_at, None);
+}
+
+/// The plan that deletes finished owner `owner` and creates `count` owners.
+fn finished_and_replaced(owner: &str, count: u32) -> Vec<Action> {
+    vec![
+        Action::Delete {
+            owner: owner.into(),
+            reason: DeleteReason::Completed,
+        },
+        Action::Create { count },
+    ]
 }
 
 #[test]
@@ -468,16 +470,7 @@ fn a_finished_runner_is_replaced_once_the_grace_is_over() {
     let now = t(5);
     let b = finished("b", 4, now, RELEASE_GRACE + Duration::from_secs(1));
     let plan = plan(&autoscaled(2, vec![running("a", 4), b], 5, 4));
-    assert_eq!(
-        plan.actions,
-        vec![
-            Action::Delete {
-                owner: "b".into(),
-                reason: DeleteReason::Completed,
-            },
-            Action::Create { count: 1 },
-        ]
-    );
+    assert_eq!(plan.actions, finished_and_replaced("b", 1));
 }
 
 #[test]

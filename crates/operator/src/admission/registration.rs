@@ -180,19 +180,7 @@ pub fn token_secret(
     token: &hangar_github::RunnerToken,
 ) -> Secret {
     Secret {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: Some(namespace.to_owned()),
-            labels: Some(
-                [(
-                    "app.kubernetes.io/managed-by".to_owned(),
-                    "hangar".to_owned(),
-                )]
-                .into(),
-            ),
-            annotations: Some([(SCOPE_ANNOTATION.to_owned(), scope.to_string())].into()),
-            ..Default::default()
-        },
+        metadata: secret_metadata(namespace, name, scope),
         data: Some(
             [
                 (
@@ -207,6 +195,24 @@ pub fn token_secret(
             .into(),
         ),
         type_: Some("Opaque".into()),
+        ..Default::default()
+    }
+}
+
+/// A registration Secret's metadata: labelled managed by Hangar (so the Runner controller's
+/// credentials watch ignores it) and annotated with its scope.
+fn secret_metadata(namespace: &str, name: &str, scope: &Scope) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: Some(namespace.to_owned()),
+        labels: Some(
+            [(
+                "app.kubernetes.io/managed-by".to_owned(),
+                "hangar".to_owned(),
+            )]
+            .into(),
+        ),
+        annotations: Some([(SCOPE_ANNOTATION.to_owned(), scope.to_string())].into()),
         ..Default::default()
     }
 }
@@ -416,18 +422,8 @@ impl Registrations {
         let runner_id = config.runner.id.0;
         let secret = Secret {
             metadata: ObjectMeta {
-                name: Some(name.clone()),
-                namespace: Some(namespace.to_owned()),
-                labels: Some(
-                    [(
-                        "app.kubernetes.io/managed-by".to_owned(),
-                        "hangar".to_owned(),
-                    )]
-                    .into(),
-                ),
-                annotations: Some([(SCOPE_ANNOTATION.to_owned(), scope.to_string())].into()),
                 owner_references: Some(vec![target.owner.clone()]),
-                ..Default::default()
+                ..secret_metadata(namespace, &name, scope)
             },
             data: Some(
                 [(
