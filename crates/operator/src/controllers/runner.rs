@@ -201,11 +201,22 @@ async fn drive(runner: &Runner, ctx: &Context, report: &mut Report) -> Result<Ac
                 .and_then(|s| s.phase.as_ref())
                 .is_some();
             // A finished runner's pod is deleted by its set, which deletes the Runner next:
-            // nothing to check (under load that GET was two per job).
-            if had_pod && reported_finished(runner) {
-                return Ok(Action::await_change());
+            // nothing to check yet (under load that GET was two per job). Still here once
+            // that should long have happened (the set's delete failed, or a user deleted the
+            // pod), it is treated as a vanished pod below.
+            let owned = !runner.owner_references().is_empty();
+            if had_pod
+                && owned
+                && let Some(finished) = reported_finished(runner)
+            {
+                let settle = ctx.now().duration_since(finished).unwrap_or_default();
+                if settle < FINISHED_RUNNER_DELETION_WAIT {
+                    return Ok(Action::requeue(
+                        FINISHED_RUNNER_DELETION_WAIT - settle + Duration::from_millis(100),
+                    ));
+                }
             }
-            if had_pod && !runner.owner_references().is_empty() {
+            if had_pod && owned {
                 let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
                 let exists = pods
                     .get_opt(&name)
@@ -279,18 +290,25 @@ async fn drive(runner: &Runner, ctx: &Context, report: &mut Report) -> Result<Ac
     }
 }
 
-/// Whether the Runner's status says its runner finished: the pod Succeeded or Failed, or the
-/// runner exited (condition `Registered` with reason `RunnerFinished`).
-fn reported_finished(runner: &Runner) -> bool {
-    let Some(status) = runner.status.as_ref() else {
-        return false;
-    };
-    matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"))
-        || status.conditions.iter().flatten().any(|c| {
+/// How long after its runner finished a Runner whose pod is gone is left to its set to delete,
+/// before the Runner controller checks for a vanished pod itself.
+pub const FINISHED_RUNNER_DELETION_WAIT: Duration = Duration::from_secs(10);
+
+/// When the Runner's status says its runner finished (condition `Registered` turned False
+/// with reason `RunnerFinished`), if it does.
+fn reported_finished(runner: &Runner) -> Option<std::time::SystemTime> {
+    runner
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| {
             c.type_ == kind::REGISTERED
                 && c.status == "False"
                 && c.reason == reason::RUNNER_FINISHED
         })
+        .map(|c| super::k8s_time(&c.last_transition_time))
 }
 
 fn credentials_accepted(runner: &Runner) -> Desired {

@@ -128,8 +128,9 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error
 
     if deleting {
         if has_finalizer {
-            // A finished runner's pod is deleted by its set, which deletes the Runner itself
-            // (a Runner whose pod vanished is deleted by the Runner controller anyway).
+            // A finished runner's pod is deleted by its set, which deletes the Runner itself;
+            // should it not (a user deleted the pod), the Runner controller deletes a Runner
+            // whose pod vanished `FINISHED_RUNNER_DELETION_WAIT` after its runner finished.
             if !runner_stopped(&pod)
                 && !matches!(
                     pod_phase(&pod),
