@@ -148,6 +148,9 @@ pub struct Context {
     pub shared_tokens: crate::controllers::registration::SharedTokens,
     /// Events counting runners created and deleted, coalesced per set.
     pub runner_events: crate::events::RunnerEvents,
+    /// When the runners of set-owned Runners finished, for the Runners whose status was left
+    /// alone because their set deletes them next.
+    pub finished_runners: crate::controllers::runner::FinishedRunners,
 }
 
 impl std::fmt::Debug for Stores {
@@ -199,6 +202,7 @@ impl Context {
                 settings.registration_check_interval,
             ),
             shared_tokens: Default::default(),
+            finished_runners: Default::default(),
             client,
             github,
             settings,

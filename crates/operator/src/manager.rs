@@ -1,9 +1,11 @@
 //! The controller manager: reflectors feeding the shared stores, and every reconciler, in one
 //! process.
 //!
-//! Stores are filled by one watch per kind (pods filtered to runner pods by the `actions-runner`
-//! label); reconcilers read them instead of listing. Each kube-runtime `Controller` also keeps
-//! its own trigger watches — a known duplication to remove once the shared-stream API settles.
+//! One watch per kind (pods filtered to runner pods by the `actions-runner` label) fills a
+//! store that reconcilers read instead of listing, and feeds every controller that reacts to
+//! the kind ([`shared_store`]): the apiserver sends each change to this process once, not once
+//! per controller. (kube-runtime's own shared streams do not pass deletions on, which the
+//! controllers need.)
 //!
 //! With a webhook listener ([`run_with_webhook`]), the GitHub webhook server runs in the same
 //! process on the same stores, so a reservation it writes reaches the HRA controller's watch
@@ -54,6 +56,51 @@ where
     reader
 }
 
+/// A controller's trigger stream: the objects of a kind that one shared watch saw change
+/// (created, modified, deleted, or listed when the watch (re)starts).
+pub(crate) type Triggers<K> = futures::stream::BoxStream<'static, Result<K, watcher::Error>>;
+
+/// One watch of a kind feeding a store and `subscribers` trigger streams, all subscribed
+/// before the watch starts so that none misses the initial list. A trigger stream is
+/// unbounded: a kube-runtime `Controller` drains its triggers into its own queue at once
+/// (deduplicated per object), and a bound would let one controller that is not yet running
+/// stall the store every controller waits on.
+pub(crate) fn shared_store<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    subscribers: usize,
+) -> (Store<K>, Vec<Triggers<K>>)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let (senders, triggers): (Vec<_>, Vec<_>) = (0..subscribers)
+        .map(|_| {
+            let (tx, rx) = futures::channel::mpsc::unbounded::<K>();
+            (tx, rx.map(Ok).boxed())
+        })
+        .unzip();
+    let stream = reflector::reflector(writer, watcher(api, config))
+        .default_backoff()
+        .touched_objects();
+    tokio::spawn(stream.for_each(move |touched| {
+        if let Ok(object) = touched {
+            for tx in &senders {
+                // A closed channel is a controller that ended: nothing to tell it.
+                let _ = tx.unbounded_send(object.clone());
+            }
+        }
+        async {}
+    }));
+    (reader, triggers)
+}
+
 /// Runs every controller until they end (they do not, short of a panic).
 pub async fn run(
     client: Client,
@@ -86,24 +133,37 @@ pub async fn run_with_webhook(
     webhook: Option<(tokio::net::TcpListener, WebhookConfig)>,
 ) {
     let ns = namespace.as_deref();
+    let all = watcher::Config::default;
+    // Who reacts to what: pods → Runner, runner-pod, RunnerReplicaSet and RunnerSet
+    // controllers; Runners → Runner and RunnerReplicaSet; RunnerReplicaSets → RunnerReplicaSet
+    // and RunnerDeployment; RunnerDeployments and autoscalers → their own controllers.
+    let runner_pods = all().labels(label::ACTIONS_RUNNER);
+    let (
+        pods,
+        [
+            pods_for_runners,
+            pods_for_pods,
+            pods_for_sets,
+            pods_for_runner_sets,
+        ],
+    ) = shared(shared_store(api::<Pod>(&client, ns), runner_pods, 4));
+    let (runners, [runners_for_runners, runners_for_sets]) =
+        shared(shared_store(api::<Runner>(&client, ns), all(), 2));
+    let (replica_sets, [sets_for_sets, sets_for_deployments]) =
+        shared(shared_store(api::<RunnerReplicaSet>(&client, ns), all(), 2));
+    let (deployments, [deployments_for_deployments]) =
+        shared(shared_store(api::<RunnerDeployment>(&client, ns), all(), 1));
+    let (hras, [hras_for_hras]) = shared(shared_store(
+        api::<HorizontalRunnerAutoscaler>(&client, ns),
+        all(),
+        1,
+    ));
     let stores = Stores {
-        pods: spawn_store(
-            api::<Pod>(&client, ns),
-            watcher::Config::default().labels(label::ACTIONS_RUNNER),
-        ),
-        runners: spawn_store(api::<Runner>(&client, ns), watcher::Config::default()),
-        replica_sets: spawn_store(
-            api::<RunnerReplicaSet>(&client, ns),
-            watcher::Config::default(),
-        ),
-        deployments: spawn_store(
-            api::<RunnerDeployment>(&client, ns),
-            watcher::Config::default(),
-        ),
-        hras: spawn_store(
-            api::<HorizontalRunnerAutoscaler>(&client, ns),
-            watcher::Config::default(),
-        ),
+        pods,
+        runners,
+        replica_sets,
+        deployments,
+        hras,
     };
     for wait in [
         stores.pods.wait_until_ready().await.is_ok(),
@@ -152,13 +212,40 @@ pub async fn run_with_webhook(
     let ctx = Arc::new(ctx);
     tokio::join!(
         webhook,
-        controllers::hra::run(ctx.clone(), api(&client, ns)),
-        controllers::runner::run(ctx.clone(), api(&client, ns), api(&client, ns)),
-        controllers::runner_pod::run(ctx.clone(), api(&client, ns)),
-        controllers::runner_replica_set::run(ctx.clone(), api(&client, ns), api(&client, ns)),
-        controllers::runner_deployment::run(ctx.clone(), api(&client, ns), api(&client, ns)),
-        controllers::runner_set::run(ctx.clone(), api(&client, ns)),
+        controllers::hra::run(ctx.clone(), hras_for_hras),
+        controllers::runner::run(
+            ctx.clone(),
+            runners_for_runners,
+            pods_for_runners,
+            api(&client, ns),
+        ),
+        controllers::runner_pod::run(ctx.clone(), pods_for_pods),
+        controllers::runner_replica_set::run(
+            ctx.clone(),
+            sets_for_sets,
+            runners_for_sets,
+            pods_for_sets,
+        ),
+        controllers::runner_deployment::run(
+            ctx.clone(),
+            deployments_for_deployments,
+            sets_for_deployments,
+        ),
+        controllers::runner_set::run(ctx.clone(), api(&client, ns), pods_for_runner_sets),
     );
+}
+
+/// [`shared_store`]'s trigger streams as an array, to be handed out by name.
+fn shared<K, const N: usize>(
+    (store, triggers): (Store<K>, Vec<Triggers<K>>),
+) -> (Store<K>, [Triggers<K>; N])
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    match triggers.try_into() {
+        Ok(triggers) => (store, triggers),
+        Err(_) => unreachable!("shared_store makes as many trigger streams as asked for"),
+    }
 }
 
 /// Makes `/metrics` render from the caches (and the client registry), and reports ready.

@@ -330,7 +330,7 @@ impl Launcher {
                 // No loopback Endpoints for the `kubernetes` Service: nothing routes to 10.0.0.1.
                 "--endpoint-reconciler-type",
                 "none",
-                "--profiling=false",
+                "--profiling=true",
                 "--v=1",
             ],
         )?;

@@ -61,7 +61,12 @@ impl World {
         let nodes = NodeSim::start(
             client.clone(),
             NodeSimConfig::new("bench", nodes)
-                .with_timing(Timing::fast())
+                // Containers start fast, but the node Leases are renewed every 10 s as a
+                // kubelet's are: at 1 s, four nodes cost the apiserver 4 writes a second.
+                .with_timing(Timing {
+                    lease_renew: std::time::Duration::from_secs(10),
+                    ..Timing::fast()
+                })
                 .with_runner_program(RunnerProgram::new().with_remove_credential(RUNNER_PAT)),
         )
         .await?;

@@ -52,8 +52,8 @@ use hangar_github::{GitHubApi, RunStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{Controller, WatchStreamExt, predicates, watcher};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, WatchStreamExt, predicates};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info, warn};
@@ -62,6 +62,7 @@ use super::{github_scope, k8s_time, object_name, rfc3339, wait_until_stored};
 use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
 use crate::error::{Error, Retry, github_err, kube_err};
+use crate::manager::Triggers;
 
 /// Field manager for what this controller writes.
 pub const MANAGER: &str = "hangar-hra";
@@ -81,15 +82,10 @@ fn patch_params() -> PatchParams {
 const BOUNDARY_SLACK: Duration = Duration::from_millis(100);
 
 /// Runs the controller until the stream ends.
-pub async fn run(ctx: Arc<Context>, hras: Api<HorizontalRunnerAutoscaler>) {
-    let (reader, writer) = reflector::store();
+pub async fn run(ctx: Arc<Context>, hras: Triggers<HorizontalRunnerAutoscaler>) {
     // Spec changes only: a status write (ours) does not trigger another reconcile.
-    let trigger = watcher(hras, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(predicates::generation, Default::default());
-    Controller::for_stream(trigger, reader)
+    let trigger = hras.predicate_filter(predicates::generation, Default::default());
+    Controller::for_stream(trigger, ctx.stores.hras.clone())
         .run(reconcile_reporting, error_policy, ctx)
         .for_each(|_| async {})
         .await;

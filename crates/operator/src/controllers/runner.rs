@@ -47,6 +47,7 @@ use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
 use crate::credentials::GitHubClients;
 use crate::error::{Error, ignore_not_found, kube_err};
+use crate::manager::Triggers;
 use crate::runner_pod;
 
 /// Field manager for everything this controller writes.
@@ -58,14 +59,15 @@ pub fn registration_secret_name(runner: &str) -> String {
 }
 
 /// Runs the controller until the stream ends.
-pub async fn run(ctx: Arc<Context>, runners: Api<Runner>, pods: Api<Pod>) {
+pub async fn run(
+    ctx: Arc<Context>,
+    runners: Triggers<Runner>,
+    pods: Triggers<Pod>,
+    secrets: Api<PartialObjectMeta<Secret>>,
+) {
     // Secrets are watched by metadata only (never their data), and not those Hangar writes
     // itself (registration Secrets): a created or changed credentials Secret re-reconciles the
     // Runners naming it, which read it afresh.
-    let secrets: Api<PartialObjectMeta<Secret>> = match runners.namespace() {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
     let secret_changes = watcher(
         secrets,
         watcher::Config::default().labels("app.kubernetes.io/managed-by!=hangar"),
@@ -73,11 +75,8 @@ pub async fn run(ctx: Arc<Context>, runners: Api<Runner>, pods: Api<Pod>) {
     .default_backoff()
     .touched_objects();
     let mapper_ctx = ctx.clone();
-    Controller::new(runners, watcher::Config::default())
-        .owns(
-            pods,
-            watcher::Config::default().labels(hangar_api::label::ACTIONS_RUNNER),
-        )
+    Controller::for_stream(runners, ctx.stores.runners.clone())
+        .owns_stream(pods)
         .watches_stream(secret_changes, move |secret: PartialObjectMeta<Secret>| {
             runners_using_secret(&mapper_ctx, &secret)
         })
@@ -142,6 +141,44 @@ struct Report {
     status: Option<RunnerStatus>,
     /// Conditions to set; a later entry of the same type wins.
     conditions: Vec<Desired>,
+    /// Leave the status as it is: the Runner is about to be deleted.
+    leave_status: bool,
+}
+
+/// When the runners of set-owned Runners finished (by Runner UID), as this process saw it.
+///
+/// A set deletes the Runner whose runner finished moments later, so its status is not updated
+/// to say so: under load that write was one per job, read by nobody. What the write recorded
+/// is kept here instead: when the runner finished, so that a Runner whose finished pod is gone
+/// is left to its set for [`FINISHED_RUNNER_DELETION_WAIT`] before it counts as a vanished
+/// pod. After a restart this is empty and such a Runner is checked at once (one GET), as a
+/// vanished pod is.
+#[derive(Debug, Default)]
+pub struct FinishedRunners(std::sync::Mutex<BTreeMap<String, std::time::SystemTime>>);
+
+impl FinishedRunners {
+    /// Notes that `uid`'s runner was seen finished at `now` (the first sighting counts).
+    /// Entries older than [`FinishedRunners::KEEP`] go: their Runners are long gone.
+    fn note(&self, uid: &str, now: std::time::SystemTime) {
+        let mut finished = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        finished.retain(|_, at| now.duration_since(*at).unwrap_or_default() < Self::KEEP);
+        finished.entry(uid.to_owned()).or_insert(now);
+    }
+
+    /// When `uid`'s runner was seen finished, if it was.
+    fn get(&self, uid: &str) -> Option<std::time::SystemTime> {
+        let finished = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        finished.get(uid).copied()
+    }
+
+    /// Forgets `uid` (its Runner is being deleted).
+    fn forget(&self, uid: &str) {
+        let mut finished = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        finished.remove(uid);
+    }
+
+    /// How long an entry is kept at most.
+    const KEEP: Duration = Duration::from_secs(600);
 }
 
 /// A key for this Runner's back-off.
@@ -157,7 +194,11 @@ pub async fn reconcile(runner: Arc<Runner>, ctx: Arc<Context>) -> Result<Action,
     if let Err(error) = &result {
         report_failure(&runner, error, &mut report);
     }
-    let patched = patch_status(&runner, &ctx, report).await;
+    let patched = if report.leave_status {
+        Ok(())
+    } else {
+        patch_status(&runner, &ctx, report).await
+    };
     match result {
         Ok(action) => {
             patched?;
@@ -175,6 +216,9 @@ pub async fn reconcile(runner: Arc<Runner>, ctx: Arc<Context>) -> Result<Action,
 
 async fn drive(runner: &Runner, ctx: &Context, report: &mut Report) -> Result<Action, Error> {
     if runner.metadata.deletion_timestamp.is_some() {
+        ctx.finished_runners
+            .forget(&runner.uid().unwrap_or_default());
+        report.leave_status = true;
         return Ok(Action::await_change()); // the pod goes with it (owner reference)
     }
     let ns = runner.namespace().unwrap_or_default();
@@ -205,9 +249,13 @@ async fn drive(runner: &Runner, ctx: &Context, report: &mut Report) -> Result<Ac
             // that should long have happened (the set's delete failed, or a user deleted the
             // pod), it is treated as a vanished pod below.
             let owned = !runner.owner_references().is_empty();
+            let finished = ctx
+                .finished_runners
+                .get(&runner.uid().unwrap_or_default())
+                .or_else(|| reported_finished(runner));
             if had_pod
                 && owned
-                && let Some(finished) = reported_finished(runner)
+                && let Some(finished) = finished
             {
                 let settle = ctx.now().duration_since(finished).unwrap_or_default();
                 if settle < FINISHED_RUNNER_DELETION_WAIT {
@@ -262,6 +310,14 @@ async fn drive(runner: &Runner, ctx: &Context, report: &mut Report) -> Result<Ac
                 hangar_core::owner_sync::PodPhase::Succeeded
                     | hangar_core::owner_sync::PodPhase::Failed
             ) || super::runner_stopped(&pod);
+            if finished && !standalone {
+                // Its set deletes it next: a status saying so would be overwritten by nothing
+                // but the deletion.
+                ctx.finished_runners
+                    .note(&runner.uid().unwrap_or_default(), ctx.now());
+                report.leave_status = true;
+                return Ok(Action::requeue(ctx.settings.sync_period));
+            }
             if finished && standalone && pod.metadata.deletion_timestamp.is_none() {
                 // ARC restarts a standalone runner: a new pod registers a new runner.
                 Api::<Pod>::namespaced(ctx.client.clone(), &ns)

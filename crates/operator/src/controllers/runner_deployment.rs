@@ -21,8 +21,8 @@ use hangar_api::{RunnerDeployment, RunnerReplicaSet, RunnerReplicaSetSpec, label
 use hangar_core::template_hash::template_hash;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::Controller;
 use kube::runtime::controller::Action;
-use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
@@ -30,6 +30,7 @@ use super::object_name;
 use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
 use crate::error::{Error, ignore_not_found, kube_err};
+use crate::manager::Triggers;
 
 /// Field manager for RunnerReplicaSets.
 pub const MANAGER: &str = "hangar-runnerdeployment";
@@ -37,11 +38,11 @@ pub const MANAGER: &str = "hangar-runnerdeployment";
 /// Runs the controller until the stream ends.
 pub async fn run(
     ctx: Arc<Context>,
-    deployments: Api<RunnerDeployment>,
-    sets: Api<RunnerReplicaSet>,
+    deployments: Triggers<RunnerDeployment>,
+    sets: Triggers<RunnerReplicaSet>,
 ) {
-    Controller::new(deployments, watcher::Config::default())
-        .owns(sets, watcher::Config::default())
+    Controller::for_stream(deployments, ctx.stores.deployments.clone())
+        .owns_stream(sets)
         .run(
             super::instrumented("runnerdeployment", reconcile_with_backoff),
             error_policy,

@@ -27,8 +27,8 @@ use hangar_core::unregistration::{self, AfterDelete, DeleteOutcome, Finished, Po
 use hangar_github::{GitHubApi, GitHubError, RunnerId};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::Controller;
 use kube::runtime::controller::Action;
-use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
@@ -38,24 +38,22 @@ use super::{
 };
 use crate::context::Context;
 use crate::error::{Error, github_err, ignore_not_found, kube_err};
+use crate::manager::Triggers;
 use crate::runner_directory::Lookup;
 
 /// How long a deleting pod may linger before it is force-deleted (ARC: 1 minute).
 pub const FORCE_DELETE_AFTER: Duration = Duration::from_secs(60);
 
 /// Runs the controller until the stream ends.
-pub async fn run(ctx: Arc<Context>, pods: Api<Pod>) {
-    Controller::new(
-        pods,
-        watcher::Config::default().labels(hangar_api::label::ACTIONS_RUNNER),
-    )
-    .run(
-        super::instrumented("runner-pod", reconcile_with_backoff),
-        error_policy,
-        ctx,
-    )
-    .for_each(|_| async {})
-    .await;
+pub async fn run(ctx: Arc<Context>, pods: Triggers<Pod>) {
+    Controller::for_stream(pods, ctx.stores.pods.clone())
+        .run(
+            super::instrumented("runner-pod", reconcile_with_backoff),
+            error_policy,
+            ctx,
+        )
+        .for_each(|_| async {})
+        .await;
 }
 
 async fn annotate(pod: &Pod, ctx: &Context, pairs: &[(&str, Option<String>)]) -> Result<(), Error> {

@@ -17,49 +17,45 @@ use hangar_core::template_hash::template_hash;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::Controller;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::{
-    annotation, k8s_time, object_name, parse_time, pod_view, rfc3339, sets, wait_until_deleting,
-    wait_until_stored,
+    annotation, k8s_time, object_name, parse_time, pod_phase, pod_view, rfc3339, sets,
+    wait_until_deleting, wait_until_stored,
 };
 use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
 use crate::error::{Error, ignore_not_found, kube_err};
 use crate::events::RunnerCount;
+use crate::manager::Triggers;
 
 /// Runs the controller until the stream ends.
-pub async fn run(ctx: Arc<Context>, sets: Api<RunnerReplicaSet>, runners: Api<Runner>) {
-    let pods = ctx.stores.clone();
-    // Pods in the sets' namespace only: with --watch-namespace the controller holds a Role
-    // there, and a cluster-wide watch would be forbidden.
-    let pod_api = match sets.namespace() {
-        Some(ns) => Api::<Pod>::namespaced(ctx.client.clone(), ns),
-        None => Api::<Pod>::all(ctx.client.clone()),
-    };
-    Controller::new(sets, watcher::Config::default())
-        .owns(runners, watcher::Config::default())
+pub async fn run(
+    ctx: Arc<Context>,
+    sets: Triggers<RunnerReplicaSet>,
+    runners: Triggers<Runner>,
+    pods: Triggers<Pod>,
+) {
+    let stores = ctx.stores.clone();
+    Controller::for_stream(sets, ctx.stores.replica_sets.clone())
+        .owns_stream(runners)
         // A pod change (ready, registered, completed) matters to the set owning its Runner.
-        .watches(
-            pod_api,
-            watcher::Config::default().labels(label::ACTIONS_RUNNER),
-            move |pod: Pod| {
-                let ns = pod.namespace()?;
-                let runner_owner = pod.owner_references().iter().find(|o| o.kind == "Runner")?;
-                let runner = pods
-                    .runners
-                    .get(&ObjectRef::new(&runner_owner.name).within(&ns))?;
-                let set = runner
-                    .owner_references()
-                    .iter()
-                    .find(|o| o.kind == "RunnerReplicaSet")?;
-                Some(ObjectRef::new(&set.name).within(&ns))
-            },
-        )
+        .watches_stream(pods, move |pod: Pod| {
+            let ns = pod.namespace()?;
+            let runner_owner = pod.owner_references().iter().find(|o| o.kind == "Runner")?;
+            let runner = stores
+                .runners
+                .get(&ObjectRef::new(&runner_owner.name).within(&ns))?;
+            let set = runner
+                .owner_references()
+                .iter()
+                .find(|o| o.kind == "RunnerReplicaSet")?;
+            Some(ObjectRef::new(&set.name).within(&ns))
+        })
         .run(
             super::instrumented("runnerreplicaset", reconcile_with_backoff),
             error_policy,
@@ -263,6 +259,26 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
     ))
 }
 
+/// How a set deletes the pod of a Runner it deletes. A terminal pod (`Succeeded` or `Failed`:
+/// every container has exited) goes without a grace period, as the pod garbage collector
+/// deletes terminated pods: there is nothing left to stop, and the kubelet's confirming delete
+/// would be one more apiserver write per runner. Its finalizer still holds it until the runner
+/// is unregistered. Any other pod gets its grace period.
+fn pod_deletion(ctx: &Context, ns: &str, name: &str) -> DeleteParams {
+    let pod = ctx.stores.pods.get(&ObjectRef::new(name).within(ns));
+    let terminal = pod.is_some_and(|pod| {
+        matches!(
+            pod_phase(&pod),
+            owner_sync::PodPhase::Succeeded | owner_sync::PodPhase::Failed
+        )
+    });
+    if terminal {
+        DeleteParams::background().grace_period(0)
+    } else {
+        DeleteParams::background()
+    }
+}
+
 /// The Runners one applied action created or deleted, for the store wait at the end of a pass.
 enum Touched {
     Created(Vec<String>),
@@ -312,7 +328,7 @@ async fn apply(
             // finalizer still holds it until the runner is unregistered. The pod goes first:
             // a collector that sees the Runner gone while the pod is not yet deleting deletes
             // the pod itself, a second write for the apiserver.
-            pods.delete(owner, &DeleteParams::background())
+            pods.delete(owner, &pod_deletion(ctx, &ns, owner))
                 .await
                 .map(drop)
                 .or_else(ignore_not_found)

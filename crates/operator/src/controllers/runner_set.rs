@@ -77,6 +77,7 @@ use crate::conditions::{self, Desired};
 use crate::context::Context;
 use crate::credentials::GitHubClients;
 use crate::error::{Error, ignore_not_found, kube_err};
+use crate::manager::Triggers;
 use crate::runner_pod::{self, PodDefaults};
 
 /// How RunnerSet pods get their registration credential (see the module documentation).
@@ -167,10 +168,9 @@ impl std::fmt::Debug for RunnerSetContext {
 /// manages and of their claims (label `runnerset-name`) and of volumes given up for reuse
 /// (label `pending-cleanup`, cluster-wide: PersistentVolumes have no namespace), so the shared
 /// stores need not know about them.
-pub async fn run(ctx: Arc<Context>, sets: Api<RunnerSet>) {
+pub async fn run(ctx: Arc<Context>, sets: Api<RunnerSet>, pods: Triggers<Pod>) {
     let ns = sets.namespace().map(str::to_owned);
     let sts_api: Api<StatefulSet> = crate::manager::api(&ctx.client, ns.as_deref());
-    let pod_api: Api<Pod> = crate::manager::api(&ctx.client, ns.as_deref());
     let pvc_api: Api<PersistentVolumeClaim> = crate::manager::api(&ctx.client, ns.as_deref());
     let pv_api: Api<PersistentVolume> = Api::all(ctx.client.clone());
     let by_label = || watcher::Config::default().labels(label::RUNNERSET_NAME);
@@ -192,7 +192,7 @@ pub async fn run(ctx: Arc<Context>, sets: Api<RunnerSet>) {
     Controller::new(sets, watcher::Config::default())
         .owns(sts_api, by_label())
         // A pod change (ready, registered, finished) matters to its set.
-        .watches(pod_api, by_label(), |pod: Pod| {
+        .watches_stream(pods, |pod: Pod| {
             let set = pod.labels().get(label::RUNNERSET_NAME)?;
             Some(ObjectRef::new(set).within(&pod.namespace()?))
         })
