@@ -8,8 +8,8 @@
 //! - `demo`: the README's run command — a local cluster with the CRDs and ARC examples applied,
 //!   then a burst of jobs on an ephemeral pool that Hangar autoscales from GitHub webhooks,
 //!   watched live and summed up (see `demo.rs`);
-//! - `bench-cluster`, `bench-lifecycle`, `bench-pods`, `bench-webhooks`: benchmarks writing
-//!   `bench/results/`;
+//! - `bench-cluster`, `bench-lifecycle`, `bench-pods`, `bench-webhooks`, `bench-floor`:
+//!   benchmarks writing `bench/results/`;
 //! - `test`: the README's test command — lint, then the whole test suite against a control plane
 //!   that lives exactly as long as the run, then the demo in its short CI form (`demo --ci`).
 
@@ -91,6 +91,15 @@ enum Cmd {
     /// workflow_job webhooks (private control plane, nodesim); writes
     /// bench/results/webhooks.json. Extra arguments go to the benchmark (`-- --rate 5`).
     BenchWebhooks {
+        /// Arguments for the benchmark.
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// The floor under bench-webhooks: the Kubernetes API work an ideal ARC-compatible
+    /// controller does per runner (Runner, pod, status, cleanup) at the same rate, without
+    /// Hangar or GitHub (private control plane, nodesim); writes bench/results/floor.json.
+    /// Extra arguments go to the benchmark (`-- --rate 10`).
+    BenchFloor {
         /// Arguments for the benchmark.
         #[arg(last = true)]
         args: Vec<String>,
@@ -209,6 +218,7 @@ async fn run(cmd: Cmd) -> Result<ExitCode> {
             build_binaries()?;
             release_example("hangar", "bench-webhooks", &["--bin", "hangar"], &args)
         }
+        Cmd::BenchFloor { args } => release_example("hangar", "bench-floor", &[], &args),
         Cmd::BenchPods { args } => {
             let kubeconfig = up(&default_cluster_dir()).await?;
             let mut args = args;

@@ -173,6 +173,7 @@ struct Observed {
     /// Writes the apiserver served from the first job queued until the drain ended, by
     /// (verb, resource): what the control plane spent on the jobs.
     apiserver_writes: BTreeMap<(String, String), u64>,
+    apiserver_reads: BTreeMap<(String, String), u64>,
     usage: Usage,
 }
 
@@ -232,15 +233,14 @@ async fn run_on(kubeconfig: &Path, hangar: &Path, args: &Args) -> anyhow::Result
     .await;
     let hangar_metrics = scrape_metrics(metrics_addr).await;
     let requests_after = common::apiserver_requests(&client).await?;
-    let apiserver_writes = requests_after
+    let (apiserver_reads, apiserver_writes) = requests_after
         .into_iter()
-        .filter(|((verb, _), _)| !matches!(verb.as_str(), "GET" | "LIST" | "WATCH"))
         .map(|(key, after)| {
             let delta = after - requests_before.get(&key).copied().unwrap_or(0);
             (key, delta)
         })
         .filter(|(_, delta)| *delta > 0)
-        .collect();
+        .partition(|((verb, _), _)| matches!(verb.as_str(), "GET" | "LIST" | "WATCH"));
     // Read before anything stops: stopped runners would count as interrupting their jobs.
     let jobs: Vec<Job> = github.sim.read(|w, _| {
         ids.iter()
@@ -269,6 +269,7 @@ async fn run_on(kubeconfig: &Path, hangar: &Path, args: &Args) -> anyhow::Result
         accounting,
         hangar_metrics,
         apiserver_writes,
+        apiserver_reads,
         usage: Usage {
             machine_cpu_busy_while_queueing: machine_busy,
             controller_cpus_while_queueing: controller_cpus,
@@ -705,6 +706,9 @@ struct ApiserverWrites {
     /// Hangar's own share (its `rest_client_requests_total`, whole run including setup), per
     /// job, by `METHOD resource[/subresource]`, largest first.
     by_hangar_per_job_by_request: Vec<(String, f64)>,
+    /// Reads (GET, LIST, WATCH) from every component, per job, by `VERB resource`, largest
+    /// first: not writes, but each costs the apiserver a request too.
+    reads_per_job_by_request: Vec<(String, f64)>,
 }
 
 #[derive(Debug, Serialize)]
@@ -1099,11 +1103,18 @@ fn summarize(args: &Args, o: &Observed) -> (Report, Vec<JobRecord>) {
                 .map(|(k, n)| (k, per_job(n)))
                 .collect();
             by_hangar.sort_by(|a, b| b.1.total_cmp(&a.1));
+            let mut reads: Vec<(String, f64)> = o
+                .apiserver_reads
+                .iter()
+                .map(|((verb, resource), n)| (format!("{verb} {resource}"), per_job(*n)))
+                .collect();
+            reads.sort_by(|a, b| b.1.total_cmp(&a.1));
             ApiserverWrites {
                 total,
                 per_job: per_job(total),
                 per_job_by_request: by,
                 by_hangar_per_job_by_request: by_hangar,
+                reads_per_job_by_request: reads,
             }
         },
         pod_watch_lag_upper_bound_seconds: Latency::of(

@@ -1,0 +1,439 @@
+//! Benchmark: the floor under `bench-webhooks` — the Kubernetes API work one runner costs any
+//! ARC-compatible controller, at the same rate, without Hangar. Run it with `cargo xtask
+//! bench-floor`; results go to `bench/results/floor.json`.
+//!
+//! Same stack as `bench-webhooks` (a private control plane, kube-scheduler, nodesim on the same
+//! number of nodes), but no webhook, no autoscaler chain, no GitHub and no controller process:
+//! this process plays an ideal controller that already knows every job. At each job's instant
+//! it creates the job's Runner (`POST`), its pod (owned by the Runner, with the runner-pod
+//! finalizer, running a program that exits after `--job-ms`) and the Runner's first status.
+//! When a pod watch sees the pod running, the Runner's status says `Running`; when it sees the
+//! pod `Succeeded`, the pod is deleted (no grace period), its finalizer removed and the Runner
+//! deleted. That is 6 writes per runner by the controller; kube-scheduler (binding, event) and
+//! the kubelets (status) add theirs, as they do under Hangar.
+//!
+//! Reported: from each job's instant to its pod being first seen by the watch (the same end
+//! point as `bench-webhooks`' "pod created"), the apiserver's writes per job, the machine's CPU
+//! while jobs were created, and how long the stack took to clean up after the last job. If this
+//! floor cannot keep up at a rate, no controller doing this work per runner can on this machine.
+
+// The world set-up is shared with the other benchmarks; the controller helpers are not used.
+#[allow(dead_code)]
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, ensure};
+use clap::Parser;
+use common::{NAMESPACE, World};
+use futures::StreamExt;
+use hangar_api::Runner;
+use hangar_testkit::control_plane::{ControlPlane, StartOptions};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde::Serialize;
+use serde_json::json;
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// Jobs (runners) per second.
+    #[arg(long, default_value_t = 20.0)]
+    rate: f64,
+    /// For how many seconds runners are created.
+    #[arg(long, default_value_t = 60)]
+    seconds: u64,
+    /// How long each runner pod runs.
+    #[arg(long, default_value_t = 2000)]
+    job_ms: u64,
+    /// Simulated nodes (110 pods each at most).
+    #[arg(long, default_value_t = 4)]
+    nodes: usize,
+    /// Where to write the results (relative paths are from the workspace root).
+    #[arg(long, default_value = "bench/results/floor.json")]
+    out: PathBuf,
+}
+
+/// How long the run may take to clean up after the last runner was created.
+const DRAIN_LIMIT: Duration = Duration::from_secs(600);
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    let args = Args::parse();
+    ensure!(
+        args.rate > 0.0 && args.seconds > 0,
+        "--rate and --seconds must be positive"
+    );
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let cluster = root.join("target/bench-floor/cluster");
+    let mut options = StartOptions::new(&cluster, hangar_testkit::Binaries::configured());
+    options.tie_to_pid = Some(std::process::id());
+    let plane = ControlPlane::start(options).await?;
+    let report = run_on(plane.kubeconfig(), &args).await;
+    ControlPlane::stop(&cluster)?;
+    let report = report?;
+
+    let out = if args.out.is_absolute() {
+        args.out.clone()
+    } else {
+        root.join(&args.out)
+    };
+    if let Some(parent) = out.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&out, serde_json::to_string_pretty(&report)? + "\n")
+        .with_context(|| format!("failed to write {}", out.display()))?;
+    let l = &report.latency_seconds.job_to_pod_seen;
+    println!(
+        "floor: {} runners at {}/s for {} s ({} s each) on {} CPUs, machine {:.0}% busy while \
+         creating (this process {:.2} CPUs); job → pod seen p50 {:.2} s / p95 {:.2} s / p99 {:.2} s / max {:.2} s; \
+         {:.1} apiserver writes per runner; cleaned up {:.1} s after the last was created",
+        report.runners,
+        args.rate,
+        args.seconds,
+        args.job_ms as f64 / 1000.0,
+        report.machine_cpus,
+        report.machine_cpu_busy_while_creating * 100.0,
+        report.bench_process_cpus_while_creating,
+        l.p50,
+        l.p95,
+        l.p99,
+        l.max,
+        report.apiserver_writes_per_runner,
+        report.drain_seconds,
+    );
+    println!("wrote {}", out.display());
+    Ok(())
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    benchmark: &'static str,
+    note: String,
+    rate_per_second: f64,
+    seconds: u64,
+    job_seconds: f64,
+    nodes: usize,
+    machine_cpus: usize,
+    runners: usize,
+    latency_seconds: Latencies,
+    apiserver_writes_per_runner: f64,
+    apiserver_writes_per_runner_by_request: Vec<(String, f64)>,
+    machine_cpu_busy_while_creating: f64,
+    /// CPUs this process used while creating: nodesim's kubelets and the ideal controller.
+    bench_process_cpus_while_creating: f64,
+    drain_seconds: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Latencies {
+    /// From the job's instant to the pod create's answer.
+    job_to_pod_created_answer: Latency,
+    /// From the job's instant to the pod's first sighting by a watch.
+    job_to_pod_seen: Latency,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct Latency {
+    count: usize,
+    p50: f64,
+    p95: f64,
+    p99: f64,
+    max: f64,
+}
+
+impl Latency {
+    fn of(mut xs: Vec<f64>) -> Self {
+        if xs.is_empty() {
+            return Self::default();
+        }
+        xs.sort_by(f64::total_cmp);
+        let at = |q: f64| xs[((xs.len() as f64 * q).ceil() as usize).clamp(1, xs.len()) - 1];
+        Self {
+            count: xs.len(),
+            p50: at(0.50),
+            p95: at(0.95),
+            p99: at(0.99),
+            max: at(1.0),
+        }
+    }
+}
+
+/// What the run saw of each runner, by index.
+#[derive(Debug, Default)]
+struct Seen {
+    /// When the pod was first seen by the watch.
+    pod_seen: BTreeMap<usize, Timestamp>,
+    /// Runners whose `Running` status was written.
+    running: std::collections::BTreeSet<usize>,
+    /// Runners whose finished pod is being cleaned up.
+    cleaning: std::collections::BTreeSet<usize>,
+    /// Pods gone.
+    gone: usize,
+}
+
+fn index_of(name: &str) -> Option<usize> {
+    name.strip_prefix("floor-")?.parse().ok()
+}
+
+async fn run_on(kubeconfig: &std::path::Path, args: &Args) -> anyhow::Result<Report> {
+    let World { client, nodes, .. } = World::start(kubeconfig, args.nodes).await?;
+    let placement = nodes.placement();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let controller = tokio::spawn(ideal_controller(client.clone(), seen.clone()));
+
+    let requests_before = common::apiserver_requests(&client).await?;
+    let cpu_before = machine_cpu()?;
+    let own_before = own_cpu_seconds()?;
+    let count = (args.rate * args.seconds as f64).round() as usize;
+    let t0 = Timestamp::now();
+    let start = Instant::now();
+    let mut creations = Vec::with_capacity(count);
+    for i in 0..count {
+        let at = start + Duration::from_secs_f64(i as f64 / args.rate);
+        tokio::time::sleep_until(at.into()).await;
+        let due = t0 + Duration::from_secs_f64(i as f64 / args.rate);
+        creations.push(tokio::spawn(create_runner(
+            client.clone(),
+            i,
+            args.job_ms,
+            placement.node_selector.clone(),
+            serde_json::to_value(&placement.tolerations)?,
+            due,
+        )));
+    }
+    let cpu_after = machine_cpu()?;
+    let own_cpus = (own_cpu_seconds()? - own_before) / start.elapsed().as_secs_f64();
+    let mut answered = Vec::with_capacity(count);
+    for creation in creations {
+        let (due, answered_at) = creation.await??;
+        answered.push(secs(due, answered_at));
+    }
+    let drain_started = Instant::now();
+    while seen.lock().expect("seen").gone < count {
+        ensure!(
+            drain_started.elapsed() < DRAIN_LIMIT,
+            "runners not cleaned up within {DRAIN_LIMIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let drain_seconds = drain_started.elapsed().as_secs_f64();
+    let requests_after = common::apiserver_requests(&client).await?;
+    controller.abort();
+    nodes.shutdown().await?;
+
+    let pod_seen: Vec<f64> = {
+        let seen = seen.lock().expect("seen");
+        (0..count)
+            .filter_map(|i| {
+                let due = t0 + Duration::from_secs_f64(i as f64 / args.rate);
+                seen.pod_seen.get(&i).map(|at| secs(due, *at))
+            })
+            .collect()
+    };
+    let mut by_request: Vec<(String, f64)> = requests_after
+        .into_iter()
+        .filter(|((verb, _), _)| !matches!(verb.as_str(), "GET" | "LIST" | "WATCH"))
+        .filter_map(|(key, after)| {
+            let delta = after - requests_before.get(&key).copied().unwrap_or(0);
+            (delta > 0).then(|| (format!("{} {}", key.0, key.1), delta as f64 / count as f64))
+        })
+        .collect();
+    by_request.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    Ok(Report {
+        benchmark: "floor",
+        note: format!(
+            "{}: the API work per runner of an ideal ARC-compatible controller (Runner, pod, \
+             2 status writes, cleanup), no Hangar, no GitHub",
+            Timestamp::now().strftime("%Y-%m-%d")
+        ),
+        rate_per_second: args.rate,
+        seconds: args.seconds,
+        job_seconds: args.job_ms as f64 / 1000.0,
+        nodes: args.nodes,
+        machine_cpus: cpus,
+        runners: count,
+        latency_seconds: Latencies {
+            job_to_pod_created_answer: Latency::of(answered),
+            job_to_pod_seen: Latency::of(pod_seen),
+        },
+        apiserver_writes_per_runner: by_request.iter().map(|(_, n)| n).sum(),
+        apiserver_writes_per_runner_by_request: by_request,
+        machine_cpu_busy_while_creating: cpu_after.busy_share_since(&cpu_before),
+        bench_process_cpus_while_creating: own_cpus,
+        drain_seconds,
+    })
+}
+
+fn secs(from: Timestamp, to: Timestamp) -> f64 {
+    to.duration_since(from).as_secs_f64()
+}
+
+/// Creates runner `i`: its Runner, its pod, the Runner's first status. Returns the job's
+/// instant and when the pod create was answered.
+async fn create_runner(
+    client: Client,
+    i: usize,
+    job_ms: u64,
+    node_selector: BTreeMap<String, String>,
+    tolerations: serde_json::Value,
+    due: Timestamp,
+) -> anyhow::Result<(Timestamp, Timestamp)> {
+    let name = format!("floor-{i}");
+    let runners: Api<Runner> = Api::namespaced(client.clone(), NAMESPACE);
+    let runner: Runner = serde_json::from_value(json!({
+        "apiVersion": "actions.summerwind.dev/v1alpha1",
+        "kind": "Runner",
+        "metadata": {"name": name},
+        "spec": {"repository": "octo/app"},
+    }))?;
+    let runner = runners.create(&PostParams::default(), &runner).await?;
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "labels": {hangar_api::label::ACTIONS_RUNNER: ""},
+            "annotations": {
+                nodesim::annotations::program_key("runner"):
+                    format!("exit(0, {job_ms}ms)"),
+            },
+            "finalizers": [hangar_api::finalizer::RUNNER_POD],
+            "ownerReferences": [{
+                "apiVersion": "actions.summerwind.dev/v1alpha1",
+                "kind": "Runner",
+                "name": name,
+                "uid": runner.uid().unwrap_or_default(),
+                "controller": true,
+                "blockOwnerDeletion": true,
+            }],
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": node_selector,
+            "tolerations": tolerations,
+            "containers": [{"name": "runner", "image": "summerwind/actions-runner:latest"}],
+        },
+    }))?;
+    Api::<Pod>::namespaced(client.clone(), NAMESPACE)
+        .create(&PostParams::default(), &pod)
+        .await?;
+    let answered = Timestamp::now();
+    runner_status(&runners, &name, "Pending").await?;
+    Ok((due, answered))
+}
+
+async fn runner_status(runners: &Api<Runner>, name: &str, phase: &str) -> kube::Result<()> {
+    let status = json!({"status": {"phase": phase, "ready": phase == "Running"}});
+    runners
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .map(drop)
+}
+
+/// Watches the runner pods: records when each is first seen, marks its Runner `Running`, and
+/// cleans a finished one up (pod without grace period, finalizer, Runner).
+async fn ideal_controller(client: Client, seen: Arc<Mutex<Seen>>) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let runners: Api<Runner> = Api::namespaced(client.clone(), NAMESPACE);
+    let mut events = watcher(pods.clone(), watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    while let Some(event) = events.next().await {
+        let now = Timestamp::now();
+        let (pod, deleted) = match event {
+            Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => (pod, false),
+            Ok(watcher::Event::Delete(pod)) => (pod, true),
+            _ => continue,
+        };
+        let Some(i) = index_of(&pod.name_any()) else {
+            continue;
+        };
+        let phase = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default();
+        let mut state = seen.lock().expect("seen");
+        state.pod_seen.entry(i).or_insert(now);
+        if deleted {
+            state.gone += 1;
+            continue;
+        }
+        let name = pod.name_any();
+        if phase == "Running" && state.running.insert(i) {
+            let runners = runners.clone();
+            tokio::spawn(async move {
+                let _ = runner_status(&runners, &name, "Running").await;
+            });
+        } else if phase == "Succeeded" && state.cleaning.insert(i) {
+            let (pods, runners) = (pods.clone(), runners.clone());
+            tokio::spawn(async move {
+                let _ = pods
+                    .delete(&name, &DeleteParams::background().grace_period(0))
+                    .await;
+                let remove = json!([{"op": "remove", "path": "/metadata/finalizers"}]);
+                let _ = pods
+                    .patch(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::<()>::Json(serde_json::from_value(remove).expect("a JSON patch")),
+                    )
+                    .await;
+                let _ = runners.delete(&name, &DeleteParams::background()).await;
+            });
+        }
+    }
+}
+
+/// CPU seconds (user + system) this process has used, from `/proc/self/stat`.
+fn own_cpu_seconds() -> anyhow::Result<f64> {
+    let (_, cpu) = common::peak_rss_and_cpu(std::process::id())?;
+    Ok(cpu)
+}
+
+/// Busy and total jiffies of all CPUs (`/proc/stat`).
+struct MachineCpu {
+    busy: u64,
+    total: u64,
+}
+
+impl MachineCpu {
+    fn busy_share_since(&self, earlier: &Self) -> f64 {
+        let total = self.total.saturating_sub(earlier.total);
+        let busy = self.busy.saturating_sub(earlier.busy);
+        if total == 0 {
+            0.0
+        } else {
+            busy as f64 / total as f64
+        }
+    }
+}
+
+fn machine_cpu() -> anyhow::Result<MachineCpu> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("cpu "))
+        .context("no cpu line in /proc/stat")?
+        .split_whitespace()
+        .take(8)
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    let total: u64 = fields.iter().sum();
+    let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
+    Ok(MachineCpu {
+        busy: total - idle,
+        total,
+    })
+}
