@@ -208,6 +208,8 @@ struct Deployment {
     termination_grace_seconds: Option<i64>,
     /// `githubAPICredentialsFrom.secretRef.name` of the template.
     credentials_secret: Option<String>,
+    /// `dockerEnabled: false`: the runner container alone, no docker sidecar.
+    without_docker: bool,
 }
 
 impl Deployment {
@@ -221,6 +223,7 @@ impl Deployment {
             effective_time: None,
             termination_grace_seconds: None,
             credentials_secret: None,
+            without_docker: false,
         }
     }
 
@@ -255,6 +258,9 @@ impl Deployment {
         }
         if let Some(secret) = &self.credentials_secret {
             spec["githubAPICredentialsFrom"] = json!({"secretRef": {"name": secret}});
+        }
+        if self.without_docker {
+            spec["dockerEnabled"] = json!(false);
         }
         let mut rd = json!({
             "apiVersion": "actions.summerwind.dev/v1alpha1",
@@ -341,8 +347,34 @@ async fn scale_down_while_jobs_run_interrupts_no_job() {
 #[tokio::test]
 async fn a_completed_ephemeral_runner_is_replaced() {
     let e = E2e::start("e2e-replace").await;
-    e.apply(&Deployment::new("replace", 1, "replace"));
+    // Without a docker sidecar the pod is terminal (Succeeded) once its runner exits.
+    let mut rd = Deployment::new("replace", 1, "replace");
+    rd.without_docker = true;
+    e.apply(&rd);
     let first = e.wait_running(1).await;
+    // How the finished runner's pod is deleted: a terminated pod goes without a grace period
+    // (nothing left to stop), so the kubelet's confirming delete costs the apiserver no write.
+    // (A pod whose docker sidecar still runs keeps its grace period, for the sidecar.)
+    let deletions = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+    let watch = {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let pods: kube::Api<Pod> = kube::Api::namespaced(e.h.client.clone(), e.h.ns.name());
+        let deletions = deletions.clone();
+        tokio::spawn(async move {
+            let mut pods = watcher(pods, watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(Ok(pod)) = pods.next().await {
+                if pod.metadata.deletion_timestamp.is_some() {
+                    let grace = pod.metadata.deletion_grace_period_seconds;
+                    let mut seen = deletions.lock().expect("deletions");
+                    seen.entry(pod.name_any()).or_insert(grace);
+                }
+            }
+        })
+    };
 
     let jobs = e.submit(1, "replace", Duration::from_secs(1), false);
     let second = eventually(&e, "a new runner after the job", WAIT, || async {
@@ -357,6 +389,13 @@ async fn a_completed_ephemeral_runner_is_replaced() {
     assert!(e.all_succeeded(&jobs));
     assert_eq!(e.h.registered(), second, "the finished runner left GitHub");
     assert_eq!(e.h.interrupted(), 0);
+    watch.abort();
+    let finished = first.iter().next().expect("one runner");
+    assert_eq!(
+        deletions.lock().expect("deletions").get(finished),
+        Some(&Some(0)),
+        "the finished pod {finished} was deleted without a grace period"
+    );
     e.shutdown().await;
 }
 

@@ -751,6 +751,24 @@ mod tests {
     }
 
     #[test]
+    fn a_finished_runner_is_remembered_from_its_first_sighting_until_forgotten_or_stale() {
+        let t0 = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let later = |s| t0 + Duration::from_secs(s);
+        let finished = FinishedRunners::default();
+        assert_eq!(finished.get("a"), None);
+        finished.note("a", t0);
+        finished.note("a", later(5)); // seen again: the first sighting stays
+        assert_eq!(finished.get("a"), Some(t0));
+        finished.note("b", later(10));
+        finished.forget("b");
+        assert_eq!(finished.get("b"), None);
+        // Noting anything drops entries older than KEEP: their Runners are long gone.
+        finished.note("c", t0 + FinishedRunners::KEEP + Duration::from_secs(1));
+        assert_eq!(finished.get("a"), None);
+        assert!(finished.get("c").is_some());
+    }
+
+    #[test]
     fn a_registered_ready_pod_makes_a_ready_runner() {
         let c = conditions_from_pod(&pod(serde_json::json!({"actions-runner/id": "7"}), true));
         assert_eq!(
