@@ -10,7 +10,8 @@
 //! `Running` only once GitHub knows it (ARC's contract since 0.18).
 //!
 //! A standalone Runner (no owner) whose runner finished gets a fresh pod, like ARC's restart; a
-//! Runner owned by a RunnerReplicaSet is left for owner sync to delete.
+//! Runner owned by a RunnerReplicaSet is left for owner sync to delete, and its status is left
+//! as it was (see [`FinishedRunners`]).
 //!
 //! GitHub calls use the Runner's own credentials when `githubAPICredentialsFrom` names a Secret
 //! ([`Context::github_for`]); the pod is annotated with the Secret's name so the runner-pod
