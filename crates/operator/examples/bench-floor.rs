@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, ensure};
+use anyhow::ensure;
 use clap::Parser;
 use common::{NAMESPACE, World};
 use futures::StreamExt;
@@ -42,18 +42,8 @@ use serde_json::json;
 
 #[derive(Debug, Parser)]
 struct Args {
-    /// Jobs (runners) per second.
-    #[arg(long, default_value_t = 20.0)]
-    rate: f64,
-    /// For how many seconds runners are created.
-    #[arg(long, default_value_t = 60)]
-    seconds: u64,
-    /// How long each runner pod runs.
-    #[arg(long, default_value_t = 2000)]
-    job_ms: u64,
-    /// Simulated nodes (110 pods each at most).
-    #[arg(long, default_value_t = 4)]
-    nodes: usize,
+    #[command(flatten)]
+    load: common::Load,
     /// Where to write the results (relative paths are from the workspace root).
     #[arg(long, default_value = "bench/results/floor.json")]
     out: PathBuf,
@@ -64,16 +54,9 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(600);
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
+    common::init_tracing();
     let args = Args::parse();
-    ensure!(
-        args.rate > 0.0 && args.seconds > 0,
-        "--rate and --seconds must be positive"
-    );
+    args.load.check()?;
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let cluster = root.join("target/bench-floor/cluster");
     let mut options = StartOptions::new(&cluster, hangar_testkit::Binaries::configured());
@@ -83,25 +66,16 @@ async fn main() -> anyhow::Result<()> {
     ControlPlane::stop(&cluster)?;
     let report = report?;
 
-    let out = if args.out.is_absolute() {
-        args.out.clone()
-    } else {
-        root.join(&args.out)
-    };
-    if let Some(parent) = out.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    std::fs::write(&out, serde_json::to_string_pretty(&report)? + "\n")
-        .with_context(|| format!("failed to write {}", out.display()))?;
+    let out = common::write_results(&root, &args.out, &report)?;
     let l = &report.latency_seconds.job_to_pod_seen;
     println!(
         "floor: {} runners at {}/s for {} s ({} s each) on {} CPUs, machine {:.0}% busy while \
          creating (this process {:.2} CPUs); job → pod seen p50 {:.2} s / p95 {:.2} s / p99 {:.2} s / max {:.2} s; \
          {:.1} apiserver writes per runner; cleaned up {:.1} s after the last was created",
         report.runners,
-        args.rate,
-        args.seconds,
-        args.job_ms as f64 / 1000.0,
+        args.load.rate,
+        args.load.seconds,
+        args.load.job_ms as f64 / 1000.0,
         report.machine_cpus,
         report.machine_cpu_busy_while_creating * 100.0,
         report.bench_process_cpus_while_creating,
@@ -187,32 +161,32 @@ fn index_of(name: &str) -> Option<usize> {
 }
 
 async fn run_on(kubeconfig: &std::path::Path, args: &Args) -> anyhow::Result<Report> {
-    let World { client, nodes, .. } = World::start(kubeconfig, args.nodes).await?;
+    let World { client, nodes, .. } = World::start(kubeconfig, args.load.nodes).await?;
     let placement = nodes.placement();
     let seen = Arc::new(Mutex::new(Seen::default()));
     let controller = tokio::spawn(ideal_controller(client.clone(), seen.clone()));
 
     let requests_before = common::apiserver_requests(&client).await?;
-    let cpu_before = machine_cpu()?;
+    let cpu_before = common::MachineCpu::read()?;
     let own_before = own_cpu_seconds()?;
-    let count = (args.rate * args.seconds as f64).round() as usize;
+    let count = (args.load.rate * args.load.seconds as f64).round() as usize;
     let t0 = Timestamp::now();
     let start = Instant::now();
     let mut creations = Vec::with_capacity(count);
     for i in 0..count {
-        let at = start + Duration::from_secs_f64(i as f64 / args.rate);
+        let at = start + Duration::from_secs_f64(i as f64 / args.load.rate);
         tokio::time::sleep_until(at.into()).await;
-        let due = t0 + Duration::from_secs_f64(i as f64 / args.rate);
+        let due = t0 + Duration::from_secs_f64(i as f64 / args.load.rate);
         creations.push(tokio::spawn(create_runner(
             client.clone(),
             i,
-            args.job_ms,
+            args.load.job_ms,
             placement.node_selector.clone(),
             serde_json::to_value(&placement.tolerations)?,
             due,
         )));
     }
-    let cpu_after = machine_cpu()?;
+    let cpu_after = common::MachineCpu::read()?;
     let own_cpus = (own_cpu_seconds()? - own_before) / start.elapsed().as_secs_f64();
     let mut answered = Vec::with_capacity(count);
     for creation in creations {
@@ -236,7 +210,7 @@ async fn run_on(kubeconfig: &std::path::Path, args: &Args) -> anyhow::Result<Rep
         let seen = seen.lock().expect("seen");
         (0..count)
             .filter_map(|i| {
-                let due = t0 + Duration::from_secs_f64(i as f64 / args.rate);
+                let due = t0 + Duration::from_secs_f64(i as f64 / args.load.rate);
                 seen.pod_seen.get(&i).map(|at| secs(due, *at))
             })
             .collect()
@@ -258,10 +232,10 @@ async fn run_on(kubeconfig: &std::path::Path, args: &Args) -> anyhow::Result<Rep
              2 status writes, cleanup), no Hangar, no GitHub",
             Timestamp::now().strftime("%Y-%m-%d")
         ),
-        rate_per_second: args.rate,
-        seconds: args.seconds,
-        job_seconds: args.job_ms as f64 / 1000.0,
-        nodes: args.nodes,
+        rate_per_second: args.load.rate,
+        seconds: args.load.seconds,
+        job_seconds: args.load.job_ms as f64 / 1000.0,
+        nodes: args.load.nodes,
         machine_cpus: cpus,
         runners: count,
         latency_seconds: Latencies {
@@ -399,41 +373,4 @@ async fn ideal_controller(client: Client, seen: Arc<Mutex<Seen>>) {
 fn own_cpu_seconds() -> anyhow::Result<f64> {
     let (_, cpu) = common::peak_rss_and_cpu(std::process::id())?;
     Ok(cpu)
-}
-
-/// Busy and total jiffies of all CPUs (`/proc/stat`).
-struct MachineCpu {
-    busy: u64,
-    total: u64,
-}
-
-impl MachineCpu {
-    fn busy_share_since(&self, earlier: &Self) -> f64 {
-        let total = self.total.saturating_sub(earlier.total);
-        let busy = self.busy.saturating_sub(earlier.busy);
-        if total == 0 {
-            0.0
-        } else {
-            busy as f64 / total as f64
-        }
-    }
-}
-
-fn machine_cpu() -> anyhow::Result<MachineCpu> {
-    let stat = std::fs::read_to_string("/proc/stat")?;
-    let fields: Vec<u64> = stat
-        .lines()
-        .next()
-        .and_then(|l| l.strip_prefix("cpu "))
-        .context("no cpu line in /proc/stat")?
-        .split_whitespace()
-        .take(8)
-        .map(str::parse)
-        .collect::<Result<_, _>>()?;
-    let total: u64 = fields.iter().sum();
-    let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
-    Ok(MachineCpu {
-        busy: total - idle,
-        total,
-    })
 }

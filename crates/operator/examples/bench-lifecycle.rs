@@ -116,11 +116,7 @@ struct RunReport {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
+    common::init_tracing();
     let args = Args::parse();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let hangar = common::hangar_binary(args.hangar.as_deref(), "bench-lifecycle")?;
@@ -159,17 +155,7 @@ fn write_report(root: &Path, args: &Args, runs: &[RunReport]) -> anyhow::Result<
         job_seconds: args.job_ms as f64 / 1000.0,
         runs,
     };
-    let out = if args.out.is_absolute() {
-        args.out.clone()
-    } else {
-        root.join(&args.out)
-    };
-    if let Some(dir) = out.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&out, serde_json::to_string_pretty(&report)? + "\n")
-        .with_context(|| format!("failed to write {}", out.display()))?;
-    Ok(out)
+    common::write_results(root, &args.out, &report)
 }
 
 async fn bench(

@@ -56,18 +56,8 @@ use tokio::task::JoinHandle;
 
 #[derive(Debug, Parser)]
 struct Args {
-    /// Jobs queued per second.
-    #[arg(long, default_value_t = 20.0)]
-    rate: f64,
-    /// For how many seconds jobs are queued.
-    #[arg(long, default_value_t = 60)]
-    seconds: u64,
-    /// How long each job runs.
-    #[arg(long, default_value_t = 2000)]
-    job_ms: u64,
-    /// Simulated nodes (110 pods each at most).
-    #[arg(long, default_value_t = 4)]
-    nodes: usize,
+    #[command(flatten)]
+    load: common::Load,
     /// The autoscaler's maxReplicas.
     #[arg(long, default_value_t = 200)]
     max_replicas: u32,
@@ -92,16 +82,9 @@ const MONOTONIC_CLOCK: &str = "monotonic clock (Instant) of this process";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
+    common::init_tracing();
     let args = Args::parse();
-    ensure!(
-        args.rate > 0.0 && args.seconds > 0,
-        "--rate and --seconds must be positive"
-    );
+    args.load.check()?;
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let hangar = common::hangar_binary(args.hangar.as_deref(), "bench-webhooks")?;
 
@@ -118,16 +101,7 @@ async fn main() -> anyhow::Result<()> {
     let jobs_out = dir.join("jobs.json");
     std::fs::write(&jobs_out, serde_json::to_string(&records)? + "\n")
         .with_context(|| format!("failed to write {}", jobs_out.display()))?;
-    let out = if args.out.is_absolute() {
-        args.out.clone()
-    } else {
-        root.join(&args.out)
-    };
-    if let Some(parent) = out.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    std::fs::write(&out, serde_json::to_string_pretty(&report)? + "\n")
-        .with_context(|| format!("failed to write {}", out.display()))?;
+    let out = common::write_results(&root, &args.out, &report)?;
     println!("{}", summary(&report));
     println!("wrote {} and {}", out.display(), jobs_out.display());
     ensure!(
@@ -196,7 +170,7 @@ async fn run_on(kubeconfig: &Path, hangar: &Path, args: &Args) -> anyhow::Result
         client,
         github,
         nodes,
-    } = World::start(kubeconfig, args.nodes).await?;
+    } = World::start(kubeconfig, args.load.nodes).await?;
 
     let webhook_addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
     let metrics_addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
@@ -374,18 +348,18 @@ async fn queue_jobs(
     args: &Args,
     pods: &Mutex<BTreeMap<String, PodSeen>>,
 ) -> anyhow::Result<Vec<u64>> {
-    let total = (args.rate * args.seconds as f64).round() as usize;
+    let total = (args.load.rate * args.load.seconds as f64).round() as usize;
     let request = SubmitJobs {
         repository: "octo/app".into(),
         count: 1,
         labels: vec!["self-hosted".into(), NAME.into()],
-        duration_ms: args.job_ms,
+        duration_ms: args.load.job_ms,
         conclusion: Some("success".into()),
         workflow: None,
         job_name: None,
     };
     // Missed ticks are caught up at once, so the average rate holds when this task is late.
-    let mut every = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate));
+    let mut every = tokio::time::interval(Duration::from_secs_f64(1.0 / args.load.rate));
     let mut ids = Vec::with_capacity(total);
     let mut last_report = Instant::now();
     for _ in 0..total {
@@ -1008,10 +982,10 @@ fn summarize(args: &Args, o: &Observed) -> (Report, Vec<JobRecord>) {
     let report = Report {
         benchmark: "webhooks",
         setup: Setup {
-            rate_per_second: args.rate,
-            seconds: args.seconds,
-            job_seconds: args.job_ms as f64 / 1000.0,
-            nodes: args.nodes,
+            rate_per_second: args.load.rate,
+            seconds: args.load.seconds,
+            job_seconds: args.load.job_ms as f64 / 1000.0,
+            nodes: args.load.nodes,
             max_replicas: args.max_replicas,
             machine_cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
             autoscaler: "ephemeral RunnerDeployment from 0; HRA minReplicas 0, scaleUpTriggers \
@@ -1275,9 +1249,7 @@ fn summary(r: &Report) -> String {
 #[derive(Debug)]
 struct CpuSnapshot {
     at: Instant,
-    /// Busy and total jiffies of all CPUs (`/proc/stat`).
-    machine_busy: u64,
-    machine_total: u64,
+    machine: common::MachineCpu,
     /// CPU seconds of the controller and of this process.
     controller: f64,
     bench: f64,
@@ -1285,22 +1257,9 @@ struct CpuSnapshot {
 
 impl CpuSnapshot {
     fn take(controller: u32) -> anyhow::Result<Self> {
-        let stat = std::fs::read_to_string("/proc/stat")?;
-        let fields: Vec<u64> = stat
-            .lines()
-            .next()
-            .and_then(|l| l.strip_prefix("cpu "))
-            .context("no cpu line in /proc/stat")?
-            .split_whitespace()
-            .take(8) // user nice system idle iowait irq softirq steal (guest is in user)
-            .map(str::parse)
-            .collect::<Result<_, _>>()?;
-        let total: u64 = fields.iter().sum();
-        let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
         Ok(Self {
             at: Instant::now(),
-            machine_busy: total - idle,
-            machine_total: total,
+            machine: common::MachineCpu::read()?,
             controller: process_cpu_seconds(&controller.to_string())?,
             bench: process_cpu_seconds("self")?,
         })
@@ -1309,13 +1268,7 @@ impl CpuSnapshot {
     /// Machine busy share, controller CPUs and bench CPUs between `earlier` and `self`.
     fn usage_since(&self, earlier: &Self) -> (f64, f64, f64) {
         let wall = (self.at - earlier.at).as_secs_f64();
-        let total = self.machine_total.saturating_sub(earlier.machine_total);
-        let busy = self.machine_busy.saturating_sub(earlier.machine_busy);
-        let share = if total > 0 {
-            busy as f64 / total as f64
-        } else {
-            0.0
-        };
+        let share = self.machine.busy_share_since(&earlier.machine);
         if wall <= 0.0 {
             return (share, 0.0, 0.0);
         }

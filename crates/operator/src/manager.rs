@@ -38,54 +38,60 @@ where
     }
 }
 
-pub(crate) fn spawn_store<K>(api: Api<K>, config: watcher::Config) -> Store<K>
-where
+/// What a kind needs to be watched into a store.
+pub(crate) trait Watched:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
     K: kube::Resource<DynamicType = ()>
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned
         + Send
         + Sync
-        + 'static,
+        + 'static
 {
-    let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config))
-        .default_backoff()
-        .touched_objects();
-    tokio::spawn(stream.for_each(|_| async {}));
-    reader
+}
+
+/// A store filled by its own watch, for a kind no controller is triggered by.
+pub(crate) fn spawn_store<K>(api: Api<K>, config: watcher::Config) -> Store<K>
+where
+    K: Watched,
+{
+    shared_store::<K, 0>(api, config).0
 }
 
 /// A controller's trigger stream: the objects of a kind that one shared watch saw change
 /// (created, modified, deleted, or listed when the watch (re)starts).
 pub(crate) type Triggers<K> = futures::stream::BoxStream<'static, Result<K, watcher::Error>>;
 
-/// One watch of a kind feeding a store and `subscribers` trigger streams, all subscribed
+/// One watch of a kind feeding a store and `N` trigger streams, all subscribed
 /// before the watch starts so that none misses the initial list. A trigger stream is
 /// unbounded: a kube-runtime `Controller` drains its triggers into its own queue at once
 /// (deduplicated per object), and a bound would let one controller that is not yet running
 /// stall the store every controller waits on.
-pub(crate) fn shared_store<K>(
+pub(crate) fn shared_store<K, const N: usize>(
     api: Api<K>,
     config: watcher::Config,
-    subscribers: usize,
-) -> (Store<K>, Vec<Triggers<K>>)
+) -> (Store<K>, [Triggers<K>; N])
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     let (reader, writer) = reflector::store();
-    let (senders, triggers): (Vec<_>, Vec<_>) = (0..subscribers)
-        .map(|_| {
-            let (tx, rx) = futures::channel::mpsc::unbounded::<K>();
-            (tx, rx.map(Ok).boxed())
-        })
-        .unzip();
+    let mut senders = Vec::with_capacity(N);
+    let triggers = std::array::from_fn(|_| {
+        let (tx, rx) = futures::channel::mpsc::unbounded::<K>();
+        senders.push(tx);
+        rx.map(Ok).boxed()
+    });
     let stream = reflector::reflector(writer, watcher(api, config))
         .default_backoff()
         .touched_objects();
@@ -146,18 +152,15 @@ pub async fn run_with_webhook(
             pods_for_sets,
             pods_for_runner_sets,
         ],
-    ) = shared(shared_store(api::<Pod>(&client, ns), runner_pods, 4));
+    ) = shared_store(api::<Pod>(&client, ns), runner_pods);
     let (runners, [runners_for_runners, runners_for_sets]) =
-        shared(shared_store(api::<Runner>(&client, ns), all(), 2));
+        shared_store(api::<Runner>(&client, ns), all());
     let (replica_sets, [sets_for_sets, sets_for_deployments]) =
-        shared(shared_store(api::<RunnerReplicaSet>(&client, ns), all(), 2));
+        shared_store(api::<RunnerReplicaSet>(&client, ns), all());
     let (deployments, [deployments_for_deployments]) =
-        shared(shared_store(api::<RunnerDeployment>(&client, ns), all(), 1));
-    let (hras, [hras_for_hras]) = shared(shared_store(
-        api::<HorizontalRunnerAutoscaler>(&client, ns),
-        all(),
-        1,
-    ));
+        shared_store(api::<RunnerDeployment>(&client, ns), all());
+    let (hras, [hras_for_hras]) =
+        shared_store(api::<HorizontalRunnerAutoscaler>(&client, ns), all());
     let stores = Stores {
         pods,
         runners,
@@ -233,19 +236,6 @@ pub async fn run_with_webhook(
         ),
         controllers::runner_set::run(ctx.clone(), api(&client, ns), pods_for_runner_sets),
     );
-}
-
-/// [`shared_store`]'s trigger streams as an array, to be handed out by name.
-fn shared<K, const N: usize>(
-    (store, triggers): (Store<K>, Vec<Triggers<K>>),
-) -> (Store<K>, [Triggers<K>; N])
-where
-    K: kube::Resource<DynamicType = ()> + Clone + 'static,
-{
-    match triggers.try_into() {
-        Ok(triggers) => (store, triggers),
-        Err(_) => unreachable!("shared_store makes as many trigger streams as asked for"),
-    }
 }
 
 /// Makes `/metrics` render from the caches (and the client registry), and reports ready.

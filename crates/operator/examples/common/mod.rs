@@ -175,3 +175,104 @@ impl Drop for Controller {
         let _ = self.child.wait();
     }
 }
+
+/// Logs to stderr, at `warn` unless `RUST_LOG` says otherwise.
+pub fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+}
+
+/// The steady load of the webhook benchmarks and their floor.
+#[derive(Debug, clap::Args)]
+#[allow(dead_code)] // bench-lifecycle scales a deployment instead
+pub struct Load {
+    /// Jobs queued per second.
+    #[arg(long, default_value_t = 20.0)]
+    pub rate: f64,
+    /// For how many seconds jobs are queued.
+    #[arg(long, default_value_t = 60)]
+    pub seconds: u64,
+    /// How long each job runs.
+    #[arg(long, default_value_t = 2000)]
+    pub job_ms: u64,
+    /// Simulated nodes (110 pods each at most).
+    #[arg(long, default_value_t = 4)]
+    pub nodes: usize,
+}
+
+#[allow(dead_code)] // bench-lifecycle scales a deployment instead
+impl Load {
+    /// Refuses a load that would queue nothing.
+    pub fn check(&self) -> anyhow::Result<()> {
+        ensure!(
+            self.rate > 0.0 && self.seconds > 0,
+            "--rate and --seconds must be positive"
+        );
+        Ok(())
+    }
+}
+
+/// Busy and total jiffies of all CPUs at one moment, from `/proc/stat`.
+#[derive(Debug, Clone, Copy)]
+#[allow(dead_code)] // bench-lifecycle does not read the machine's CPU
+pub struct MachineCpu {
+    pub busy: u64,
+    pub total: u64,
+}
+
+#[allow(dead_code)] // bench-lifecycle does not read the machine's CPU
+impl MachineCpu {
+    /// Reads the counters now.
+    pub fn read() -> anyhow::Result<Self> {
+        let stat = std::fs::read_to_string("/proc/stat")?;
+        let fields: Vec<u64> = stat
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("cpu "))
+            .context("no cpu line in /proc/stat")?
+            .split_whitespace()
+            .take(8) // user nice system idle iowait irq softirq steal (guest is in user)
+            .map(str::parse)
+            .collect::<Result<_, _>>()?;
+        let total: u64 = fields.iter().sum();
+        let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
+        Ok(Self {
+            busy: total - idle,
+            total,
+        })
+    }
+
+    /// The share of the machine's CPU time that was busy between `earlier` and `self`.
+    pub fn busy_share_since(&self, earlier: &Self) -> f64 {
+        let total = self.total.saturating_sub(earlier.total);
+        let busy = self.busy.saturating_sub(earlier.busy);
+        if total == 0 {
+            0.0
+        } else {
+            busy as f64 / total as f64
+        }
+    }
+}
+
+/// Writes `report` as JSON to `out` (relative paths are from the workspace `root`), creating
+/// its directory; returns where it went.
+pub fn write_results(
+    root: &Path,
+    out: &Path,
+    report: &impl serde::Serialize,
+) -> anyhow::Result<PathBuf> {
+    let out = if out.is_absolute() {
+        out.to_owned()
+    } else {
+        root.join(out)
+    };
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&out, serde_json::to_string_pretty(report)? + "\n")
+        .with_context(|| format!("failed to write {}", out.display()))?;
+    Ok(out)
+}

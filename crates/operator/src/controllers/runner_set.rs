@@ -175,9 +175,11 @@ pub async fn run(ctx: Arc<Context>, sets: Api<RunnerSet>, pods: Triggers<Pod>) {
     let pv_api: Api<PersistentVolume> = Api::all(ctx.client.clone());
     let by_label = || watcher::Config::default().labels(label::RUNNERSET_NAME);
     let released = || watcher::Config::default().labels(label::PENDING_CLEANUP);
-    let stateful_sets = crate::manager::spawn_store(sts_api.clone(), by_label());
-    let claims = crate::manager::spawn_store(pvc_api.clone(), by_label());
-    let pvs = crate::manager::spawn_store(pv_api.clone(), released());
+    // One watch each, feeding both the store and the controller's triggers.
+    use crate::manager::shared_store;
+    let (stateful_sets, [sts_changes]) = shared_store(sts_api, by_label());
+    let (claims, [claim_changes]) = shared_store(pvc_api, by_label());
+    let (pvs, [pv_changes]) = shared_store(pv_api, released());
     let _ = stateful_sets.wait_until_ready().await;
     let _ = claims.wait_until_ready().await;
     let _ = pvs.wait_until_ready().await;
@@ -190,15 +192,15 @@ pub async fn run(ctx: Arc<Context>, sets: Api<RunnerSet>, pods: Triggers<Pod>) {
         },
     });
     Controller::new(sets, watcher::Config::default())
-        .owns(sts_api, by_label())
+        .owns_stream(sts_changes)
         // A pod change (ready, registered, finished) matters to its set.
         .watches_stream(pods, |pod: Pod| {
             let set = pod.labels().get(label::RUNNERSET_NAME)?;
             Some(ObjectRef::new(set).within(&pod.namespace()?))
         })
         // So do its claims (created, bound, deleted) and its volumes (released).
-        .watches(pvc_api, by_label(), |pvc| volumes::claim_trigger(&pvc))
-        .watches(pv_api, released(), move |pv| {
+        .watches_stream(claim_changes, |pvc| volumes::claim_trigger(&pvc))
+        .watches_stream(pv_changes, move |pv| {
             volumes::volume_trigger(&pv, ns.as_deref())
         })
         .run(reconcile_with_backoff, error_policy, state)
