@@ -6,10 +6,12 @@
 //! number of nodes), but no webhook, no autoscaler chain, no GitHub and no controller process:
 //! this process plays an ideal controller that already knows every job. At each job's instant
 //! it creates the job's Runner (`POST`), its pod (owned by the Runner, with the runner-pod
-//! finalizer, running a program that exits after `--job-ms`) and the Runner's first status.
-//! When a pod watch sees the pod running, the Runner's status says `Running`; when it sees the
-//! pod `Succeeded`, the pod is deleted (no grace period), its finalizer removed and the Runner
-//! deleted. That is 6 writes per runner by the controller; kube-scheduler (binding, event) and
+//! finalizer; a runner container that exits after `--job-ms` and a docker sidecar that runs
+//! until the pod is deleted, as ARC's pods have) and the Runner's first status. When a pod
+//! watch sees the pod running, the Runner's status says `Running`; when it sees the runner
+//! container exited, the pod is deleted (the sidecar gets its grace period), its finalizer
+//! removed and the Runner deleted. The pods are smaller than Hangar's (no environment, no
+//! volumes), and no runner registers anywhere: this is a lower bound. That is 6 writes per runner by the controller; kube-scheduler (binding, event) and
 //! the kubelets (status) add theirs, as they do under Hangar.
 //!
 //! Reported: from each job's instant to its pod being first seen by the watch (the same end
@@ -280,6 +282,7 @@ async fn create_runner(
             "annotations": {
                 nodesim::annotations::program_key("runner"):
                     format!("exit(0, {job_ms}ms)"),
+                nodesim::annotations::program_key("docker"): "sleep",
             },
             "finalizers": [hangar_api::finalizer::RUNNER_POD],
             "ownerReferences": [{
@@ -295,7 +298,12 @@ async fn create_runner(
             "restartPolicy": "Never",
             "nodeSelector": node_selector,
             "tolerations": tolerations,
-            "containers": [{"name": "runner", "image": "summerwind/actions-runner:latest"}],
+            // ARC's runner pod: the runner and a docker sidecar that runs until the pod is
+            // deleted.
+            "containers": [
+                {"name": "runner", "image": "summerwind/actions-runner:latest"},
+                {"name": "docker", "image": "docker:dind"},
+            ],
         },
     }))?;
     Api::<Pod>::namespaced(client.clone(), NAMESPACE)
@@ -337,6 +345,14 @@ async fn ideal_controller(client: Client, seen: Arc<Mutex<Seen>>) {
             .as_ref()
             .and_then(|s| s.phase.clone())
             .unwrap_or_default();
+        let runner_exited = pod
+            .status
+            .iter()
+            .flat_map(|s| s.container_statuses.iter().flatten())
+            .any(|c| {
+                c.name == "runner" && c.state.as_ref().is_some_and(|s| s.terminated.is_some())
+            });
+        let terminal = matches!(phase.as_str(), "Succeeded" | "Failed");
         let mut state = seen.lock().expect("seen");
         state.pod_seen.entry(i).or_insert(now);
         if deleted {
@@ -349,12 +365,16 @@ async fn ideal_controller(client: Client, seen: Arc<Mutex<Seen>>) {
             tokio::spawn(async move {
                 let _ = runner_status(&runners, &name, "Running").await;
             });
-        } else if phase == "Succeeded" && state.cleaning.insert(i) {
+        } else if (runner_exited || terminal) && state.cleaning.insert(i) {
             let (pods, runners) = (pods.clone(), runners.clone());
+            // The docker sidecar still runs: it gets its grace period, as under Hangar.
+            let delete = if terminal {
+                DeleteParams::background().grace_period(0)
+            } else {
+                DeleteParams::background()
+            };
             tokio::spawn(async move {
-                let _ = pods
-                    .delete(&name, &DeleteParams::background().grace_period(0))
-                    .await;
+                let _ = pods.delete(&name, &delete).await;
                 let remove = json!([{"op": "remove", "path": "/metadata/finalizers"}]);
                 let _ = pods
                     .patch(
