@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::ensure;
 use clap::Parser;
-use common::{NAMESPACE, World};
+use common::{Latency, NAMESPACE, World, secs};
 use futures::StreamExt;
 use hangar_api::Runner;
 use hangar_testkit::control_plane::{ControlPlane, StartOptions};
@@ -50,6 +50,9 @@ struct Args {
     #[arg(long, default_value = "bench/results/floor.json")]
     out: PathBuf,
 }
+
+/// The clock every latency here is read on.
+const CLOCK: &str = "system real-time clock of this process";
 
 /// How long the run may take to clean up after the last runner was created.
 const DRAIN_LIMIT: Duration = Duration::from_secs(600);
@@ -81,10 +84,10 @@ async fn main() -> anyhow::Result<()> {
         report.machine_cpus,
         report.machine_cpu_busy_while_creating * 100.0,
         report.bench_process_cpus_while_creating,
-        l.p50,
-        l.p95,
-        l.p99,
-        l.max,
+        l.p50.unwrap_or_default(),
+        l.p95.unwrap_or_default(),
+        l.p99.unwrap_or_default(),
+        l.max.unwrap_or_default(),
         report.apiserver_writes_per_runner,
         report.drain_seconds,
     );
@@ -117,32 +120,6 @@ struct Latencies {
     job_to_pod_created_answer: Latency,
     /// From the job's instant to the pod's first sighting by a watch.
     job_to_pod_seen: Latency,
-}
-
-#[derive(Debug, Default, Serialize)]
-struct Latency {
-    count: usize,
-    p50: f64,
-    p95: f64,
-    p99: f64,
-    max: f64,
-}
-
-impl Latency {
-    fn of(mut xs: Vec<f64>) -> Self {
-        if xs.is_empty() {
-            return Self::default();
-        }
-        xs.sort_by(f64::total_cmp);
-        let at = |q: f64| xs[((xs.len() as f64 * q).ceil() as usize).clamp(1, xs.len()) - 1];
-        Self {
-            count: xs.len(),
-            p50: at(0.50),
-            p95: at(0.95),
-            p99: at(0.99),
-            max: at(1.0),
-        }
-    }
 }
 
 /// What the run saw of each runner, by index.
@@ -241,8 +218,18 @@ async fn run_on(kubeconfig: &std::path::Path, args: &Args) -> anyhow::Result<Rep
         machine_cpus: cpus,
         runners: count,
         latency_seconds: Latencies {
-            job_to_pod_created_answer: Latency::of(answered),
-            job_to_pod_seen: Latency::of(pod_seen),
+            job_to_pod_created_answer: Latency::of(
+                "the job's instant",
+                "the pod create answered",
+                CLOCK,
+                answered,
+            ),
+            job_to_pod_seen: Latency::of(
+                "the job's instant",
+                "the pod first seen by a watch",
+                CLOCK,
+                pod_seen,
+            ),
         },
         apiserver_writes_per_runner: by_request.iter().map(|(_, n)| n).sum(),
         apiserver_writes_per_runner_by_request: by_request,
@@ -250,10 +237,6 @@ async fn run_on(kubeconfig: &std::path::Path, args: &Args) -> anyhow::Result<Rep
         bench_process_cpus_while_creating: own_cpus,
         drain_seconds,
     })
-}
-
-fn secs(from: Timestamp, to: Timestamp) -> f64 {
-    to.duration_since(from).as_secs_f64()
 }
 
 /// Creates runner `i`: its Runner, its pod, the Runner's first status. Returns the job's

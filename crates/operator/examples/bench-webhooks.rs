@@ -38,7 +38,7 @@ use anyhow::{Context as _, ensure};
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode, header};
 use clap::Parser;
-use common::{CONTROLLER_PAT, Controller, NAMESPACE, World};
+use common::{CONTROLLER_PAT, Controller, Latency, NAMESPACE, World, round_us, secs};
 use futures::StreamExt;
 use ghsim::webhooks::{ContentType, NewHook};
 use ghsim::world::{Job, JobStatus, SubmitJobs};
@@ -768,45 +768,6 @@ struct GitHubApi {
     by_endpoint: BTreeMap<String, u64>,
 }
 
-/// Percentiles of one latency (nearest rank), in seconds.
-#[derive(Debug, Serialize)]
-struct Latency {
-    from: &'static str,
-    to: &'static str,
-    clock: &'static str,
-    count: usize,
-    min: Option<f64>,
-    p50: Option<f64>,
-    p95: Option<f64>,
-    p99: Option<f64>,
-    max: Option<f64>,
-    mean: Option<f64>,
-}
-
-impl Latency {
-    fn of(from: &'static str, to: &'static str, clock: &'static str, mut values: Vec<f64>) -> Self {
-        values.sort_by(f64::total_cmp);
-        let rank = |p: f64| {
-            let index = ((p * values.len() as f64).ceil() as usize).max(1) - 1;
-            values.get(index).copied().map(round_us)
-        };
-        let mean = (!values.is_empty())
-            .then(|| round_us(values.iter().sum::<f64>() / values.len() as f64));
-        Self {
-            from,
-            to,
-            clock,
-            count: values.len(),
-            min: values.first().copied().map(round_us),
-            p50: rank(0.50),
-            p95: rank(0.95),
-            p99: rank(0.99),
-            max: values.last().copied().map(round_us),
-            mean,
-        }
-    }
-}
-
 /// One job's times, in seconds from the run's start (`t0`).
 #[derive(Debug, Serialize)]
 struct JobRecord {
@@ -821,16 +782,6 @@ struct JobRecord {
     started: Option<f64>,
     completed: Option<f64>,
     interrupted: bool,
-}
-
-/// Seconds from `from` to `to` (negative if `to` is earlier).
-fn secs(from: Timestamp, to: Timestamp) -> f64 {
-    (to.as_nanosecond() - from.as_nanosecond()) as f64 / 1e9
-}
-
-/// Rounds to the microsecond, which is all the JSON needs.
-fn round_us(seconds: f64) -> f64 {
-    (seconds * 1e6).round() / 1e6
 }
 
 fn summarize(args: &Args, o: &Observed) -> (Report, Vec<JobRecord>) {

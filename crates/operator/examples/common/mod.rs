@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, ensure};
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::PostParams;
 use kube::{Api, Client};
@@ -275,4 +276,62 @@ pub fn write_results(
     std::fs::write(&out, serde_json::to_string_pretty(report)? + "\n")
         .with_context(|| format!("failed to write {}", out.display()))?;
     Ok(out)
+}
+
+#[allow(dead_code)] // bench-lifecycle reports no latencies
+/// Percentiles of one latency (nearest rank), in seconds.
+#[derive(Debug, serde::Serialize)]
+pub struct Latency {
+    pub from: &'static str,
+    pub to: &'static str,
+    pub clock: &'static str,
+    pub count: usize,
+    pub min: Option<f64>,
+    pub p50: Option<f64>,
+    pub p95: Option<f64>,
+    pub p99: Option<f64>,
+    pub max: Option<f64>,
+    pub mean: Option<f64>,
+}
+
+#[allow(dead_code)] // bench-lifecycle reports no latencies
+impl Latency {
+    pub fn of(
+        from: &'static str,
+        to: &'static str,
+        clock: &'static str,
+        mut values: Vec<f64>,
+    ) -> Self {
+        values.sort_by(f64::total_cmp);
+        let rank = |p: f64| {
+            let index = ((p * values.len() as f64).ceil() as usize).max(1) - 1;
+            values.get(index).copied().map(round_us)
+        };
+        let mean = (!values.is_empty())
+            .then(|| round_us(values.iter().sum::<f64>() / values.len() as f64));
+        Self {
+            from,
+            to,
+            clock,
+            count: values.len(),
+            min: values.first().copied().map(round_us),
+            p50: rank(0.50),
+            p95: rank(0.95),
+            p99: rank(0.99),
+            max: values.last().copied().map(round_us),
+            mean,
+        }
+    }
+}
+
+/// Seconds from `from` to `to` (negative if `to` is earlier).
+#[allow(dead_code)] // bench-lifecycle reports no latencies
+pub fn secs(from: Timestamp, to: Timestamp) -> f64 {
+    (to.as_nanosecond() - from.as_nanosecond()) as f64 / 1e9
+}
+
+/// Rounds to the microsecond, which is all the JSON needs.
+#[allow(dead_code)] // bench-lifecycle reports no latencies
+pub fn round_us(seconds: f64) -> f64 {
+    (seconds * 1e6).round() / 1e6
 }
