@@ -3,12 +3,15 @@
 //!
 //! They are installed with `npm` on first use into a cache outside the repository
 //! (`$HANGAR_CACHE_DIR/npm`, default `~/.cache/hangar/npm`), one directory per pinned
-//! version, so their content is never vendored and repeated runs are offline. Installation
-//! goes to a temporary directory that is renamed into place, so concurrent test binaries
-//! cannot see a half-installed package.
+//! version, so their content is never vendored and repeated runs are offline. Each
+//! installation goes to a staging directory of its own (process id plus a per-process
+//! sequence number), which is renamed into place when complete: concurrent installers, whether
+//! threads of one test binary or separate processes, never share a staging directory, and a
+//! reader sees either no package or a whole one.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// `@octokit/openapi`, pinned.
 pub const OPENAPI: (&str, &str) = ("@octokit/openapi", "23.0.2");
@@ -53,20 +56,26 @@ pub fn cache_dir() -> PathBuf {
     base.join("npm")
 }
 
-/// The installed package directory (`…/node_modules/<name>`), installing it if missing.
+/// The installed package directory (`…/node_modules/<name>`) in [`cache_dir`], installing it
+/// if missing.
 pub fn npm_package(name: &str, version: &str) -> Result<PathBuf, PackageError> {
+    npm_package_in(&cache_dir(), name, version)
+}
+
+/// [`npm_package`] with an explicit cache root.
+pub fn npm_package_in(cache: &Path, name: &str, version: &str) -> Result<PathBuf, PackageError> {
     let slug = format!("{}@{version}", name.replace('/', "+"));
-    let root = cache_dir().join(&slug);
+    let root = cache.join(&slug);
     let package_dir = root.join("node_modules").join(name);
     if package_dir.join("package.json").exists() {
         return Ok(package_dir);
     }
-    let cache = cache_dir();
-    std::fs::create_dir_all(&cache).map_err(|source| PackageError::Cache {
-        path: cache.clone(),
+    std::fs::create_dir_all(cache).map_err(|source| PackageError::Cache {
+        path: cache.to_owned(),
         source,
     })?;
-    let staging = cache.join(format!(".{slug}.{}", std::process::id()));
+    let staging = cache.join(staging_name(&slug));
+    // Only a killed earlier process whose id was reused can have left this name behind.
     let _ = std::fs::remove_dir_all(&staging);
     let output = Command::new("npm")
         .args([
@@ -100,6 +109,14 @@ pub fn npm_package(name: &str, version: &str) -> Result<PathBuf, PackageError> {
             source: std::io::Error::other("package missing after install"),
         })
     }
+}
+
+/// A staging directory name no other installer uses: unique per process by its id, and per
+/// call within a process by a sequence number (threads of one test binary share the id).
+fn staging_name(slug: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let sequence = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!(".{slug}.{}.{sequence}.staging", std::process::id())
 }
 
 /// A file inside an installed package.
