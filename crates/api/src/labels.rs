@@ -77,6 +77,11 @@ pub mod annotation {
     pub const UNREGISTRATION_FAILURE_MESSAGE: &str =
         "actions-runner/unregistration-failure-message";
 
+    /// On a runner pod (Hangar's own): GitHub refused to remove the runner for lack of
+    /// permission (403), and which permission the credential needs. The pod is kept and the
+    /// removal retried; its Runner shows the message as `CredentialsValid=False`.
+    pub const UNREGISTRATION_REFUSED: &str = "hangar.dev/unregistration-refused";
+
     /// On an ephemeral runner pod that was busy when asked to stop: when the controller started
     /// waiting for it to finish its job and exit by itself.
     pub const RUNNER_COMPLETION_WAIT_START_TIMESTAMP: &str =

@@ -53,6 +53,28 @@ pub enum ScopeError {
 }
 
 impl RunnerScope {
+    /// What a credential needs to manage self-hosted runners here (register, list, remove), in
+    /// words for a condition or event: GitHub Apps and fine-grained tokens by permission,
+    /// classic tokens by OAuth scope.
+    pub fn permission_hint(&self) -> String {
+        match self {
+            Self::Repository { owner, name } => format!(
+                "the credential must be allowed to manage self-hosted runners of repository \
+                 {owner}/{name}: a GitHub App needs the repository permission Administration: read \
+                 and write, a personal access token the repo scope"
+            ),
+            Self::Organization(org) => format!(
+                "the credential must be allowed to manage self-hosted runners of organization \
+                 {org}: a GitHub App needs the organization permission Self-hosted runners: read \
+                 and write, a personal access token the admin:org scope"
+            ),
+            Self::Enterprise(e) => format!(
+                "the credential must be allowed to manage self-hosted runners of enterprise {e}: a \
+                 personal access token needs the manage_runners:enterprise scope"
+            ),
+        }
+    }
+
     /// Builds the scope from ARC's three optional fields. Empty strings count as unset, as they
     /// do in ARC (Go's zero value).
     pub fn from_fields(
@@ -236,5 +258,33 @@ mod tests {
             "enterprises/e"
         );
         assert_eq!(repo("o", "r").to_string(), "repo/o/r");
+    }
+
+    #[test]
+    fn the_permission_hint_names_the_scope_and_what_each_credential_kind_needs() {
+        let cases = [
+            (
+                repo("octo", "app"),
+                ["repository octo/app", "Administration", "repo scope"],
+            ),
+            (
+                RunnerScope::Organization("octo".into()),
+                ["organization octo", "Self-hosted runners", "admin:org"],
+            ),
+            (
+                RunnerScope::Enterprise("big".into()),
+                [
+                    "enterprise big",
+                    "personal access token",
+                    "manage_runners:enterprise",
+                ],
+            ),
+        ];
+        for (scope, words) in cases {
+            let hint = scope.permission_hint();
+            for word in words {
+                assert!(hint.contains(word), "{scope:?}: {hint}");
+            }
+        }
     }
 }

@@ -8,6 +8,13 @@
 //! running a job (422), which is exactly the guarantee we need: a runner is unregistered only
 //! when idle, and once unregistered it cannot be given a job, so deleting its pod is safe.
 //!
+//! Only a 204 is taken as proof. A 404 may mean the runner is gone, or that the ID we asked
+//! for was stale (a lookup that raced a re-registration): it is confirmed by looking the runner
+//! up by name in a list taken after the call ([`after_not_found`]). A 403 means the credential
+//! cannot manage runners here, which says nothing about the runner: the pod stays, the owner is
+//! told which permission is missing ([`crate::RunnerScope::permission_hint`]), and the call is retried
+//! with the slow back-off of failures a person must fix.
+//!
 //! Only after `unregistration-complete-timestamp` is on every pod does the owner get deleted,
 //! so none of this is bounded by `terminationGracePeriodSeconds`.
 
@@ -56,7 +63,8 @@ pub enum Finished {
     RunnerStopped,
     /// An ephemeral runner we were waiting for restarted: its job is over.
     RestartedAfterJob,
-    /// GitHub confirmed the runner is gone (204, 404) or refused to say (403, treated as gone).
+    /// GitHub removed the runner (204), or said it has no such runner (404) and a list taken
+    /// after that call has no runner of the pod's name either.
     Removed,
 }
 
@@ -114,10 +122,10 @@ pub fn next_step(pod: &PodState, now: SystemTime) -> Step {
 pub enum DeleteOutcome {
     /// 204: removed.
     Removed,
-    /// 404: no such runner (already removed).
+    /// 404: no runner of that ID, which is confirmed by name before it counts as removed.
     NotFound,
-    /// 403: the credential may not manage runners here; treated as unregistered, as ARC does,
-    /// so a misconfigured credential cannot block a scale-down forever.
+    /// 403: the credential may not manage runners here. Unlike ARC, never taken as removed: a
+    /// credential that lost its permission would otherwise delete busy runners' pods.
     Forbidden,
     /// 422 "still running a job".
     Busy,
@@ -149,14 +157,20 @@ pub enum AfterDelete {
         /// Delay before the retry.
         after: Duration,
     },
+    /// 404: look the runner up by name in a list taken after the call, then ask
+    /// [`after_not_found`].
+    ConfirmByName,
+    /// 403: keep the pod; tell the owner which permission is missing
+    /// ([`crate::RunnerScope::permission_hint`]); retry with back-off.
+    Forbidden,
 }
 
 /// Interprets the delete call's outcome.
 pub fn after_delete(outcome: DeleteOutcome, ephemeral: bool) -> AfterDelete {
     match outcome {
-        DeleteOutcome::Removed | DeleteOutcome::NotFound | DeleteOutcome::Forbidden => {
-            AfterDelete::Finish(Finished::Removed)
-        }
+        DeleteOutcome::Removed => AfterDelete::Finish(Finished::Removed),
+        DeleteOutcome::NotFound => AfterDelete::ConfirmByName,
+        DeleteOutcome::Forbidden => AfterDelete::Forbidden,
         DeleteOutcome::Busy => AfterDelete::Busy {
             start_completion_wait: ephemeral,
             recheck_after: RETRY_DELAY,
@@ -165,6 +179,48 @@ pub fn after_delete(outcome: DeleteOutcome, ephemeral: bool) -> AfterDelete {
             after: retry_after.unwrap_or(RATE_LIMIT_RETRY_DELAY),
         },
         DeleteOutcome::Failed => AfterDelete::Retry { after: RETRY_DELAY },
+    }
+}
+
+/// What a list taken after a 404 says about the pod's runner name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListedByName {
+    /// No runner of that name.
+    Absent,
+    /// A runner of that name with this ID.
+    Present {
+        /// Its GitHub runner ID.
+        runner_id: u64,
+    },
+}
+
+/// What to do after a 404 on deleting runner `deleted`, given the list taken afterwards.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AfterNotFound {
+    /// Nothing of that name is registered: unregistration is complete.
+    Finish(Finished),
+    /// The runner is registered under another ID (the annotated one was stale): record it and
+    /// delete that one.
+    DeleteInstead {
+        /// The ID the runner actually has.
+        runner_id: u64,
+    },
+    /// GitHub lists the very runner it just said it does not have: ask again later rather
+    /// than guess.
+    Retry {
+        /// Delay before the retry.
+        after: Duration,
+    },
+}
+
+/// Decides after a 404, from a list of the scope's runners taken after the delete call.
+pub fn after_not_found(listed: ListedByName, deleted: u64) -> AfterNotFound {
+    match listed {
+        ListedByName::Absent => AfterNotFound::Finish(Finished::Removed),
+        ListedByName::Present { runner_id } if runner_id != deleted => {
+            AfterNotFound::DeleteInstead { runner_id }
+        }
+        ListedByName::Present { .. } => AfterNotFound::Retry { after: RETRY_DELAY },
     }
 }
 
@@ -314,8 +370,10 @@ mod tests {
         use DeleteOutcome as D;
         let cases = [
             (D::Removed, true, A::Finish(Finished::Removed)),
-            (D::NotFound, false, A::Finish(Finished::Removed)),
-            (D::Forbidden, false, A::Finish(Finished::Removed)),
+            (D::NotFound, false, A::ConfirmByName),
+            (D::NotFound, true, A::ConfirmByName),
+            (D::Forbidden, false, A::Forbidden),
+            (D::Forbidden, true, A::Forbidden),
             (
                 D::Busy,
                 true,
@@ -356,6 +414,26 @@ mod tests {
                 want,
                 "{outcome:?} ephemeral={ephemeral}"
             );
+        }
+    }
+
+    #[test]
+    fn a_404_is_confirmed_by_name() {
+        use AfterNotFound as A;
+        use ListedByName as L;
+        let cases = [
+            (L::Absent, A::Finish(Finished::Removed)),
+            (
+                L::Present { runner_id: 43 },
+                A::DeleteInstead { runner_id: 43 },
+            ),
+            (
+                L::Present { runner_id: 42 },
+                A::Retry { after: RETRY_DELAY },
+            ),
+        ];
+        for (listed, want) in cases {
+            assert_eq!(after_not_found(listed, 42), want, "{listed:?}");
         }
     }
 }

@@ -15,6 +15,11 @@ pub struct Faults {
     /// these, e.g. `/registration-token` or `/generate-jitconfig` (one endpoint down, the rest
     /// of GitHub up).
     pub failing_endpoints: Vec<String>,
+    /// REST endpoints the credential lacks permission for, answered `403 Resource not
+    /// accessible by personal access token` (a token that lost a permission): entries are
+    /// `METHOD suffix` or just `suffix`, e.g. `DELETE /actions/runners/{runner_id}` refuses
+    /// DELETE on every route ending with `/actions/runners/{runner_id}`.
+    pub forbidden_endpoints: Vec<String>,
     /// Share of REST requests answered with a secondary rate limit (403).
     pub secondary_limit_rate: f64,
     /// `retry-after` of secondary limits, seconds; `None` sends no header (clients must then
@@ -37,6 +42,7 @@ impl Default for Faults {
         Self {
             server_error_rate: 0.0,
             failing_endpoints: Vec::new(),
+            forbidden_endpoints: Vec::new(),
             secondary_limit_rate: 0.0,
             secondary_retry_after_secs: Some(60),
             primary_budget: 5000,
@@ -65,6 +71,21 @@ impl Faults {
         self.failing_endpoints
             .iter()
             .any(|suffix| !suffix.is_empty() && path.ends_with(suffix.as_str()))
+    }
+
+    /// Whether a request `method route` is answered 403 by [`Faults::forbidden_endpoints`]:
+    /// an entry `METHOD suffix` matches that method and any route ending with the suffix, an
+    /// entry without a method any method.
+    pub fn endpoint_forbidden(&self, method: &str, route: &str) -> bool {
+        self.forbidden_endpoints.iter().any(|entry| {
+            let (wanted, suffix) = match entry.split_once(' ') {
+                Some((m, suffix)) => (Some(m), suffix),
+                None => (None, entry.as_str()),
+            };
+            !suffix.is_empty()
+                && wanted.is_none_or(|m| m.eq_ignore_ascii_case(method))
+                && route.ends_with(suffix)
+        })
     }
 
     /// The settings with the fields of `patch` (a JSON object) replaced.
@@ -133,6 +154,37 @@ mod tests {
             ..Faults::default()
         };
         assert!(!f.endpoint_fails("/orgs/{org}/actions/runners"));
+    }
+
+    #[test]
+    fn forbidden_endpoints_match_method_and_route_suffixes() {
+        let f = Faults::default()
+            .merged(
+                serde_json::json!({"forbidden_endpoints": ["DELETE /actions/runners/{runner_id}"]}),
+            )
+            .unwrap();
+        for (method, route, refused) in [
+            (
+                "DELETE",
+                "/repos/{owner}/{repo}/actions/runners/{runner_id}",
+                true,
+            ),
+            ("DELETE", "/orgs/{org}/actions/runners/{runner_id}", true),
+            ("GET", "/orgs/{org}/actions/runners/{runner_id}", false),
+            ("DELETE", "/orgs/{org}/actions/runners", false),
+        ] {
+            assert_eq!(
+                f.endpoint_forbidden(method, route),
+                refused,
+                "{method} {route}"
+            );
+        }
+        // Without a method, every method of the route.
+        let f = Faults {
+            forbidden_endpoints: vec!["/registration-token".into()],
+            ..Faults::default()
+        };
+        assert!(f.endpoint_forbidden("POST", "/orgs/{org}/actions/runners/registration-token"));
     }
 
     #[test]

@@ -223,6 +223,14 @@ pub async fn github_layer(
     });
     let early = if faults.endpoint_fails(matched.as_str()) || sim.roll(faults.server_error_rate) {
         Some(ApiError::new(StatusCode::BAD_GATEWAY, "Server Error").into_response())
+    } else if faults.endpoint_forbidden(method.as_str(), matched.as_str()) {
+        Some(
+            ApiError::new(
+                StatusCode::FORBIDDEN,
+                "Resource not accessible by personal access token",
+            )
+            .into_response(),
+        )
     } else if !free && used >= limit {
         let what = match &identity {
             Identity::Installation { id, .. } => format!("installation ID {id}"),

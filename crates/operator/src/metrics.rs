@@ -60,6 +60,7 @@ pub struct Metrics {
     hra_max: Family<Labels, Gauge>,
     deployment_replicas: Family<Labels, Gauge>,
     kube_requests: Family<Labels, Counter>,
+    unregistrations_refused: Family<Labels, Counter>,
     busy: Mutex<HashSet<String>>,
     pending: Mutex<PendingDeliveries>,
     started: Instant,
@@ -102,6 +103,7 @@ impl Metrics {
             hra_max: Family::default(),
             deployment_replicas: Family::default(),
             kube_requests: Family::default(),
+            unregistrations_refused: Family::default(),
             busy: Mutex::new(HashSet::new()),
             pending: Mutex::new(PendingDeliveries::default()),
             started: Instant::now(),
@@ -116,6 +118,12 @@ impl Metrics {
             "hangar_reconcile_errors",
             "Reconciles that failed, by controller",
             m.reconcile_errors.clone(),
+        );
+        registry.register(
+            "hangar_runner_unregistrations_refused",
+            "Runner removals GitHub refused for lack of permission (403), by namespace: each \
+             leaves its pod running and is retried with back-off",
+            m.unregistrations_refused.clone(),
         );
         registry.register(
             "hangar_webhook_deliveries",
@@ -211,6 +219,13 @@ impl Metrics {
         if failed {
             self.reconcile_errors.get_or_create(&labels).inc();
         }
+    }
+
+    /// Records a runner removal GitHub refused with 403 in `namespace`.
+    pub fn unregistration_refused(&self, namespace: &str) {
+        self.unregistrations_refused
+            .get_or_create(&vec![("namespace", namespace.to_owned())])
+            .inc();
     }
 
     /// Records one webhook delivery.
@@ -829,6 +844,7 @@ mod tests {
         m.reconciled("runner", Duration::from_millis(30), true);
         m.delivery("workflow_job", "scaled");
         m.kube_request("GET", "403", "secrets");
+        m.unregistration_refused("ns");
         m.set_busy(["b".to_owned()].into());
         let pods = vec![
             pod("b", "Running", &[(ann::RUNNER_ID, "2")]),
@@ -853,6 +869,7 @@ mod tests {
             "hangar_reconcile_duration_seconds_count{controller=\"runner\"} 1",
             "hangar_webhook_deliveries_total{event=\"workflow_job\",outcome=\"scaled\"} 1",
             "rest_client_requests_total{code=\"403\",method=\"GET\",resource=\"secrets\"} 1",
+            "hangar_runner_unregistrations_refused_total{namespace=\"ns\"} 1",
             "hangar_runners{namespace=\"ns\",state=\"busy\"} 1",
             "hangar_runners{namespace=\"ns\",state=\"idle\"} 1",
             "horizontalrunnerautoscaler_desired_replicas{namespace=\"ns\",horizontalrunnerautoscaler=\"hra\"} 3",

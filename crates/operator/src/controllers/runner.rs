@@ -341,7 +341,8 @@ async fn drive(runner: &Runner, ctx: &Context, report: &mut Report) -> Result<Ac
             if phase == hangar_core::owner_sync::PodPhase::Pending && !uses_jit(runner, ctx) {
                 shared_token_secret(runner, &scope, ctx, github.as_ref()).await?;
             }
-            report.conditions.push(credentials_accepted(runner));
+            // What the pod says (a refused removal) outranks a successful read of the credential.
+            report.conditions.insert(0, credentials_accepted(runner));
             Ok(Action::requeue(ctx.settings.sync_period))
         }
     }
@@ -416,7 +417,17 @@ pub fn conditions_from_pod(pod: &Pod) -> Vec<Desired> {
         };
         Desired::no(kind::READY, reason::RUNNER_NOT_READY, why)
     };
-    vec![registered, ready]
+    let mut conditions = vec![registered, ready];
+    if let Some(refused) = super::annotation(pod, ann::UNREGISTRATION_REFUSED)
+        && !unregistered
+    {
+        conditions.push(Desired::no(
+            kind::CREDENTIALS_VALID,
+            reason::FORBIDDEN,
+            refused.to_owned(),
+        ));
+    }
+    conditions
 }
 
 /// What the Runner's status says about its pod.
@@ -450,27 +461,6 @@ pub fn status_from_pod(pod: &Pod) -> RunnerStatus {
     }
 }
 
-/// How GitHub must empower a credential to manage runners at `scope`.
-fn permission_hint(scope: Option<&RunnerScope>) -> String {
-    match scope {
-        Some(RunnerScope::Repository { owner, name }) => format!(
-            "the credential must be allowed to manage self-hosted runners of repository \
-             {owner}/{name}: a GitHub App needs the repository permission Administration: read \
-             and write, a personal access token the repo scope"
-        ),
-        Some(RunnerScope::Organization(org)) => format!(
-            "the credential must be allowed to manage self-hosted runners of organization \
-             {org}: a GitHub App needs the organization permission Self-hosted runners: read \
-             and write, a personal access token the admin:org scope"
-        ),
-        Some(RunnerScope::Enterprise(e)) => format!(
-            "the credential must be allowed to manage self-hosted runners of enterprise {e}: a \
-             personal access token needs the manage_runners:enterprise scope"
-        ),
-        None => "the credential must be allowed to manage self-hosted runners".to_owned(),
-    }
-}
-
 /// The message a user sees (condition, event) for a failed reconcile: the error and what to do.
 pub fn explain(runner: &Runner, error: &Error) -> String {
     let scope = scope_of(runner).ok();
@@ -483,7 +473,10 @@ pub fn explain(runner: &Runner, error: &Error) -> String {
             ),
             GitHubError::Forbidden { .. } | GitHubError::NotFound { .. } => format!(
                 "{error}. GitHub refused {source}; {}",
-                permission_hint(scope.as_ref())
+                scope.as_ref().map_or_else(
+                    || "the credential must be allowed to manage self-hosted runners".to_owned(),
+                    RunnerScope::permission_hint
+                )
             ),
             _ => format!("{error}. Retrying with back-off"),
         },

@@ -23,7 +23,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use hangar_api::{Runner, annotation as ann, finalizer};
-use hangar_core::unregistration::{self, AfterDelete, DeleteOutcome, Finished, PodState, Step};
+use hangar_core::unregistration::{
+    self, AfterDelete, AfterNotFound, DeleteOutcome, Finished, ListedByName, PodState, Step,
+};
 use hangar_github::{GitHubApi, GitHubError, RunnerId};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -312,11 +314,9 @@ async fn unregister(
         // the runner is gone already, and a second DELETE would only cost a call.
         Step::Delete { .. } if ctx.runner_directory.was_removed(&uid) => Finished::Removed,
         Step::Delete { runner_id } => {
-            let outcome = match github_for_pod(pod, ctx)
-                .await?
-                .delete_runner(gh_scope, RunnerId(runner_id))
-                .await
-            {
+            let github = github_for_pod(pod, ctx).await?;
+            let result = github.delete_runner(gh_scope, RunnerId(runner_id)).await;
+            let outcome = match &result {
                 Ok(()) => DeleteOutcome::Removed,
                 Err(GitHubError::NotFound { .. }) => DeleteOutcome::NotFound,
                 Err(GitHubError::Forbidden { .. }) => DeleteOutcome::Forbidden,
@@ -329,13 +329,59 @@ async fn unregister(
                     DeleteOutcome::Failed
                 }
             };
-            if matches!(outcome, DeleteOutcome::Removed | DeleteOutcome::NotFound) {
-                ctx.runner_directory
-                    .removed(gh_scope, &pod.name_any(), &uid)
-                    .await;
-            }
             match unregistration::after_delete(outcome, pod_is_ephemeral(pod)) {
-                AfterDelete::Finish(why) => why,
+                AfterDelete::Finish(why) => {
+                    ctx.runner_directory
+                        .removed(gh_scope, &pod.name_any(), &uid)
+                        .await;
+                    why
+                }
+                AfterDelete::ConfirmByName => {
+                    // Only a list taken after the 404 can tell a removed runner from a stale ID.
+                    let listed = ctx
+                        .runner_directory
+                        .find_listed_after(
+                            gh_scope,
+                            &pod.name_any(),
+                            tokio::time::Instant::now(),
+                            || github.list_runners_revalidated(gh_scope),
+                        )
+                        .await
+                        .map_err(github_err("list runners", &gh_scope.config_path()))?;
+                    let listed = listed.map_or(ListedByName::Absent, |runner_id| {
+                        ListedByName::Present { runner_id }
+                    });
+                    match unregistration::after_not_found(listed, runner_id) {
+                        AfterNotFound::Finish(why) => {
+                            ctx.runner_directory
+                                .removed(gh_scope, &pod.name_any(), &uid)
+                                .await;
+                            why
+                        }
+                        AfterNotFound::DeleteInstead { runner_id: actual } => {
+                            info!(pod = %object_name(pod), stale = runner_id, actual,
+                                  "runner ID was stale; removing the registered runner instead");
+                            let mut pairs = vec![(ann::RUNNER_ID, Some(actual.to_string()))];
+                            pairs.extend(start);
+                            annotate(pod, ctx, &pairs).await?;
+                            // The annotation's watch event brings the pod back with its ID.
+                            return Ok(Some(ctx.settings.sync_period));
+                        }
+                        AfterNotFound::Retry { after } => {
+                            if let Some(start) = start {
+                                annotate(pod, ctx, &[start]).await?;
+                            }
+                            return Ok(Some(after));
+                        }
+                    }
+                }
+                AfterDelete::Forbidden => {
+                    let error = result.expect_err("a 403 is an error");
+                    refused(pod, ctx, gh_scope, start).await?;
+                    // The slow back-off of failures a person must fix, with a Warning event on
+                    // the pod (see `error_policy`).
+                    return Err(github_err("delete runner", &gh_scope.config_path())(error));
+                }
                 AfterDelete::Busy {
                     start_completion_wait,
                     recheck_after,
@@ -390,6 +436,69 @@ async fn unregister(
         annotate(pod, ctx, &pairs).await?;
     }
     Ok(None)
+}
+
+/// Records a removal GitHub refused with 403: the pod keeps running (a refusal says nothing
+/// about whether its runner is busy), and its owner is told which permission is missing, on
+/// the pod (shown by its Runner as `CredentialsValid=False`), as a Warning event on the owner
+/// and in a metric.
+async fn refused(
+    pod: &Pod,
+    ctx: &Context,
+    gh_scope: &hangar_github::Scope,
+    start: Option<(&str, Option<String>)>,
+) -> Result<(), Error> {
+    let hint = pod_scope(pod).map_or_else(
+        || "the credential must be allowed to manage self-hosted runners".to_owned(),
+        |s| s.permission_hint(),
+    );
+    let message = format!(
+        "GitHub refused to remove runner {} from {gh_scope} (403 Forbidden), so its pod keeps \
+         running and the removal is retried with back-off; {hint}",
+        pod.name_any()
+    );
+    warn!(pod = %object_name(pod), %message, "runner removal refused");
+    ctx.metrics
+        .unregistration_refused(&pod.namespace().unwrap_or_default());
+    if annotation(pod, ann::UNREGISTRATION_REFUSED) != Some(message.as_str()) {
+        let mut pairs = vec![(ann::UNREGISTRATION_REFUSED, Some(message.clone()))];
+        pairs.extend(start);
+        annotate(pod, ctx, &pairs).await?;
+    }
+    let owner = owner_for_events(pod).unwrap_or_else(|| pod.object_ref(&()));
+    ctx.event(owner, true, "UnregistrationForbidden", message);
+    Ok(())
+}
+
+/// Who a user looks at for a runner pod: its Runner, or its RunnerSet (through the
+/// `runnerset-name` label of a set's pod).
+fn owner_for_events(pod: &Pod) -> Option<k8s_openapi::api::core::v1::ObjectReference> {
+    let namespace = pod.namespace();
+    let controller = pod
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true))?;
+    let (api_version, kind, name) = match controller.kind.as_str() {
+        "Runner" => (
+            controller.api_version.clone(),
+            "Runner",
+            controller.name.clone(),
+        ),
+        "StatefulSet" => (
+            "actions.summerwind.dev/v1alpha1".to_owned(),
+            "RunnerSet",
+            pod.labels().get(hangar_api::label::RUNNERSET_NAME)?.clone(),
+        ),
+        _ => return None,
+    };
+    Some(k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(api_version),
+        kind: Some(kind.to_owned()),
+        name: Some(name),
+        namespace,
+        uid: (kind == "Runner").then(|| controller.uid.clone()),
+        ..Default::default()
+    })
 }
 
 /// The runner ID of `pod`, from its scope's shared runner list (see

@@ -17,6 +17,8 @@ use kube::api::ListParams;
 use nodesim::program::RunnerProgram;
 use nodesim::{NodeSim, NodeSimConfig, NodeSimHandle, Timing};
 
+pub mod e2e;
+
 /// The PAT the simulated GitHub accepts.
 pub const TOKEN: &str = "ghp_hangar_test";
 

@@ -1,0 +1,173 @@
+//! Point 2: GitHub's 403 and 404 on runner removal are verified, never assumed to mean "gone".
+//!
+//! A credential that lost its permission answers every DELETE with 403; a runner ID annotated
+//! on a pod may be stale, and DELETE of a stale ID answers 404 while the runner of that pod is
+//! alive and busy. Either way a scale-down must not delete a pod whose runner runs a job.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::ResourceExt;
+use kube::api::{Patch, PatchParams};
+
+use crate::support::e2e::{Deployment, E2e, WAIT, eventually};
+
+/// A Runner's Warning events with `reason`, as `kubectl describe runner` shows them.
+async fn runner_events(e: &E2e, runner: &str, reason: &str) -> Vec<String> {
+    e.h.list::<Event>()
+        .await
+        .into_iter()
+        .filter(|ev| {
+            ev.involved_object.kind.as_deref() == Some("Runner")
+                && ev.involved_object.name.as_deref() == Some(runner)
+                && ev.reason.as_deref() == Some(reason)
+        })
+        .filter_map(|ev| ev.message)
+        .collect()
+}
+
+/// Checks at once and then for `period`, failing at once if a pod of a busy runner is on its way out or the
+/// pod named `kept` is gone or deleting.
+async fn hold(e: &E2e, kept: &str, period: Duration) {
+    let until = tokio::time::Instant::now() + period;
+    loop {
+        e.assert_no_busy_runner_pod_deleting().await;
+        let pods = e.pods().await;
+        let pod = pods.iter().find(|p| p.name_any() == kept);
+        assert!(
+            pod.is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
+            "the pod of runner {kept} was deleted although GitHub never confirmed its removal\n{}",
+            e.describe().await
+        );
+        if tokio::time::Instant::now() >= until {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_403_on_runner_removal_keeps_the_pod_and_tells_the_owner_which_permission_is_missing() {
+    let e = E2e::start("safety-403").await;
+    let rd = Deployment::new("forbidden", 2, "forbidden");
+    e.apply(&rd);
+    let names = e.wait_running(2).await;
+
+    // One runner takes a job; then the controller's credential loses the permission to remove
+    // runners, and the deployment scales to zero.
+    let jobs = e.submit(1, "forbidden", Duration::from_secs(6), false);
+    let busy = eventually(&e, "one runner busy", WAIT, || async {
+        e.h.busy().into_iter().next()
+    })
+    .await;
+    let idle = names.iter().find(|n| **n != busy).unwrap().clone();
+    e.h.sim.set_faults(ghsim::Faults {
+        forbidden_endpoints: vec!["DELETE /actions/runners/{runner_id}".into()],
+        ..ghsim::Faults::default()
+    });
+    e.apply(&rd.clone().replicas(0));
+
+    // The idle runner's removal is refused: its pod stays, and its Runner says why.
+    let message = eventually(
+        &e,
+        "a Warning event naming the missing permission",
+        WAIT,
+        || async {
+            hold(&e, &idle, Duration::ZERO).await;
+            runner_events(&e, &idle, "UnregistrationForbidden")
+                .await
+                .into_iter()
+                .next()
+        },
+    )
+    .await;
+    assert!(
+        message.contains("Administration") && message.contains("octo/app"),
+        "{message}"
+    );
+    let condition = eventually(&e, "CredentialsValid=False on the Runner", WAIT, || async {
+        let runner = e
+            .runners()
+            .await
+            .into_iter()
+            .find(|r| r.name_any() == idle)?;
+        runner
+            .status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "CredentialsValid" && c.status == "False")
+    })
+    .await;
+    assert_eq!(condition.reason, "Forbidden", "{condition:?}");
+    assert!(
+        condition.message.contains("Administration"),
+        "{condition:?}"
+    );
+    hold(&e, &idle, Duration::from_secs(3)).await;
+
+    // Permission restored: a change to the pod (as any retry) finishes the scale-down, and the
+    // busy runner's job completes uninterrupted.
+    e.h.sim.set_faults(ghsim::Faults::default());
+    e.h.api::<Pod>()
+        .patch(
+            &idle,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"test/nudge": "1"}}})),
+        )
+        .await
+        .unwrap();
+    eventually(&e, "scale-down to finish", WAIT, || async {
+        e.assert_no_busy_runner_pod_deleting().await;
+        let gone = e.runners().await.is_empty()
+            && e.pods().await.is_empty()
+            && e.h.registered().is_empty();
+        gone.then_some(())
+    })
+    .await;
+    assert!(e.all_succeeded(&jobs), "{:?}", e.jobs(&jobs));
+    assert_eq!(e.h.interrupted(), 0, "a refused removal interrupted a job");
+    e.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_404_for_a_stale_runner_id_is_checked_by_name_before_the_pod_goes() {
+    let e = E2e::start("safety-404").await;
+    let rd = Deployment::new("stale", 1, "stale");
+    e.apply(&rd);
+    let name = e.wait_running(1).await.into_iter().next().unwrap();
+    let jobs = e.submit(1, "stale", Duration::from_secs(6), false);
+    eventually(&e, "the runner busy", WAIT, || async {
+        e.h.busy().contains(&name).then_some(())
+    })
+    .await;
+
+    // The pod's runner ID goes stale (as after a lookup that raced a re-registration): a
+    // DELETE of it answers 404 while the pod's runner is alive and busy.
+    e.h.api::<Pod>()
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"annotations": {
+                "actions-runner/id": "987654321"
+            }}})),
+        )
+        .await
+        .unwrap();
+    e.apply(&rd.clone().replicas(0));
+
+    eventually(&e, "scale-down to finish", WAIT, || async {
+        e.assert_no_busy_runner_pod_deleting().await;
+        let gone = e.runners().await.is_empty()
+            && e.pods().await.is_empty()
+            && e.h.registered().is_empty();
+        gone.then_some(())
+    })
+    .await;
+    assert!(e.all_succeeded(&jobs), "{:?}", e.jobs(&jobs));
+    assert_eq!(
+        e.h.interrupted(),
+        0,
+        "a 404 for a stale ID interrupted a job"
+    );
+    e.shutdown().await;
+}

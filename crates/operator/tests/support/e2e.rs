@@ -1,0 +1,277 @@
+//! End-to-end fixtures: [`E2e`] (ghsim, the controllers and simulated nodes for one
+//! namespace) and [`Deployment`] (a RunnerDeployment for `octo/app` placed on those nodes),
+//! shared by the e2e and safety tests.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime};
+
+use ghsim::world::JobStatus;
+use hangar_api::{Runner, RunnerReplicaSet};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use nodesim::NodeSimHandle;
+use serde_json::json;
+
+use super::Harness;
+
+pub const WAIT: Duration = Duration::from_secs(45);
+
+/// The controllers and ghsim ([`Harness`]) plus simulated nodes running runner pods.
+pub struct E2e {
+    pub h: Harness,
+    pub nodes: NodeSimHandle,
+}
+
+impl E2e {
+    pub async fn start(prefix: &str) -> Self {
+        Self::start_configured(prefix, |_| {}).await
+    }
+
+    /// [`E2e::start`] with the controller settings adjusted by `configure`.
+    pub async fn start_configured(
+        prefix: &str,
+        configure: impl FnOnce(&mut hangar::context::Settings),
+    ) -> Self {
+        super::init_tracing();
+        let h = Harness::start_configured(prefix, super::uncached(), configure).await;
+        let nodes = h.start_nodes("e2e", prefix).await;
+        Self { h, nodes }
+    }
+
+    /// Applies RunnerDeployment `rd`, placed on this test's nodes.
+    pub fn apply(&self, rd: &Deployment) {
+        self.h.apply(&rd.render(&self.nodes));
+    }
+
+    pub async fn runners(&self) -> Vec<Runner> {
+        self.h.list().await
+    }
+
+    pub async fn pods(&self) -> Vec<Pod> {
+        self.h.list().await
+    }
+
+    pub async fn replica_sets(&self) -> Vec<RunnerReplicaSet> {
+        self.h.list().await
+    }
+
+    /// Names of the Runners whose status says Running (registered on GitHub).
+    pub async fn running(&self) -> BTreeSet<String> {
+        self.runners()
+            .await
+            .into_iter()
+            .filter(|r| phase(r) == Some("Running"))
+            .map(|r| r.name_any())
+            .collect()
+    }
+
+    /// Waits until exactly `n` Runners exist, all Running, each online on GitHub; returns
+    /// their names.
+    pub async fn wait_running(&self, n: usize) -> BTreeSet<String> {
+        eventually(
+            self,
+            &format!("{n} registered, online runners"),
+            WAIT,
+            || async {
+                let runners = self.runners().await;
+                let running = self.running().await;
+                let online = self.h.online();
+                let ok = runners.len() == n
+                    && running.len() == n
+                    && running.iter().all(|name| online.contains(name));
+                ok.then_some(running)
+            },
+        )
+        .await
+    }
+
+    /// Queues `count` jobs of `duration` for runners labelled `label` (and self-hosted unless
+    /// `custom_only`).
+    pub fn submit(
+        &self,
+        count: u32,
+        label: &str,
+        duration: Duration,
+        custom_only: bool,
+    ) -> Vec<u64> {
+        let mut labels = vec![label.to_owned()];
+        if !custom_only {
+            labels.insert(0, "self-hosted".to_owned());
+        }
+        self.h.submit_jobs(count, labels, duration, "success")
+    }
+
+    /// (status, conclusion, interrupted) of each job.
+    pub fn jobs(&self, ids: &[u64]) -> Vec<(JobStatus, Option<String>, bool)> {
+        self.h.sim.read(|w, _| {
+            ids.iter()
+                .map(|id| {
+                    let j = &w.jobs[id];
+                    (j.status, j.conclusion.clone(), j.interrupted)
+                })
+                .collect()
+        })
+    }
+
+    pub fn all_succeeded(&self, ids: &[u64]) -> bool {
+        self.h.all_completed(ids, "success")
+    }
+
+    /// Fails if a runner that is running a job has a pod that is being deleted: the invariant
+    /// every scale-down and rollout must keep.
+    pub async fn assert_no_busy_runner_pod_deleting(&self) {
+        let busy = self.h.busy();
+        for pod in self.pods().await {
+            assert!(
+                !(busy.contains(&pod.name_any()) && pod.metadata.deletion_timestamp.is_some()),
+                "pod {} is being deleted while its runner runs a job",
+                pod.name_any()
+            );
+        }
+    }
+
+    /// What a failing test should print: Runners, pods and GitHub's runners.
+    pub async fn describe(&self) -> String {
+        let mut out = String::new();
+        for r in self.runners().await {
+            let st = r.status.clone().unwrap_or_default();
+            out += &format!(
+                "runner {} phase={:?} reason={:?} ready={:?} deleting={} annotations={:?}\n",
+                r.name_any(),
+                st.phase,
+                st.reason,
+                st.ready,
+                r.metadata.deletion_timestamp.is_some(),
+                r.annotations()
+            );
+        }
+        for p in self.pods().await {
+            let st = p.status.clone().unwrap_or_default();
+            let containers: Vec<String> = st
+                .container_statuses
+                .iter()
+                .flatten()
+                .map(|c| format!("{}:{:?}", c.name, c.state))
+                .collect();
+            out += &format!(
+                "pod {} phase={:?} node={:?} deleting={} annotations={:?} containers={containers:?}\n",
+                p.name_any(),
+                st.phase,
+                p.spec.as_ref().and_then(|s| s.node_name.clone()),
+                p.metadata.deletion_timestamp.is_some(),
+                p.annotations()
+            );
+        }
+        let gh = self.h.describe_github_runners();
+        out + &gh
+    }
+
+    pub async fn shutdown(self) {
+        self.nodes.shutdown().await.unwrap();
+    }
+}
+
+/// Polls `check` every 200 ms until it returns `Some`; on timeout, panics with `what` and the
+/// state of the test's objects.
+pub async fn eventually<T, F, Fut>(e: &E2e, what: &str, timeout: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let poll = Duration::from_millis(200);
+    super::eventually_described(what, timeout, poll, || e.describe(), check).await
+}
+
+pub fn phase(r: &Runner) -> Option<&str> {
+    r.status.as_ref()?.phase.as_deref()
+}
+
+pub fn rfc3339(t: SystemTime) -> String {
+    jiff::Timestamp::try_from(t)
+        .unwrap()
+        .round(jiff::Unit::Second)
+        .unwrap()
+        .to_string()
+}
+
+/// A RunnerDeployment for repository `octo/app`.
+#[derive(Clone, Debug)]
+pub struct Deployment {
+    pub name: String,
+    pub replicas: i32,
+    pub labels: Vec<String>,
+    pub annotations: BTreeMap<String, String>,
+    pub env: Vec<(String, String)>,
+    pub effective_time: Option<SystemTime>,
+    pub termination_grace_seconds: Option<i64>,
+    /// `githubAPICredentialsFrom.secretRef.name` of the template.
+    pub credentials_secret: Option<String>,
+    /// `dockerEnabled: false`: the runner container alone, no docker sidecar.
+    pub without_docker: bool,
+}
+
+impl Deployment {
+    pub fn new(name: &str, replicas: i32, label: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            replicas,
+            labels: vec![label.to_owned()],
+            annotations: BTreeMap::new(),
+            env: vec![],
+            effective_time: None,
+            termination_grace_seconds: None,
+            credentials_secret: None,
+            without_docker: false,
+        }
+    }
+
+    pub fn replicas(mut self, replicas: i32) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
+    pub fn annotation(mut self, key: &str, value: &str) -> Self {
+        self.annotations.insert(key.to_owned(), value.to_owned());
+        self
+    }
+
+    /// The deployment as YAML (JSON is YAML), its pods placed on `nodes`.
+    pub fn render(&self, nodes: &NodeSimHandle) -> String {
+        let placement = nodes.placement();
+        let mut spec = json!({
+            "repository": "octo/app",
+            "labels": self.labels,
+            "nodeSelector": placement.node_selector,
+            "tolerations": placement.tolerations,
+        });
+        if !self.env.is_empty() {
+            spec["env"] = self
+                .env
+                .iter()
+                .map(|(k, v)| json!({"name": k, "value": v}))
+                .collect();
+        }
+        if let Some(grace) = self.termination_grace_seconds {
+            spec["terminationGracePeriodSeconds"] = json!(grace);
+        }
+        if let Some(secret) = &self.credentials_secret {
+            spec["githubAPICredentialsFrom"] = json!({"secretRef": {"name": secret}});
+        }
+        if self.without_docker {
+            spec["dockerEnabled"] = json!(false);
+        }
+        let mut rd = json!({
+            "apiVersion": "actions.summerwind.dev/v1alpha1",
+            "kind": "RunnerDeployment",
+            "metadata": {"name": self.name},
+            "spec": {
+                "replicas": self.replicas,
+                "template": {"metadata": {"annotations": self.annotations}, "spec": spec},
+            },
+        });
+        if let Some(t) = self.effective_time {
+            rd["spec"]["effectiveTime"] = json!(rfc3339(t));
+        }
+        rd.to_string()
+    }
+}
