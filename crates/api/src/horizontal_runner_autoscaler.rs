@@ -7,7 +7,8 @@
 //! scale-out to avoid flapping.
 //!
 //! The schema adds the checks ARC only made at run time: known metric types, factor and
-//! adjustment not both set, maxReplicas not below minReplicas, well-formed trigger durations.
+//! adjustment not both set, maxReplicas not below minReplicas, well-formed trigger durations,
+//! no negative count (bounds, delay, adjustments, amounts, reservations, override minimums).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
@@ -16,9 +17,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::runner_config::GitHubApiCredentialsFrom;
 use crate::validation::{
-    DECIMAL_PATTERN, DURATION_PATTERN, MESSAGE_MAX_NOT_BELOW_MIN, MESSAGE_METRIC_ORDER,
-    MESSAGE_SCALE_DOWN_EXCLUSIVE, MESSAGE_SCALE_UP_EXCLUSIVE, RULE_MAX_NOT_BELOW_MIN,
-    RULE_METRIC_ORDER, RULE_SCALE_DOWN_EXCLUSIVE, RULE_SCALE_UP_EXCLUSIVE,
+    DECIMAL_PATTERN, DURATION_PATTERN, FIELD_MAX_NOT_BELOW_MIN, MESSAGE_MAX_NOT_BELOW_MIN,
+    MESSAGE_METRIC_ORDER, MESSAGE_SCALE_DOWN_EXCLUSIVE, MESSAGE_SCALE_UP_EXCLUSIVE,
+    RULE_MAX_NOT_BELOW_MIN, RULE_METRIC_ORDER, RULE_SCALE_DOWN_EXCLUSIVE, RULE_SCALE_UP_EXCLUSIVE,
 };
 
 /// Desired state of a HorizontalRunnerAutoscaler.
@@ -54,7 +55,9 @@ use crate::validation::{
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[x_kube(validation = Rule::new(RULE_MAX_NOT_BELOW_MIN).message(MESSAGE_MAX_NOT_BELOW_MIN))]
+#[x_kube(validation = Rule::new(RULE_MAX_NOT_BELOW_MIN)
+    .message(MESSAGE_MAX_NOT_BELOW_MIN)
+    .field_path(FIELD_MAX_NOT_BELOW_MIN))]
 #[x_kube(validation = Rule::new(RULE_METRIC_ORDER).message(MESSAGE_METRIC_ORDER))]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = crate::schema::conventions)]
@@ -315,6 +318,7 @@ pub struct CapacityReservation {
     pub expiration_time: Option<Time>,
 
     /// Runners the reservation adds.
+    #[schemars(range(min = 0))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
 }

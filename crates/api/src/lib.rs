@@ -7,8 +7,9 @@
 //!   ([`crds`], [`crd_files`]);
 //! - field names, types and meanings are ARC's; every field's doc comment is the text
 //!   `kubectl explain` shows;
-//! - what ARC's admission webhook validated is validated by the schema itself (CEL rules and
-//!   patterns), so no webhook is needed to reject a bad manifest;
+//! - what ARC's admission webhook validated is validated by the schema itself (CEL rules,
+//!   patterns and bounds), so every rule holds with no webhook installed; Hangar's optional
+//!   webhook only adds checks the schema cannot express;
 //! - defaults are documented, never written into the schema: stored objects hold exactly what
 //!   the user wrote, and controllers apply defaults when they read them.
 //!
@@ -20,8 +21,10 @@
 //! - it rejects at admission what ARC rejected in its webhook (scope, work volume, access modes)
 //!   or only noticed at run time: unknown metric types, more than two metrics or two in the
 //!   wrong order, a factor together with an adjustment, `maxReplicas` below `minReplicas`,
-//!   malformed durations and decimal strings, negative counts. [`validation`] lists the rules
-//!   and their messages.
+//!   malformed durations and decimal strings, negative counts (replicas of every kind, the
+//!   autoscaler's bounds, delay, adjustments, trigger amounts and capacity reservations, grace
+//!   periods, a RunnerSet's StatefulSet counts), a `dockerMTU` outside 68–65535. [`validation`]
+//!   lists the rules and their messages.
 
 pub mod horizontal_runner_autoscaler;
 pub mod labels;

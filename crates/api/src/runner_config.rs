@@ -25,7 +25,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::validation::{
-    MESSAGE_REPOSITORY_FORMAT, NAME_PATTERN, REPOSITORY_PATTERN, RULE_REPOSITORY_FORMAT,
+    MAX_DOCKER_MTU, MESSAGE_REPOSITORY_FORMAT, MIN_DOCKER_MTU, NAME_PATTERN, REPOSITORY_PATTERN,
+    RULE_REPOSITORY_FORMAT,
 };
 
 /// What a runner is: where it registers at GitHub, how it is labelled, which image it runs and
@@ -90,7 +91,8 @@ pub struct RunnerConfig {
     pub docker_enabled: Option<bool>,
 
     /// MTU of the docker daemon's networks, e.g. 1400 where the pod network's MTU is below
-    /// 1500.
+    /// 1500. Between 68 and 65535.
+    #[schemars(range(min = MIN_DOCKER_MTU, max = MAX_DOCKER_MTU))]
     #[serde(rename = "dockerMTU", skip_serializing_if = "Option::is_none")]
     pub docker_mtu: Option<i64>,
 
@@ -261,7 +263,8 @@ pub struct RunnerPodSpec {
     pub priority_class_name: Option<String>,
 
     /// Seconds the pod is given to stop after it is asked to terminate, as in a PodSpec. The
-    /// runner uses this time to finish unregistering.
+    /// runner uses this time to finish unregistering. At least 0.
+    #[schemars(range(min = 0))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub termination_grace_period_seconds: Option<i64>,
 

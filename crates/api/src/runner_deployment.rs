@@ -81,7 +81,7 @@ pub struct RunnerDeploymentSpec {
     /// Number of runners. Defaults to 1. Leave it unset when a HorizontalRunnerAutoscaler
     /// targets this deployment: the autoscaler sets it, and a value in the manifest would be
     /// re-applied over the autoscaler's on every apply.
-    #[schemars(extend("nullable" = true))]
+    #[schemars(range(min = 0), extend("nullable" = true))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
 
@@ -103,11 +103,13 @@ pub struct RunnerDeploymentSpec {
 
     /// Deprecated and ignored: minimum size for ARC's pre-HorizontalRunnerAutoscaler
     /// autoscaling (2020). Use a HorizontalRunnerAutoscaler's minReplicas instead.
+    #[schemars(range(min = 0))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_replicas: Option<i32>,
 
     /// Deprecated and ignored: maximum size for ARC's pre-HorizontalRunnerAutoscaler
     /// autoscaling (2020). Use a HorizontalRunnerAutoscaler's maxReplicas instead.
+    #[schemars(range(min = 0))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_replicas: Option<i32>,
 

@@ -42,7 +42,7 @@ use crate::runner::RunnerTemplate;
 #[schemars(transform = crate::schema::conventions)]
 pub struct RunnerReplicaSetSpec {
     /// Number of runners to keep. Defaults to 1.
-    #[schemars(extend("nullable" = true))]
+    #[schemars(range(min = 0), extend("nullable" = true))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
 

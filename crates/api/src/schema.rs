@@ -133,16 +133,35 @@ pub(crate) fn preserved_object(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
+/// Counts of the inlined StatefulSet spec that Kubernetes requires to be at least 0 (paths of
+/// property names). The controller passes them on to the StatefulSets it creates, which the
+/// apiserver would refuse long after the RunnerSet was accepted; the runner pod's grace period
+/// would instead be turned into 1 second, too short for a busy runner to unregister.
+const STATEFUL_SET_NON_NEGATIVE: [&[&str]; 6] = [
+    &["replicas"],
+    &["minReadySeconds"],
+    &["revisionHistoryLimit"],
+    &["ordinals", "start"],
+    &["updateStrategy", "rollingUpdate", "partition"],
+    &["template", "spec", "terminationGracePeriodSeconds"],
+];
+
 /// Schema of the StatefulSet spec inlined into a RunnerSet spec.
 ///
-/// It is Kubernetes' own StatefulSetSpec schema with two changes:
+/// It is Kubernetes' own StatefulSetSpec schema with three changes:
 /// - `selector` is optional: Hangar defaults it to the `runnerset-name` label it puts on every
 ///   pod, so the RunnerSet examples in ARC's documentation that omit it apply;
 /// - the `metadata` of the pod template and of the volume claim templates accepts the same five
-///   fields as ARC's CRD (see [`embedded_object_meta`]).
+///   fields as ARC's CRD (see [`embedded_object_meta`]);
+/// - the counts in [`STATEFUL_SET_NON_NEGATIVE`] have `minimum: 0`.
 pub(crate) fn stateful_set_spec(generator: &mut SchemaGenerator) -> Schema {
     let mut schema = generator.subschema_for::<StatefulSetSpec>().to_value();
     let meta = embedded_object_meta(generator).to_value();
+    for path in STATEFUL_SET_NON_NEGATIVE {
+        let count = property_mut(&mut schema, path)
+            .unwrap_or_else(|| panic!("StatefulSetSpec has no {}", path.join(".")));
+        count["minimum"] = Value::from(0);
+    }
     drop_required(&mut schema, "selector");
     if let Some(selector) = property_mut(&mut schema, &["selector"]) {
         selector["description"] = Value::from(

@@ -6,6 +6,11 @@
 //! the smallest object that holds every field it reads, which keeps its CEL cost small and
 //! constant; the only list it is nested in (HRA `metrics`) has `maxItems: 2`.
 //!
+//! Counts have OpenAPI bounds rather than rules: every replica count, delay and adjustment is at
+//! least 0, and so are the StatefulSet counts a RunnerSet passes on (Kubernetes would refuse the
+//! StatefulSet only when the controller creates it) and the runner pod's grace period (which
+//! Kubernetes would silently turn into 1 second, too short for a runner to unregister).
+//!
 //! The constants are public so that tests (here and against a real apiserver) can name the
 //! exact rule and message they expect.
 
@@ -36,12 +41,15 @@ pub const RULE_REPOSITORY_FORMAT: &str = "self.matches('^[^/]+/[^/]+$')";
 pub const MESSAGE_REPOSITORY_FORMAT: &str =
     "repository must have the form owner/name, e.g. octo-org/octo-repo";
 
-/// On HorizontalRunnerAutoscalerSpec: `maxReplicas` is not below `minReplicas`.
+/// On HorizontalRunnerAutoscalerSpec: `maxReplicas` is not below `minReplicas`. Reported at
+/// [`FIELD_MAX_NOT_BELOW_MIN`].
 pub const RULE_MAX_NOT_BELOW_MIN: &str =
     "!has(self.minReplicas) || !has(self.maxReplicas) || self.maxReplicas >= self.minReplicas";
 /// Message of [`RULE_MAX_NOT_BELOW_MIN`].
 pub const MESSAGE_MAX_NOT_BELOW_MIN: &str =
     "maxReplicas must be greater than or equal to minReplicas";
+/// Field the apiserver names when [`RULE_MAX_NOT_BELOW_MIN`] fails.
+pub const FIELD_MAX_NOT_BELOW_MIN: &str = ".maxReplicas";
 
 /// On HorizontalRunnerAutoscalerSpec: two metrics come as PercentageRunnersBusy, then
 /// TotalNumberOfQueuedAndInProgressWorkflowRuns (the fallback used when the first suggests 0),
@@ -77,6 +85,11 @@ pub const DURATION_PATTERN: &str = r"^(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs
 /// Pattern of the HRA thresholds and factors: a non-negative decimal number written as a
 /// string, e.g. "0.75" or "2".
 pub const DECIMAL_PATTERN: &str = r"^\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?$";
+
+/// Smallest `dockerMTU`: the minimum MTU of IPv4.
+pub const MIN_DOCKER_MTU: i64 = 68;
+/// Largest `dockerMTU`: the largest IP packet.
+pub const MAX_DOCKER_MTU: i64 = 65535;
 
 /// Every CEL rule with its message, for tests that check each one is present and exercised.
 pub const RULES: &[(&str, &str)] = &[

@@ -596,6 +596,129 @@ fn autoscaler_fields_enums_and_rules() {
     }
 }
 
+/// Every count a user (or the webhook server) writes has a lower bound in the schema, so the
+/// apiserver refuses a negative one with no admission webhook installed.
+#[test]
+fn counts_have_bounds() {
+    let bounded: &[(&str, &str, f64, Option<f64>)] = &[
+        ("RunnerDeployment", "spec.replicas", 0.0, None),
+        ("RunnerDeployment", "spec.minReplicas", 0.0, None),
+        ("RunnerDeployment", "spec.maxReplicas", 0.0, None),
+        ("RunnerReplicaSet", "spec.replicas", 0.0, None),
+        ("RunnerSet", "spec.replicas", 0.0, None),
+        ("RunnerSet", "spec.minReadySeconds", 0.0, None),
+        ("RunnerSet", "spec.revisionHistoryLimit", 0.0, None),
+        ("RunnerSet", "spec.ordinals.start", 0.0, None),
+        (
+            "RunnerSet",
+            "spec.updateStrategy.rollingUpdate.partition",
+            0.0,
+            None,
+        ),
+        (
+            "RunnerSet",
+            "spec.template.spec.terminationGracePeriodSeconds",
+            0.0,
+            None,
+        ),
+        ("RunnerSet", "spec.dockerMTU", 68.0, Some(65535.0)),
+        ("Runner", "spec.dockerMTU", 68.0, Some(65535.0)),
+        ("Runner", "spec.terminationGracePeriodSeconds", 0.0, None),
+        (
+            "RunnerDeployment",
+            "spec.template.spec.dockerMTU",
+            68.0,
+            Some(65535.0),
+        ),
+        (
+            "RunnerDeployment",
+            "spec.template.spec.terminationGracePeriodSeconds",
+            0.0,
+            None,
+        ),
+        (
+            "RunnerReplicaSet",
+            "spec.template.spec.terminationGracePeriodSeconds",
+            0.0,
+            None,
+        ),
+        ("HorizontalRunnerAutoscaler", "spec.minReplicas", 0.0, None),
+        ("HorizontalRunnerAutoscaler", "spec.maxReplicas", 0.0, None),
+        (
+            "HorizontalRunnerAutoscaler",
+            "spec.scaleDownDelaySecondsAfterScaleOut",
+            0.0,
+            None,
+        ),
+        (
+            "HorizontalRunnerAutoscaler",
+            "spec.metrics.[].scaleUpAdjustment",
+            0.0,
+            None,
+        ),
+        (
+            "HorizontalRunnerAutoscaler",
+            "spec.metrics.[].scaleDownAdjustment",
+            0.0,
+            None,
+        ),
+        (
+            "HorizontalRunnerAutoscaler",
+            "spec.scaleUpTriggers.[].amount",
+            0.0,
+            None,
+        ),
+        (
+            "HorizontalRunnerAutoscaler",
+            "spec.capacityReservations.[].replicas",
+            0.0,
+            None,
+        ),
+        (
+            "HorizontalRunnerAutoscaler",
+            "spec.scheduledOverrides.[].minReplicas",
+            0.0,
+            None,
+        ),
+    ];
+    for (kind, path, minimum, maximum) in bounded {
+        let schema = schema(kind);
+        let n = node(&schema, path);
+        assert_eq!(n["type"], "integer", "{kind} {path}");
+        assert_eq!(n["minimum"].as_f64(), Some(*minimum), "{kind} {path}");
+        assert_eq!(n["maximum"].as_f64(), *maximum, "{kind} {path}");
+    }
+    // The autoscaler's spec is Hangar's own throughout: a new count there needs a bound too.
+    let mut unbounded = vec![];
+    walk(
+        node(&schema("HorizontalRunnerAutoscaler"), "spec"),
+        "spec",
+        &mut |path, n| {
+            if n["type"] == "integer" && n.get("minimum").is_none() {
+                unbounded.push(path.to_owned());
+            }
+        },
+    );
+    assert!(
+        unbounded.is_empty(),
+        "autoscaler counts without a minimum: {unbounded:?}"
+    );
+}
+
+/// A failed cross-field rule names the field to change, not just the object.
+#[test]
+fn max_below_min_is_reported_at_max_replicas() {
+    let schema = schema("HorizontalRunnerAutoscaler");
+    let rule = node(&schema, "spec")["x-kubernetes-validations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["rule"] == v::RULE_MAX_NOT_BELOW_MIN)
+        .expect("the rule");
+    assert_eq!(rule["fieldPath"], v::FIELD_MAX_NOT_BELOW_MIN);
+    assert_eq!(v::FIELD_MAX_NOT_BELOW_MIN, ".maxReplicas");
+}
+
 #[test]
 fn runner_status_keeps_arcs_fields() {
     let schema = schema("Runner");

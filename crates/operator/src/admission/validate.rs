@@ -1,12 +1,13 @@
 //! Validation the CRD schema cannot express, as pure functions of the object.
 //!
-//! The schema's CEL rules already reject what ARC's webhook rejected (exactly one scope, a
-//! malformed repository, kubernetes container mode without a work volume; see
-//! `hangar_api::validation`). What is left is checked here: fields the schema keeps as free
-//! strings for ARC compatibility, combinations that only fail much later (when a pod or a
-//! StatefulSet is created and the user sees nothing but a controller event), and selectors
-//! that would make a controller lose its own runners. Every message names the field and says
-//! what to write instead.
+//! The schema already rejects what ARC's webhook rejected (exactly one scope, a malformed
+//! repository, kubernetes container mode without a work volume) and every out-of-range number
+//! (negative replicas, counts and grace periods, an impossible dockerMTU; see
+//! `hangar_api::validation`), with or without this webhook. What is left is checked here:
+//! fields the schema keeps as free strings for ARC compatibility, combinations that only fail
+//! much later (when a pod or a StatefulSet is created and the user sees nothing but a
+//! controller event), and selectors that would make a controller lose its own runners. Every
+//! message names the field and says what to write instead.
 //!
 //! Each `validate_*` function returns a [`Verdict`]: errors refuse the object, warnings are
 //! printed by kubectl and accepted.
@@ -68,7 +69,6 @@ pub fn validate_runner(spec: &RunnerSpec) -> Verdict {
 /// A RunnerReplicaSet's spec.
 pub fn validate_runner_replica_set(spec: &RunnerReplicaSetSpec) -> Verdict {
     let mut v = Verdict::default();
-    replicas(&mut v, "spec.replicas", spec.replicas);
     template(&mut v, spec.selector.as_ref(), &spec.template);
     v
 }
@@ -76,7 +76,6 @@ pub fn validate_runner_replica_set(spec: &RunnerReplicaSetSpec) -> Verdict {
 /// A RunnerDeployment's spec.
 pub fn validate_runner_deployment(spec: &RunnerDeploymentSpec) -> Verdict {
     let mut v = Verdict::default();
-    replicas(&mut v, "spec.replicas", spec.replicas);
     template(&mut v, spec.selector.as_ref(), &spec.template);
     v
 }
@@ -85,7 +84,6 @@ pub fn validate_runner_deployment(spec: &RunnerDeploymentSpec) -> Verdict {
 pub fn validate_runner_set(spec: &RunnerSetSpec) -> Verdict {
     let mut v = Verdict::default();
     let sts = &spec.stateful_set;
-    replicas(&mut v, "spec.replicas", sts.replicas);
     runner_config(&mut v, "spec", &spec.config);
     if let Some(t) = &spec.work_volume_claim_template {
         storage_request(&mut v, "spec.workVolumeClaimTemplate", &t.resources);
@@ -178,14 +176,6 @@ fn runner_spec(v: &mut Verdict, field: &str, spec: &RunnerSpec) {
     runner_pod_spec(v, field, &spec.config, &spec.pod);
 }
 
-fn replicas(v: &mut Verdict, field: &str, replicas: Option<i32>) {
-    if let Some(n) = replicas
-        && n < 0
-    {
-        v.error(field, format!("{n} is negative; use 0 or more"));
-    }
-}
-
 fn runner_config(v: &mut Verdict, field: &str, c: &RunnerConfig) {
     if c.dockerd_within_runner_container == Some(true) && c.docker_enabled == Some(false) {
         v.error(
@@ -200,14 +190,6 @@ fn runner_config(v: &mut Verdict, field: &str, c: &RunnerConfig) {
         v.warn(
             &format!("{field}.dockerdWithinRunnerContainer"),
             "ignored with containerMode kubernetes, which runs jobs as pods without docker",
-        );
-    }
-    if let Some(mtu) = c.docker_mtu
-        && !(68..=65535).contains(&mtu)
-    {
-        v.error(
-            &format!("{field}.dockerMTU"),
-            format!("{mtu} is not a valid MTU; use a value between 68 and 65535, e.g. 1400"),
         );
     }
     if let Some(medium) = &c.volume_storage_medium
@@ -477,11 +459,6 @@ mod tests {
                 "contradicts dockerEnabled: false",
             ),
             (
-                "mtu",
-                json!({"organization": "o", "dockerMTU": 0}),
-                "dockerMTU: 0 is not a valid MTU",
-            ),
-            (
                 "medium",
                 json!({"organization": "o", "volumeStorageMedium": "memory"}),
                 "volumeStorageMedium: \"memory\" is not a storage medium",
@@ -640,14 +617,6 @@ mod tests {
             "template": {"spec": {"organization": "o"}}}))
         .unwrap();
         assert!(!validate_runner_replica_set(&rrs).is_ok());
-    }
-
-    #[test]
-    fn negative_replicas_are_refused() {
-        let v = validate_runner_deployment(&rd(
-            json!({"replicas": -1, "template": {"spec": {"organization": "o"}}}),
-        ));
-        assert_eq!(v.errors, ["spec.replicas: -1 is negative; use 0 or more"]);
     }
 
     fn rs(spec: Value) -> RunnerSetSpec {
