@@ -6,6 +6,8 @@
 //! function from here, and apply the plan it returns.
 //!
 //! Modules:
+//! - [`authority`]: which GitHub scope and credentials a runner pod may use — only what its
+//!   owner chain (Runner, or StatefulSet and RunnerSet) grants, never what the pod says.
 //! - [`autoscaler`]: the HorizontalRunnerAutoscaler's replica math, metrics, schedules, capacity
 //!   reservations and webhook rules (matching, dedup, batching).
 //! - [`leader`]: Lease-based leader election — acquire, renew, follow, and when a leader must
@@ -21,6 +23,7 @@
 //! - [`volumes`]: RunnerSet persistent-volume reuse — which claims to delete and which released
 //!   volumes to hand to the next runner.
 
+pub mod authority;
 pub mod autoscaler;
 pub mod leader;
 pub mod owner_sync;

@@ -142,6 +142,8 @@ pub struct Context {
     pub backoff: Backoff,
     /// Instruments (reconcile durations and errors, ...).
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// What each runner pod was granted by its owner chain (scope, credentials).
+    pub authorities: crate::authority::Memo,
     /// Runner IDs by scope and name, shared by all runner pods (one list per scope at a time).
     pub runner_directory: crate::runner_directory::RunnerDirectory,
     /// The per-scope registration-token Secrets token-mode Runners' pods read.
@@ -202,6 +204,7 @@ impl Context {
                 settings.registration_check_interval,
             ),
             shared_tokens: Default::default(),
+            authorities: Default::default(),
             finished_runners: Default::default(),
             client,
             github,

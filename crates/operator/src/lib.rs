@@ -2,6 +2,7 @@
 //! integration tests.
 //!
 //! - [`runner_pod`]: the pod a Runner gets — ARC's pod shape, built by a pure function.
+//! - [`authority`]: the GitHub scope and credentials a runner pod may use, from its owner chain.
 //! - [`controllers`]: the reconcilers (Runner, runner pods, RunnerReplicaSet, RunnerDeployment).
 //! - [`manager`]: reflectors and controllers in one process.
 //! - [`context`], [`error`]: what reconcilers share, and how they fail.
@@ -14,6 +15,7 @@
 //!   self-managed certificates.
 
 pub mod admission;
+pub mod authority;
 pub mod conditions;
 pub mod context;
 pub mod controllers;

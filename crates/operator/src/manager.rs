@@ -206,13 +206,16 @@ pub async fn run_with_webhook(
             error!(error = %e, "webhook server failed");
         }
     };
-    if let Some(exporter) = settings.exporter.clone() {
-        attach_metrics(&exporter, &stores, settings.github_registry.clone());
-        spawn_busy_refresh(exporter, stores.pods.clone(), github.clone());
+    let exporter = settings.exporter.clone();
+    if let Some(exporter) = &exporter {
+        attach_metrics(exporter, &stores, settings.github_registry.clone());
     }
     let mut ctx = Context::new(client.clone(), github, settings, stores);
     ctx.clock = clock;
     let ctx = Arc::new(ctx);
+    if let Some(exporter) = exporter {
+        spawn_busy_refresh(exporter, ctx.clone());
+    }
     tokio::join!(
         webhook,
         controllers::hra::run(ctx.clone(), hras_for_hras),
@@ -287,23 +290,23 @@ fn attach_metrics(
 }
 
 /// Every [`crate::metrics::BUSY_REFRESH`], asks GitHub (through the caching client: a 304 is
-/// free) which registered runners are busy, per scope that has registered runner pods.
-fn spawn_busy_refresh(
-    exporter: Arc<crate::metrics::Exporter>,
-    pods: Store<Pod>,
-    github: Arc<dyn GitHubApi>,
-) {
+/// free) which registered runners are busy, per scope that has registered runner pods — the
+/// scopes their owners granted them, never what a pod claims.
+fn spawn_busy_refresh(exporter: Arc<crate::metrics::Exporter>, ctx: Arc<Context>) {
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(crate::metrics::BUSY_REFRESH).await;
             // Scopes that have registered runner pods, each asked once.
-            let scopes: std::collections::BTreeSet<_> = pods
+            let scopes: std::collections::BTreeSet<_> = ctx
+                .stores
+                .pods
                 .state()
                 .iter()
                 .filter(|p| controllers::runner_id(p).is_some())
-                .filter_map(|p| controllers::pod_scope(p))
-                .map(|s| controllers::github_scope(&s))
+                .filter_map(|p| ctx.authorities.get(p.metadata.uid.as_deref()?))
+                .map(|a| controllers::github_scope(&a.scope))
                 .collect();
+            let github = &ctx.github;
             let mut busy = std::collections::HashSet::new();
             for scope in scopes {
                 match github.list_runners(&scope).await {

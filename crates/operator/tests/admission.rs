@@ -122,6 +122,42 @@ fn runner_pod(name: Option<&str>, env: serde_json::Value) -> Pod {
     .unwrap()
 }
 
+/// `pod` owned by a Runner of its name, which is created (scope from the pod's env) unless it
+/// exists: admission grants a pod only what its owner chain grants. No controller runs here,
+/// so the Runner makes no pod of its own.
+async fn owned(runners: &Api<hangar_api::Runner>, mut pod: Pod) -> Pod {
+    let name = pod.metadata.name.clone().expect("a named pod");
+    let env = env_of(&pod, "RUNNER_ORG")
+        .map(|e| ("organization", e.value.unwrap_or_default()))
+        .or_else(|| {
+            env_of(&pod, "RUNNER_REPO").map(|e| ("repository", e.value.unwrap_or_default()))
+        })
+        .expect("a scope in the pod's env");
+    let runner = match runners.get_opt(&name).await.unwrap() {
+        Some(r) => r,
+        None => {
+            let r: hangar_api::Runner = serde_json::from_value(json!({
+                "apiVersion": "actions.summerwind.dev/v1alpha1", "kind": "Runner",
+                "metadata": {"name": name},
+                "spec": {env.0: env.1},
+            }))
+            .unwrap();
+            runners.create(&PostParams::default(), &r).await.unwrap()
+        }
+    };
+    pod.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "actions.summerwind.dev/v1alpha1".into(),
+            kind: "Runner".into(),
+            name,
+            uid: runner.metadata.uid.unwrap(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        },
+    ]);
+    pod
+}
+
 fn env_of(pod: &Pod, name: &str) -> Option<k8s_openapi::api::core::v1::EnvVar> {
     pod.spec.as_ref()?.containers[0]
         .env
@@ -221,6 +257,7 @@ async fn apiserver_calls_the_webhooks_and_they_survive_a_ca_rotation() {
 
     eprintln!("server started at {:?}", started.elapsed());
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns_name);
+    let runners: Api<hangar_api::Runner> = Api::namespaced(client.clone(), &ns_name);
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
 
     // Wait until the apiserver routes pods to the webhook: a dry-run create comes back mutated.
@@ -234,11 +271,16 @@ async fn apiserver_calls_the_webhooks_and_they_survive_a_ca_rotation() {
         || {
             let pods = pods.clone();
             let dry = dry.clone();
+            let runners = runners.clone();
             async move {
-                let probe = runner_pod(
-                    Some("probe"),
-                    json!([{"name": "RUNNER_ORG", "value": "octo"}]),
-                );
+                let probe = owned(
+                    &runners,
+                    runner_pod(
+                        Some("probe"),
+                        json!([{"name": "RUNNER_ORG", "value": "octo"}]),
+                    ),
+                )
+                .await;
                 let created = pods.create(&dry, &probe).await.ok()?;
                 env_of(&created, "RUNNER_NAME").map(|_| ())
             }
@@ -253,10 +295,14 @@ async fn apiserver_calls_the_webhooks_and_they_survive_a_ca_rotation() {
     let created = pods
         .create(
             &PostParams::default(),
-            &runner_pod(
-                Some("ci-0"),
-                json!([{"name": "RUNNER_ORG", "value": "octo"}]),
-            ),
+            &owned(
+                &runners,
+                runner_pod(
+                    Some("ci-0"),
+                    json!([{"name": "RUNNER_ORG", "value": "octo"}]),
+                ),
+            )
+            .await,
         )
         .await
         .unwrap();
@@ -293,21 +339,21 @@ async fn apiserver_calls_the_webhooks_and_they_survive_a_ca_rotation() {
     assert!(!data["runner_token"].0.is_empty());
     assert_eq!(data["expires_at"].0, expires_at.as_bytes());
 
-    // A generateName pod reads its name through the downward API.
-    let generated = pods
-        .create(
+    // A generateName pod cannot be its owner's pod (a Runner's pod has the Runner's name, a
+    // StatefulSet's an ordinal): it is refused, saying why.
+    let message = error_message(
+        pods.create(
             &PostParams::default(),
             &runner_pod(None, json!([{"name": "RUNNER_ORG", "value": "octo"}])),
         )
         .await
-        .unwrap();
-    let field = env_of(&generated, "RUNNER_NAME")
-        .unwrap()
-        .value_from
-        .unwrap()
-        .field_ref
-        .unwrap();
-    assert_eq!(field.field_path, "metadata.name");
+        .expect_err("a pod without a trusted owner must be refused"),
+    );
+    assert!(
+        message.contains("no runner registration for this pod")
+            && message.contains("no controller owner"),
+        "{message}"
+    );
 
     eprintln!("phase 2 github down at {:?}", started.elapsed());
     // 2. GitHub down (every request 502) and no token for the scope yet: the pod is refused
@@ -319,10 +365,14 @@ async fn apiserver_calls_the_webhooks_and_they_survive_a_ca_rotation() {
     let refused = pods
         .create(
             &PostParams::default(),
-            &runner_pod(
-                Some("app-0"),
-                json!([{"name": "RUNNER_REPO", "value": "octo/app"}]),
-            ),
+            &owned(
+                &runners,
+                runner_pod(
+                    Some("app-0"),
+                    json!([{"name": "RUNNER_REPO", "value": "octo/app"}]),
+                ),
+            )
+            .await,
         )
         .await
         .expect_err("a pod without a credential must be refused");
@@ -382,16 +432,20 @@ async fn apiserver_calls_the_webhooks_and_they_survive_a_ca_rotation() {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let creators: Vec<_> = (0..4)
         .map(|loop_id| {
-            let (pods, stop) = (pods.clone(), stop.clone());
+            let (pods, runners, stop) = (pods.clone(), runners.clone(), stop.clone());
             tokio::spawn(async move {
                 let mut created = 0;
                 let mut failures = Vec::new();
                 while !stop.load(Ordering::SeqCst) {
                     let name = format!("rot-{loop_id}-{}", created + failures.len());
-                    let pod = runner_pod(
-                        Some(&name),
-                        json!([{"name": "RUNNER_ORG", "value": "octo"}]),
-                    );
+                    let pod = owned(
+                        &runners,
+                        runner_pod(
+                            Some(&name),
+                            json!([{"name": "RUNNER_ORG", "value": "octo"}]),
+                        ),
+                    )
+                    .await;
                     match pods.create(&PostParams::default(), &pod).await {
                         Ok(_) => created += 1,
                         Err(e) => failures.push(format!("{name}: {}", error_message(e))),
@@ -453,10 +507,14 @@ async fn apiserver_calls_the_webhooks_and_they_survive_a_ca_rotation() {
     let rotated = pods
         .create(
             &PostParams::default(),
-            &runner_pod(
-                Some("ci-1"),
-                json!([{"name": "RUNNER_ORG", "value": "octo"}]),
-            ),
+            &owned(
+                &runners,
+                runner_pod(
+                    Some("ci-1"),
+                    json!([{"name": "RUNNER_ORG", "value": "octo"}]),
+                ),
+            )
+            .await,
         )
         .await
         .unwrap();

@@ -83,6 +83,8 @@ impl AdmissionConfig {
 
 /// What the handlers share.
 pub struct AdmissionState {
+    /// For owner lookups.
+    client: kube::Client,
     registrations: Registrations,
     clock: Arc<dyn Clock>,
     cert: Arc<tls::ReloadableCert>,
@@ -126,7 +128,8 @@ impl Admission {
         ));
         Self {
             state: Arc::new(AdmissionState {
-                registrations: Registrations::new(client, github, config.github_timeout),
+                registrations: Registrations::new(client.clone(), github, config.github_timeout),
+                client,
                 clock,
                 cert,
             }),
@@ -280,6 +283,38 @@ async fn pod_response(state: &AdmissionState, req: &AdmissionRequest) -> Admissi
     let Some(scope) = pod_scope(&pod) else {
         return refuse(403, pod::PodProblem::NoScope.to_string());
     };
+    // Which scope and credentials the pod may use is its owners' to say, never the pod's.
+    let owners = crate::authority::Owners {
+        client: &state.client,
+        runners: None,
+    };
+    let authority = match crate::authority::of_pod(&pod, &owners).await {
+        Ok(Ok(authority)) => authority,
+        Ok(Err(untrusted)) => {
+            return refuse(
+                403,
+                format!("no runner registration for this pod: {untrusted}"),
+            );
+        }
+        Err(e) => {
+            return refuse(
+                403,
+                format!("cannot look up the owners of the pod, so it gets no registration: {e}"),
+            );
+        }
+    };
+    if scope != authority.scope {
+        let (kind, owner) = &authority.owner;
+        return refuse(
+            403,
+            format!(
+                "the runner container's environment names {} but its {kind} {owner} registers \
+                 at {}; the pod may only register where its owner does",
+                github_scope(&scope),
+                github_scope(&authority.scope)
+            ),
+        );
+    }
     let jit_target = if jit::wants_jit(&pod) {
         match jit::target(&pod) {
             Ok(t) => Some(t),
@@ -289,13 +324,7 @@ async fn pod_response(state: &AdmissionState, req: &AdmissionRequest) -> Admissi
         None
     };
     let scope = github_scope(&scope);
-    let credentials = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(hangar_api::annotation::GITHUB_API_CREDS_SECRET))
-        .map(String::as_str)
-        .filter(|s| !s.is_empty());
+    let credentials = authority.credentials_secret.as_deref();
     if let Some(target) = jit_target {
         let secret = jit::secret_name(&target.name);
         // A create of a pod that exists already (a controller acting on a stale cache) fails

@@ -61,8 +61,9 @@ pub fn github_scope(scope: &RunnerScope) -> Scope {
     }
 }
 
-/// The scope a runner pod registers at, read from its runner container's environment (the
-/// only source that exists for pods of every owner kind).
+/// The scope a runner pod's container will register at, read from its environment. Never an
+/// authority (the pod's author writes it; see [`crate::authority`]): admission only checks
+/// that it agrees with what the pod's owner grants.
 pub fn pod_scope(pod: &Pod) -> Option<RunnerScope> {
     let runner = pod
         .spec

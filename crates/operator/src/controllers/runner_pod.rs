@@ -14,15 +14,18 @@
 //!   state machine, then drop the finalizer. A pod still present a minute after its deletion
 //!   began (unreachable node) is force-deleted.
 //!
-//! GitHub calls use the credentials the pod's Runner uses: the Secret named in the pod's
-//! `actions-runner/github-api-creds-secret` annotation (written by the Runner controller), else
-//! the controller's own. Failures are Warning events on the pod, retried with back-off.
+//! Scope and credentials come only from the pod's owner chain ([`crate::authority`]): its
+//! Runner, or its StatefulSet's RunnerSet, and the Secret that owner's
+//! `githubAPICredentialsFrom` names (else the controller's own credentials). A pod without such
+//! an owner is ignored: no GitHub call, no finalizer. Failures are Warning events on the pod,
+//! retried with back-off.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use hangar_api::{Runner, annotation as ann, finalizer};
+use hangar_core::authority::{Authority, Untrusted};
 use hangar_core::unregistration::{
     self, AfterDelete, AfterNotFound, DeleteOutcome, Finished, ListedByName, PodState, Step,
 };
@@ -35,8 +38,8 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::{
-    annotation, github_scope, object_name, pod_is_ephemeral, pod_phase, pod_scope, pod_uses_jit,
-    ready_since, rfc3339, runner_id, runner_restarted, runner_stopped,
+    annotation, github_scope, object_name, pod_is_ephemeral, pod_phase, pod_uses_jit, ready_since,
+    rfc3339, runner_id, runner_restarted, runner_stopped,
 };
 use crate::context::Context;
 use crate::error::{Error, github_err, ignore_not_found, kube_err};
@@ -118,13 +121,26 @@ async fn set_finalizers(pod: &Pod, ctx: &Context, finalizers: Vec<String>) -> Re
 /// Reconciles one runner pod.
 pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error> {
     let now = ctx.now();
-    let Some(scope) = pod_scope(&pod) else {
-        // Not a runner pod we can act for (no scope in its env): leave it alone.
-        return Ok(Action::await_change());
-    };
-    let gh_scope = github_scope(&scope);
     let has_finalizer = pod.finalizers().iter().any(|f| f == finalizer::RUNNER_POD);
     let deleting = pod.metadata.deletion_timestamp.is_some();
+    let authority = match granted(&pod, &ctx).await? {
+        Ok(authority) => authority,
+        Err(untrusted) => {
+            // Not a pod Hangar may act for: no GitHub call, no finalizer. One that carries our
+            // finalizer anyway (written by its author, or granted before a restart whose owner
+            // is gone now) is released when deleted, so it cannot hang; its containers are
+            // stopped by the kubelet either way.
+            if deleting && has_finalizer {
+                warn!(pod = %object_name(pod.as_ref()), reason = %untrusted,
+                      "releasing a runner pod Hangar cannot act for");
+                release_finalizer(&pod, &ctx).await?;
+            } else {
+                tracing::debug!(pod = %object_name(pod.as_ref()), reason = %untrusted,
+                                "ignoring a pod Hangar cannot act for");
+            }
+            return Ok(Action::await_change());
+        }
+    };
 
     if deleting {
         if has_finalizer {
@@ -140,17 +156,9 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error
             {
                 delete_parent_runner(&pod, &ctx).await?;
             }
-            match unregister(&pod, &ctx, &gh_scope, now).await? {
+            match unregister(&pod, &ctx, &authority, now).await? {
                 Some(wait) => return Ok(Action::requeue(wait)),
-                None => {
-                    let rest: Vec<String> = pod
-                        .finalizers()
-                        .iter()
-                        .filter(|f| *f != finalizer::RUNNER_POD)
-                        .cloned()
-                        .collect();
-                    set_finalizers(&pod, &ctx, rest).await?;
-                }
+                None => release_finalizer(&pod, &ctx).await?,
             }
         }
         let since = pod
@@ -184,7 +192,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error
 
     let mut requeue = ctx.settings.sync_period;
     if runner_id(&pod).is_none() && pod_phase(&pod) == hangar_core::owner_sync::PodPhase::Running {
-        match find_runner_id(&pod, &ctx, &gh_scope).await? {
+        match find_runner_id(&pod, &ctx, &authority).await? {
             Lookup::Found(id) => {
                 annotate(&pod, &ctx, &[(ann::RUNNER_ID, Some(id.to_string()))]).await?;
                 info!(pod = %object_name(pod.as_ref()), runner_id = id, "runner registered");
@@ -201,7 +209,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error
 
     if annotation(pod.as_ref(), ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_some()
         && annotation(pod.as_ref(), ann::UNREGISTRATION_COMPLETE_TIMESTAMP).is_none()
-        && let Some(wait) = unregister(&pod, &ctx, &gh_scope, now).await?
+        && let Some(wait) = unregister(&pod, &ctx, &authority, now).await?
     {
         requeue = requeue.min(wait);
     }
@@ -246,9 +254,10 @@ async fn delete_parent_runner(pod: &Pod, ctx: &Context) -> Result<(), Error> {
 async fn unregister(
     pod: &Pod,
     ctx: &Context,
-    gh_scope: &hangar_github::Scope,
+    authority: &Authority,
     now: std::time::SystemTime,
 ) -> Result<Option<Duration>, Error> {
+    let gh_scope = &github_scope(&authority.scope);
     let uid = pod.uid().unwrap_or_default();
     // ARC's `unregistration-start-timestamp` is a record for users, read by nothing: it is
     // written together with whatever this step writes anyway, never on its own.
@@ -271,11 +280,11 @@ async fn unregister(
                 | hangar_core::owner_sync::PodPhase::Failed
         );
     if id.is_none() && !stopped && pod_uses_jit(pod) {
-        if let Lookup::Found(found) = find_runner_id(pod, ctx, gh_scope).await? {
+        if let Lookup::Found(found) = find_runner_id(pod, ctx, authority).await? {
             id = Some(found);
         }
     } else if id.is_none() && !stopped && scheduled {
-        let github = github_for_pod(pod, ctx).await?;
+        let github = github_for_pod(pod, ctx, authority).await?;
         id = ctx
             .runner_directory
             .find_listed_after(
@@ -314,7 +323,7 @@ async fn unregister(
         // the runner is gone already, and a second DELETE would only cost a call.
         Step::Delete { .. } if ctx.runner_directory.was_removed(&uid) => Finished::Removed,
         Step::Delete { runner_id } => {
-            let github = github_for_pod(pod, ctx).await?;
+            let github = github_for_pod(pod, ctx, authority).await?;
             let result = github.delete_runner(gh_scope, RunnerId(runner_id)).await;
             let outcome = match &result {
                 Ok(()) => DeleteOutcome::Removed,
@@ -377,7 +386,7 @@ async fn unregister(
                 }
                 AfterDelete::Forbidden => {
                     let error = result.expect_err("a 403 is an error");
-                    refused(pod, ctx, gh_scope, start).await?;
+                    refused(pod, ctx, authority, start).await?;
                     // The slow back-off of failures a person must fix, with a Warning event on
                     // the pod (see `error_policy`).
                     return Err(github_err("delete runner", &gh_scope.config_path())(error));
@@ -445,17 +454,15 @@ async fn unregister(
 async fn refused(
     pod: &Pod,
     ctx: &Context,
-    gh_scope: &hangar_github::Scope,
+    authority: &Authority,
     start: Option<(&str, Option<String>)>,
 ) -> Result<(), Error> {
-    let hint = pod_scope(pod).map_or_else(
-        || "the credential must be allowed to manage self-hosted runners".to_owned(),
-        |s| s.permission_hint(),
-    );
     let message = format!(
-        "GitHub refused to remove runner {} from {gh_scope} (403 Forbidden), so its pod keeps \
-         running and the removal is retried with back-off; {hint}",
-        pod.name_any()
+        "GitHub refused to remove runner {} from {} (403 Forbidden), so its pod keeps running \
+         and the removal is retried with back-off; {}",
+        pod.name_any(),
+        github_scope(&authority.scope),
+        authority.scope.permission_hint()
     );
     warn!(pod = %object_name(pod), %message, "runner removal refused");
     ctx.metrics
@@ -503,12 +510,9 @@ fn owner_for_events(pod: &Pod) -> Option<k8s_openapi::api::core::v1::ObjectRefer
 
 /// The runner ID of `pod`, from its scope's shared runner list (see
 /// [`crate::runner_directory`]).
-async fn find_runner_id(
-    pod: &Pod,
-    ctx: &Context,
-    gh_scope: &hangar_github::Scope,
-) -> Result<Lookup, Error> {
-    let github = github_for_pod(pod, ctx).await?;
+async fn find_runner_id(pod: &Pod, ctx: &Context, authority: &Authority) -> Result<Lookup, Error> {
+    let gh_scope = &github_scope(&authority.scope);
+    let github = github_for_pod(pod, ctx, authority).await?;
     ctx.runner_directory
         .find(gh_scope, &pod.name_any(), || {
             github.list_runners_revalidated(gh_scope)
@@ -517,13 +521,51 @@ async fn find_runner_id(
         .map_err(github_err("list runners", &gh_scope.config_path()))
 }
 
-/// The GitHub client for a pod: its Runner's credentials (see the module documentation).
-async fn github_for_pod(pod: &Pod, ctx: &Context) -> Result<Arc<dyn GitHubApi>, Error> {
+/// The GitHub client for a pod: the credentials its owner names (see the module
+/// documentation).
+async fn github_for_pod(
+    pod: &Pod,
+    ctx: &Context,
+    authority: &Authority,
+) -> Result<Arc<dyn GitHubApi>, Error> {
     ctx.github_for_secret(
         &pod.namespace().unwrap_or_default(),
-        annotation(pod, ann::GITHUB_API_CREDS_SECRET),
+        authority.credentials_secret.as_deref(),
     )
     .await
+}
+
+/// The authority `pod`'s owner chain grants, remembered for the pod's life (so a pod whose
+/// owner went first is still unregistered as it was registered).
+async fn granted(pod: &Pod, ctx: &Context) -> Result<Result<Authority, Untrusted>, Error> {
+    let uid = pod.uid().unwrap_or_default();
+    if let Some(authority) = ctx.authorities.get(&uid) {
+        return Ok(Ok(authority));
+    }
+    let owners = crate::authority::Owners {
+        client: &ctx.client,
+        runners: Some(&ctx.stores.runners),
+    };
+    let found = crate::authority::of_pod(pod, &owners)
+        .await
+        .map_err(kube_err("look up the owners of pod", object_name(pod)))?;
+    if let Ok(authority) = &found {
+        ctx.authorities.insert(&uid, authority);
+    }
+    Ok(found)
+}
+
+/// Removes the runner-pod finalizer: Hangar is done with the pod.
+async fn release_finalizer(pod: &Pod, ctx: &Context) -> Result<(), Error> {
+    let rest: Vec<String> = pod
+        .finalizers()
+        .iter()
+        .filter(|f| *f != finalizer::RUNNER_POD)
+        .cloned()
+        .collect();
+    set_finalizers(pod, ctx, rest).await?;
+    ctx.authorities.forget(&pod.uid().unwrap_or_default());
+    Ok(())
 }
 
 /// Reconciles a pod, resetting its back-off after a success.

@@ -448,7 +448,8 @@ impl Harness {
             mutating,
             validating,
         };
-        // Active once a dry-run create of a runner pod comes back mutated.
+        // Active once a dry-run create of an unowned runner pod is refused by Hangar, which
+        // grants registrations only to pods of a Runner or a RunnerSet.
         let pods: kube::Api<Pod> = self.api();
         let dry = PostParams {
             dry_run: true,
@@ -467,9 +468,14 @@ impl Harness {
             || {
                 let (pods, dry, probe) = (pods.clone(), dry.clone(), probe.clone());
                 async move {
-                    let created = pods.create(&dry, &probe).await.ok()?;
-                    let env = created.spec?.containers[0].env.clone()?;
-                    env.iter().any(|e| e.name == "RUNNER_NAME").then_some(())
+                    match pods.create(&dry, &probe).await {
+                        Err(kube::Error::Api(e))
+                            if e.message.contains("no runner registration for this pod") =>
+                        {
+                            Some(())
+                        }
+                        _ => None,
+                    }
                 }
             },
         )
