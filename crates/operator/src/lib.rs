@@ -13,6 +13,7 @@
 //! - [`webhook_server`]: GitHub `workflow_job` deliveries → capacity reservations on autoscalers.
 //! - [`admission`]: admission webhooks (RunnerSet pod token injection, validation) with
 //!   self-managed certificates.
+//! - [`serve`]: how those three HTTP servers serve: connection cap, timeouts, body limit.
 
 pub mod admission;
 pub mod authority;
@@ -28,4 +29,5 @@ pub mod manager;
 pub mod metrics;
 pub mod runner_directory;
 pub mod runner_pod;
+pub mod serve;
 pub mod webhook_server;

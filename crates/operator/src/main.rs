@@ -15,6 +15,7 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use hangar::context::Settings;
 use hangar::runner_pod::PodDefaults;
+use hangar::serve::Limits;
 use hangar_github::{ClientOptions, ClientRegistry, Credentials, Endpoint, Secret};
 
 /// Hangar runs GitHub Actions self-hosted runners as Kubernetes pods, compatible with
@@ -56,13 +57,18 @@ struct WebhookArgs {
     /// that can be redelivered).
     #[arg(long, default_value_t = hangar::webhook_server::DEFAULT_QUEUE_LIMIT)]
     webhook_queue_limit: usize,
-    /// Largest accepted delivery body, in bytes.
+    /// Largest accepted delivery body, in bytes (default: GitHub's 25 MB payload cap); a larger
+    /// one gets 413 before it is read.
     #[arg(long, default_value_t = hangar::webhook_server::DEFAULT_MAX_BODY_BYTES)]
     webhook_max_body_bytes: usize,
+    /// Connections the webhook server serves at once; more are answered 503 and closed.
+    #[arg(long, default_value_t = hangar::webhook_server::DEFAULT_MAX_CONNECTIONS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    webhook_max_connections: u32,
 }
 
 impl WebhookArgs {
-    fn config(&self) -> anyhow::Result<hangar::webhook_server::WebhookConfig> {
+    fn config(&self, http: &HttpArgs) -> anyhow::Result<hangar::webhook_server::WebhookConfig> {
         let secret = self.github_webhook_secret_token.clone().map(Secret::new);
         let mut config = hangar::webhook_server::WebhookConfig::new(
             secret,
@@ -70,8 +76,31 @@ impl WebhookArgs {
         )?;
         config.batch_interval = self.webhook_batch_interval;
         config.queue_limit = self.webhook_queue_limit;
-        config.max_body_bytes = self.webhook_max_body_bytes;
+        config.limits = http.apply(Limits::new(
+            self.webhook_max_connections,
+            self.webhook_max_body_bytes,
+        ));
         Ok(config)
+    }
+}
+
+/// Timeouts of every HTTP server of the process: webhook, admission, metrics and probes.
+#[derive(Clone, Copy, Debug, Args)]
+struct HttpArgs {
+    /// How long a client has for the TLS handshake and for each request head, counted from the
+    /// connection's start or its previous response (so it also ends idle keep-alive); the
+    /// connection is closed after that.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    http_header_read_timeout: Duration,
+    /// How long reading a request's body and answering it may take; 408 after that.
+    #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
+    http_request_timeout: Duration,
+}
+
+impl HttpArgs {
+    /// `limits` with these timeouts.
+    fn apply(&self, limits: Limits) -> Limits {
+        limits.with_timeouts(self.http_header_read_timeout, self.http_request_timeout)
     }
 }
 
@@ -144,6 +173,8 @@ struct WebhookServerArgs {
     github_token: Option<String>,
     #[command(flatten)]
     webhook: WebhookArgs,
+    #[command(flatten)]
+    http: HttpArgs,
 }
 
 /// Flags of `hangar run`; names follow ARC's controller manager.
@@ -215,6 +246,11 @@ struct RunArgs {
     /// Health probe address (`/healthz`, `/readyz`); `0` disables.
     #[arg(long, default_value = ":8081", value_parser = parse_listen)]
     health_probe_bind_address: Listen,
+    /// Connections the metrics server, and the probe server, each serve at once; more are
+    /// answered 503 and closed.
+    #[arg(long, default_value_t = hangar::metrics::DEFAULT_MAX_CONNECTIONS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    metrics_max_connections: u32,
     /// Elect a leader among replicas with a Lease: only the leader reconciles (the webhook
     /// server runs on every replica).
     #[arg(long)]
@@ -231,6 +267,8 @@ struct RunArgs {
     webhook: WebhookArgs,
     #[command(flatten)]
     admission: hangar::admission::cli::AdmissionArgs,
+    #[command(flatten)]
+    http: HttpArgs,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -242,6 +280,14 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         "m" => Ok(Duration::from_secs(n * 60)),
         "h" => Ok(Duration::from_secs(n * 3600)),
         _ => Err(format!("invalid duration {s:?} (use e.g. 30s, 1m, 1h)")),
+    }
+}
+
+/// A duration that is not zero (a zero timeout would close every connection at once).
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        Duration::ZERO => Err(format!("{s:?} is zero; a timeout must be positive")),
+        d => Ok(d),
     }
 }
 
@@ -315,6 +361,7 @@ async fn terminated() {
 async fn serve_exporter(
     exporter: &Arc<hangar::metrics::Exporter>,
     addrs: &[Option<std::net::SocketAddr>],
+    limits: Limits,
 ) -> anyhow::Result<()> {
     let mut bound = std::collections::BTreeSet::new();
     for addr in addrs.iter().flatten() {
@@ -325,17 +372,13 @@ async fn serve_exporter(
             .await
             .with_context(|| format!("cannot listen on {addr} for metrics/probes"))?;
         let router = exporter.clone().router();
-        tokio::spawn(async move {
-            if let Err(e) = hangar::metrics::serve(listener, router).await {
-                tracing::error!(error = %e, "metrics server failed");
-            }
-        });
+        tokio::spawn(hangar::metrics::serve(listener, router, limits));
     }
     Ok(())
 }
 
 async fn webhook_server(args: WebhookServerArgs) -> anyhow::Result<()> {
-    let config = args.webhook.config()?;
+    let config = args.webhook.config(&args.http)?;
     let github = match &args.github_token {
         Some(token) => {
             let endpoint = match (&args.github_api_url, &args.github_enterprise_url) {
@@ -376,7 +419,7 @@ async fn webhook_server(args: WebhookServerArgs) -> anyhow::Result<()> {
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     // Refuse a webhook listener without a secret before anything else starts.
     let webhook_config = match args.webhook_addr {
-        Some(_) => Some(args.webhook.config()?),
+        Some(_) => Some(args.webhook.config(&args.http)?),
         None => None,
     };
     let endpoint = match (&args.github_api_url, &args.github_enterprise_url) {
@@ -405,7 +448,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     // Admission webhooks serve on every replica, leader or not.
     if let Some(admission) = args
         .admission
-        .start(&client, github.clone(), Some(registry.clone()))
+        .start(
+            &client,
+            github.clone(),
+            Some(registry.clone()),
+            args.http.apply(args.admission.limits()),
+        )
         .await?
     {
         tokio::spawn(admission);
@@ -447,6 +495,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     serve_exporter(
         &exporter,
         &[args.metrics_addr.0, args.health_probe_bind_address.0],
+        args.http.apply(Limits::new(
+            args.metrics_max_connections,
+            hangar::metrics::MAX_BODY_BYTES,
+        )),
     )
     .await?;
 
@@ -612,6 +664,69 @@ mod tests {
         assert_eq!(args.log.log_format, "json");
         let wrong = Cli::try_parse_from(["hangar", "run", "--log-format=xml"]).unwrap_err();
         assert!(wrong.to_string().contains("--log-format"), "{wrong}");
+    }
+
+    #[test]
+    fn server_limits_default_to_the_documented_values_and_refuse_zero() {
+        let cli = Cli::try_parse_from(["hangar", "run"]).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        // The flags' defaults are the library's.
+        assert_eq!(args.http.apply(Limits::new(1, 1)), Limits::new(1, 1));
+        assert_eq!(
+            args.webhook.webhook_max_body_bytes,
+            hangar::webhook_server::DEFAULT_MAX_BODY_BYTES
+        );
+        assert_eq!(
+            args.admission.limits(),
+            Limits::new(
+                hangar::admission::DEFAULT_MAX_CONNECTIONS,
+                hangar::admission::DEFAULT_MAX_BODY_BYTES,
+            )
+        );
+        assert_eq!(
+            args.metrics_max_connections,
+            hangar::metrics::DEFAULT_MAX_CONNECTIONS
+        );
+        for zero in [
+            "--http-header-read-timeout=0s",
+            "--http-request-timeout=0",
+            "--webhook-max-connections=0",
+            "--metrics-max-connections=0",
+            "--admission-max-connections=0",
+        ] {
+            let refused = Cli::try_parse_from(["hangar", "run", zero]).unwrap_err();
+            assert!(
+                refused
+                    .to_string()
+                    .contains(zero.split('=').next().unwrap()),
+                "{refused}"
+            );
+        }
+        let cli = Cli::try_parse_from([
+            "hangar",
+            "webhook-server",
+            "--http-header-read-timeout=2s",
+            "--http-request-timeout=5s",
+            "--webhook-max-connections=7",
+            "--webhook-max-body-bytes=1000",
+            "--insecure-accept-unsigned-webhooks",
+        ])
+        .unwrap();
+        let Command::WebhookServer(args) = cli.command else {
+            panic!("not webhook-server")
+        };
+        let limits = args.webhook.config(&args.http).unwrap().limits;
+        assert_eq!(
+            limits,
+            Limits {
+                max_connections: 7,
+                max_body_bytes: 1000,
+                header_read_timeout: Duration::from_secs(2),
+                request_timeout: Duration::from_secs(5),
+            }
+        );
     }
 
     #[test]

@@ -477,9 +477,22 @@ impl Exporter {
     }
 }
 
-/// Serves `router` on `listener` until the process ends.
-pub async fn serve(listener: tokio::net::TcpListener, router: axum::Router) -> std::io::Result<()> {
-    axum::serve(listener, router).await
+/// Default limit of connections served at once: Prometheus and the kubelet's probes.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 64;
+/// No endpoint reads a body.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+/// The default limits of the metrics and probe server.
+pub const LIMITS: crate::serve::Limits =
+    crate::serve::Limits::new(DEFAULT_MAX_CONNECTIONS, MAX_BODY_BYTES);
+
+/// Serves `router` on `listener` within `limits` until the process ends.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    limits: crate::serve::Limits,
+) {
+    let forever = std::future::pending();
+    crate::serve::serve(listener, crate::serve::Plain, router, limits, forever).await;
 }
 
 /// What a scrape reads: the caches' current contents.
@@ -698,7 +711,7 @@ mod tests {
         exporter.metrics.delivery("ping", "ok");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(serve(listener, exporter.clone().router()));
+        tokio::spawn(serve(listener, exporter.clone().router(), LIMITS));
         let get = |path: &'static str| async move {
             use tokio::io::{AsyncReadExt, AsyncWriteExt};
             let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();

@@ -2,8 +2,9 @@
 //! matching HorizontalRunnerAutoscaler, quickly and at most once.
 //!
 //! Contract, in the order a delivery is handled:
-//! 1. **Bounded body**: bodies over [`WebhookConfig::max_body_bytes`] get 413 before anything
-//!    reads them.
+//! 1. **Bounded**: the server runs within [`WebhookConfig::limits`] ([`crate::serve`]):
+//!    connections, header and request timeouts, and bodies — GitHub's 25 MB payload cap by
+//!    default; a larger body gets 413 before anything reads it.
 //! 2. **Signature first**: `X-Hub-Signature-256` is verified over the raw body in constant time
 //!    (`hangar_github::webhook`) before any parsing; a missing or wrong signature gets 401. The
 //!    server refuses to start without a secret unless unsigned deliveries are allowed
@@ -52,7 +53,7 @@ use std::time::{Duration, SystemTime};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -81,8 +82,11 @@ use crate::controllers::hra::{
 /// Field manager of the reservation writes.
 pub const MANAGER: &str = "hangar-webhook";
 
-/// Default body limit: `workflow_job` payloads are a few KiB.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Default body limit: GitHub's own cap on webhook payloads (25 MB); larger events are never
+/// delivered.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 25 * 1024 * 1024;
+/// Default limit of connections served at once.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 512;
 /// Default interval between two reservation writes of one autoscaler.
 /// Short, so that the jobs of a burst wait little for their runners; long enough that a burst
 /// costs a handful of writes a second, not one per delivery.
@@ -119,8 +123,8 @@ pub struct WebhookConfig {
     /// Accepted signing secrets (several during a rotation); empty only when unsigned
     /// deliveries are allowed.
     pub secrets: Vec<Secret>,
-    /// Largest accepted body.
-    pub max_body_bytes: usize,
+    /// Body, connection and time limits of the HTTP server.
+    pub limits: crate::serve::Limits,
     /// At most one reservation write per autoscaler per interval.
     pub batch_interval: Duration,
     /// Pending operations beyond this are refused with 503.
@@ -146,7 +150,7 @@ impl WebhookConfig {
         }
         Ok(Self {
             secrets,
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            limits: crate::serve::Limits::new(DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_BODY_BYTES),
             batch_interval: DEFAULT_BATCH_INTERVAL,
             queue_limit: DEFAULT_QUEUE_LIMIT,
             dedup_window: DEFAULT_DEDUP_WINDOW,
@@ -278,12 +282,12 @@ impl WebhookServer {
         &self.stats
     }
 
-    /// `GET /` answers that the server runs; `POST` to any path is a delivery.
+    /// `GET /` answers that the server runs; `POST` to any path is a delivery. Without limits:
+    /// [`WebhookServer::serve`] applies them.
     pub fn router(self: &Arc<Self>) -> Router {
         Router::new()
             .route("/", get(running).post(deliver))
             .route("/{*path}", post(deliver))
-            .layer(DefaultBodyLimit::max(self.config.max_body_bytes))
             .with_state(self.clone())
     }
 
@@ -298,11 +302,17 @@ impl WebhookServer {
         let addr: Option<SocketAddr> = listener.local_addr().ok();
         info!(?addr, "webhook server listening");
         let writer = tokio::spawn(self.clone().run_writer(client));
-        let result = axum::serve(listener, self.router())
-            .with_graceful_shutdown(shutdown)
-            .await;
+        let limits = self.config.limits;
+        crate::serve::serve(
+            listener,
+            crate::serve::Plain,
+            self.router(),
+            limits,
+            shutdown,
+        )
+        .await;
         writer.abort();
-        result
+        Ok(())
     }
 
     /// Handles one delivery.

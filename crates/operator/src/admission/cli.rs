@@ -12,6 +12,7 @@ use super::{Admission, AdmissionConfig};
 use crate::context::SystemClock;
 use crate::controllers::runner_set::RunnerSetRegistration;
 use crate::credentials::GitHubClients;
+use crate::serve::Limits;
 
 /// Admission webhook flags (flattened into `hangar run`).
 #[derive(Debug, Clone, clap::Args)]
@@ -46,6 +47,13 @@ pub struct AdmissionArgs {
     /// Secret holding the webhook CA and serving certificate.
     #[arg(long, default_value = super::rotation::DEFAULT_SECRET_NAME)]
     pub webhook_tls_secret: String,
+    /// Largest AdmissionReview body accepted, in bytes; a larger one gets 413 before it is read.
+    #[arg(long, default_value_t = super::DEFAULT_MAX_BODY_BYTES)]
+    pub admission_max_body_bytes: usize,
+    /// Connections the admission server serves at once; more are closed.
+    #[arg(long, default_value_t = super::DEFAULT_MAX_CONNECTIONS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub admission_max_connections: u32,
 }
 
 /// Why the admission server cannot start.
@@ -78,12 +86,22 @@ impl AdmissionArgs {
         }
     }
 
-    /// Binds the listener and returns the server to spawn, or `None` when not enabled.
+    /// The server's connection and body limits, with the default timeouts.
+    pub fn limits(&self) -> Limits {
+        Limits::new(
+            self.admission_max_connections,
+            self.admission_max_body_bytes,
+        )
+    }
+
+    /// Binds the listener and returns the server to spawn (serving within `limits`), or `None`
+    /// when not enabled.
     pub async fn start(
         &self,
         client: &kube::Client,
         github: Arc<dyn GitHubApi>,
         registry: Option<Arc<ClientRegistry>>,
+        limits: Limits,
     ) -> Result<Option<impl std::future::Future<Output = ()> + Send + 'static>, StartError> {
         let Some(addr) = self.admission_addr else {
             return Ok(None);
@@ -103,6 +121,7 @@ impl AdmissionArgs {
         registration.create_if_absent = self.admission_create_configurations;
         let mut config = AdmissionConfig::new(registration, &self.webhook_service_namespace);
         config.tls_secret = self.webhook_tls_secret.clone();
+        config.limits = limits;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| StartError::Bind { addr, source })?;

@@ -20,6 +20,9 @@
 //! Certificates: [`rotation::CertManager`] keeps a CA and serving certificate in a Secret,
 //! renews them before expiry, patches the configurations' `caBundle` ([`configurations`]) and
 //! swaps the served certificate in place ([`tls`]). Several replicas share the Secret.
+//!
+//! The server runs within [`AdmissionConfig::limits`] ([`crate::serve`]): a connection cap,
+//! header and request timeouts, and a body limit (8 MiB by default) answered with 413.
 
 pub mod certs;
 pub mod cli;
@@ -65,7 +68,15 @@ pub struct AdmissionConfig {
     pub cert_check_interval: Duration,
     /// Bound of one GitHub call while a pod waits; below the webhook's 15 s timeout.
     pub github_timeout: Duration,
+    /// Body, connection and time limits of the HTTPS server.
+    pub limits: crate::serve::Limits,
 }
+
+/// Default body limit: an AdmissionReview of an update carries the object twice, each up to
+/// the apiserver's own 3 MiB request limit.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+/// Default limit of connections served at once (the apiserver keeps a few alive).
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 256;
 
 impl AdmissionConfig {
     /// Defaults for `registration`, with the PKI Secret in `tls_namespace`.
@@ -77,6 +88,7 @@ impl AdmissionConfig {
             policy: certs::CertPolicy::default(),
             cert_check_interval: Duration::from_secs(60),
             github_timeout: Duration::from_secs(10),
+            limits: crate::serve::Limits::new(DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_BODY_BYTES),
         }
     }
 }
@@ -105,6 +117,7 @@ pub struct Admission {
     /// Keeps the PKI; [`Admission::serve`] runs its loop, tests may call `sync` directly.
     pub certs: Arc<rotation::CertManager>,
     interval: Duration,
+    limits: crate::serve::Limits,
 }
 
 impl Admission {
@@ -135,27 +148,28 @@ impl Admission {
             }),
             certs,
             interval: config.cert_check_interval,
+            limits: config.limits,
         }
     }
 
-    /// The HTTP routes (no TLS), for tests with `oneshot`.
+    /// The HTTP routes (no TLS, no limits), for tests with `oneshot`.
     pub fn router(&self) -> Router {
         router(self.state.clone())
     }
 
-    /// Serves HTTPS on `listener` until `shutdown`, with the certificate loop alongside.
+    /// Serves HTTPS on `listener` within the configured limits until `shutdown`, with the
+    /// certificate loop alongside.
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let certs = tokio::spawn(self.certs.clone().run(self.interval));
-        let tls = tls::TlsListener::new(listener, tls::server_config(self.state.cert.clone()))?;
-        let result = axum::serve(tls, router(self.state.clone()))
-            .with_graceful_shutdown(shutdown)
-            .await;
+        let tls = tls::Tls::new(tls::server_config(self.state.cert.clone()));
+        let app = router(self.state.clone());
+        crate::serve::serve(listener, tls, app, self.limits, shutdown).await;
         certs.abort();
-        result
+        Ok(())
     }
 }
 

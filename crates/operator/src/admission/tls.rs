@@ -1,19 +1,18 @@
 //! HTTPS for the admission server: a serving certificate that can be swapped while the server
-//! runs ([`ReloadableCert`]), and a TLS listener axum can serve on ([`TlsListener`]).
+//! runs ([`ReloadableCert`]), and the TLS transport it is served over ([`Tls`]).
 //!
-//! Handshakes run in their own tasks, so a client that stalls mid-handshake never delays the
-//! next connection; a handshake that fails is logged at debug level and dropped. Only HTTP/1.1
-//! is offered (ALPN), which is what the apiserver's webhook client falls back to.
+//! Handshakes run in each connection's own task, so a client that stalls mid-handshake never
+//! delays the next connection; a handshake that fails or outlasts the header timeout is logged
+//! at debug level and dropped. Only HTTP/1.1 is offered (ALPN), which is what the apiserver's
+//! webhook client falls back to.
 
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
@@ -105,73 +104,28 @@ pub fn server_config(cert: Arc<ReloadableCert>) -> Arc<rustls::ServerConfig> {
     Arc::new(config)
 }
 
-/// A listener whose connections are TLS streams (for `axum::serve`).
-#[derive(Debug)]
-pub struct TlsListener {
-    local: std::net::SocketAddr,
-    rx: mpsc::Receiver<(TlsStream<TcpStream>, std::net::SocketAddr)>,
-    accept_task: tokio::task::JoinHandle<()>,
-}
+/// TLS for [`crate::serve::serve`]: each accepted connection is handshaken in its own task,
+/// bounded by the server's header timeout, and counts against its connection cap meanwhile.
+#[derive(Clone)]
+pub struct Tls(TlsAcceptor);
 
-impl Drop for TlsListener {
-    fn drop(&mut self) {
-        self.accept_task.abort();
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls").finish_non_exhaustive()
     }
 }
 
-/// A TLS handshake taking longer than this is abandoned.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-impl TlsListener {
-    /// Accepts on `listener`, handshaking with `config`.
-    pub fn new(listener: TcpListener, config: Arc<rustls::ServerConfig>) -> std::io::Result<Self> {
-        let local = listener.local_addr()?;
-        let acceptor = TlsAcceptor::from(config);
-        let (tx, rx) = mpsc::channel(64);
-        let accept_task = tokio::spawn(async move {
-            loop {
-                let (stream, peer) = match listener.accept().await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let acceptor = acceptor.clone();
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => {
-                            let _ = tx.send((tls, peer)).await;
-                        }
-                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                    }
-                });
-            }
-        });
-        Ok(Self {
-            local,
-            rx,
-            accept_task,
-        })
+impl Tls {
+    /// Handshakes with `config`.
+    pub fn new(config: Arc<rustls::ServerConfig>) -> Self {
+        Self(TlsAcceptor::from(config))
     }
 }
 
-impl axum::serve::Listener for TlsListener {
+impl crate::serve::Transport for Tls {
     type Io = TlsStream<TcpStream>;
-    type Addr = std::net::SocketAddr;
 
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.rx.recv().await {
-            Some(c) => c,
-            // The accept task only ends when this listener is dropped.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
+    async fn handshake(&self, tcp: TcpStream) -> std::io::Result<Self::Io> {
+        self.0.accept(tcp).await
     }
 }

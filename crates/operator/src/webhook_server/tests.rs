@@ -64,6 +64,7 @@ async fn start(configure: impl FnOnce(&mut WebhookConfig)) -> Fixture {
     );
     let mut config = WebhookConfig::new(Some(Secret::new(SECRET)), false).unwrap();
     configure(&mut config);
+    let limits = config.limits;
     let stores = WebhookStores {
         hras,
         deployments,
@@ -73,9 +74,13 @@ async fn start(configure: impl FnOnce(&mut WebhookConfig)) -> Fixture {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let router = server.router();
-    let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
-    });
+    let task = tokio::spawn(crate::serve::serve(
+        listener,
+        crate::serve::Plain,
+        router,
+        limits,
+        std::future::pending(),
+    ));
     Fixture { server, addr, task }
 }
 
@@ -217,7 +222,7 @@ async fn bad_or_missing_signatures_get_401_and_change_nothing() {
 
 #[tokio::test]
 async fn bodies_over_the_limit_get_413() {
-    let f = start(|c| c.max_body_bytes = 1024).await;
+    let f = start(|c| c.limits.max_body_bytes = 1024).await;
     let payload = json!({"zen": "x".repeat(2048), "hook_id": 1});
     let (status, _) = post(&f, "ping", "d-1", &payload).await;
     assert_eq!(status, 413);
