@@ -60,6 +60,7 @@ pub struct Metrics {
     hra_max: Family<Labels, Gauge>,
     deployment_replicas: Family<Labels, Gauge>,
     kube_requests: Family<Labels, Counter>,
+    leaked_registrations_removed: Family<Labels, Counter>,
     busy: Mutex<HashSet<String>>,
     pending: Mutex<PendingDeliveries>,
     started: Instant,
@@ -102,6 +103,7 @@ impl Metrics {
             hra_max: Family::default(),
             deployment_replicas: Family::default(),
             kube_requests: Family::default(),
+            leaked_registrations_removed: Family::default(),
             busy: Mutex::new(HashSet::new()),
             pending: Mutex::new(PendingDeliveries::default()),
             started: Instant::now(),
@@ -186,7 +188,21 @@ impl Metrics {
              call the controller's RBAC does not allow, code=\"<error>\" one that got no answer",
             m.kube_requests.clone(),
         );
+        registry.register(
+            "hangar_leaked_registrations_removed",
+            "Runner registrations Hangar created and lost (offline, no pod or Runner, past the grace \
+             period) that the sweep deleted from GitHub, by scope kind",
+            m.leaked_registrations_removed.clone(),
+        );
         Self { registry, ..m }
+    }
+
+    /// Records one leaked registration removed from a `scope` (`repository`, `organization`
+    /// or `enterprise`).
+    pub fn leaked_registration_removed(&self, scope: &str) {
+        self.leaked_registrations_removed
+            .get_or_create(&vec![("scope", scope.to_owned())])
+            .inc();
     }
 
     /// Records one Kubernetes API request, the resource it was about (`pods`,
@@ -829,6 +845,7 @@ mod tests {
         m.reconciled("runner", Duration::from_millis(30), true);
         m.delivery("workflow_job", "scaled");
         m.kube_request("GET", "403", "secrets");
+        m.leaked_registration_removed("organization");
         m.set_busy(["b".to_owned()].into());
         let pods = vec![
             pod("b", "Running", &[(ann::RUNNER_ID, "2")]),
@@ -853,6 +870,7 @@ mod tests {
             "hangar_reconcile_duration_seconds_count{controller=\"runner\"} 1",
             "hangar_webhook_deliveries_total{event=\"workflow_job\",outcome=\"scaled\"} 1",
             "rest_client_requests_total{code=\"403\",method=\"GET\",resource=\"secrets\"} 1",
+            "hangar_leaked_registrations_removed_total{scope=\"organization\"} 1",
             "hangar_runners{namespace=\"ns\",state=\"busy\"} 1",
             "hangar_runners{namespace=\"ns\",state=\"idle\"} 1",
             "horizontalrunnerautoscaler_desired_replicas{namespace=\"ns\",horizontalrunnerautoscaler=\"hra\"} 3",

@@ -4,3 +4,4 @@
 
 #[path = "../support/mod.rs"]
 mod support;
+mod sweep;
