@@ -18,6 +18,8 @@
 //!   RunnerDeployment scaled to zero on GitHub versions that fail them otherwise.
 //! - [`scope`]: where a runner registers on GitHub (enterprise, organization or repository) and
 //!   the rules a RunnerConfig must satisfy to name exactly one such scope.
+//! - [`sweep`]: which runner registrations Hangar created and lost track of (offline, no pod,
+//!   named by an owner it knows) to remove from GitHub after a grace period.
 //! - [`template_hash`]: stable short hashes naming template versions.
 //! - [`unregistration`]: unregister-before-delete, the state machine that waits out busy runners.
 //! - [`volumes`]: RunnerSet persistent-volume reuse — which claims to delete and which released
@@ -29,6 +31,7 @@ pub mod leader;
 pub mod owner_sync;
 pub mod placeholder;
 pub mod scope;
+pub mod sweep;
 pub mod template_hash;
 pub mod unregistration;
 pub mod volumes;

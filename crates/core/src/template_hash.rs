@@ -7,7 +7,7 @@
 //! never spells words and is valid in names and label values.
 
 /// Kubernetes' `SafeEncodeString` alphabet.
-const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+pub(crate) const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
 /// FNV-1a, 32 bit.
 pub fn fnv1a32(data: &[u8]) -> u32 {

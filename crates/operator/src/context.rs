@@ -43,6 +43,12 @@ pub struct Settings {
     /// How long an autoscaler waits after a scale-out before scaling down, unless its
     /// `scaleDownDelaySecondsAfterScaleOut` says otherwise (ARC's `--default-scale-down-delay`).
     pub default_scale_down_delay: Duration,
+    /// How often the leader looks for leaked registrations (`--leaked-registration-sweep-interval`);
+    /// zero switches the sweep off (see [`crate::sweep`]).
+    pub leaked_registration_sweep: Duration,
+    /// How long a registration must have looked leaked before it is removed
+    /// (`--leaked-registration-grace`).
+    pub leaked_registration_grace: Duration,
     /// Builds the clients of per-resource credentials (`githubAPICredentialsFrom`); should be
     /// the registry the controller-wide client came from, so equal credentials share a client.
     /// `None` refuses per-resource credentials.
@@ -63,6 +69,8 @@ impl Default for Settings {
             common_runner_labels: Vec::new(),
             registration_only_runners: false,
             default_scale_down_delay: hangar_core::autoscaler::DEFAULT_SCALE_DOWN_DELAY,
+            leaked_registration_sweep: Duration::from_secs(10 * 60),
+            leaked_registration_grace: Duration::from_secs(30 * 60),
             github_registry: None,
             exporter: None,
         }

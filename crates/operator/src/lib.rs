@@ -11,6 +11,7 @@
 //!   client whose every request is counted by status code.
 //! - [`credentials`]: per-resource GitHub credentials; [`conditions`]: status conditions.
 //! - [`webhook_server`]: GitHub `workflow_job` deliveries → capacity reservations on autoscalers.
+//! - [`sweep`]: the leader's periodic removal of runner registrations Hangar created and lost.
 //! - [`admission`]: admission webhooks (RunnerSet pod token injection, validation) with
 //!   self-managed certificates.
 //! - [`serve`]: how those three HTTP servers serve: connection cap, timeouts, body limit.
@@ -30,4 +31,5 @@ pub mod metrics;
 pub mod runner_directory;
 pub mod runner_pod;
 pub mod serve;
+pub mod sweep;
 pub mod webhook_server;

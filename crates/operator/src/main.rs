@@ -237,6 +237,15 @@ struct RunArgs {
     /// scaleDownDelaySecondsAfterScaleOut says otherwise.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     default_scale_down_delay: Duration,
+    /// How often the leader removes runner registrations Hangar created and lost (offline,
+    /// named as Hangar names its runners, with no pod or Runner: e.g. a JIT configuration whose
+    /// pod was never created); `0` switches the sweep off.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    leaked_registration_sweep_interval: Duration,
+    /// How long a registration must have looked leaked before the sweep removes it, counted
+    /// from when the current leader first saw it so (GitHub's runners carry no creation time).
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    leaked_registration_grace: Duration,
     /// Also serve GitHub webhooks on this address (e.g. 0.0.0.0:8000), in this process.
     #[arg(long)]
     webhook_addr: Option<std::net::SocketAddr>,
@@ -479,6 +488,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         registration_only_runners: args.registration_only_runners,
         sync_period: args.sync_period,
         default_scale_down_delay: args.default_scale_down_delay,
+        leaked_registration_sweep: args.leaked_registration_sweep_interval,
+        leaked_registration_grace: args.leaked_registration_grace,
         github_registry: Some(registry),
         ..Settings::default()
     };
@@ -650,6 +661,7 @@ mod tests {
             "--log-format=json",
             "--sync-period=1m",
             "--default-scale-down-delay=10m",
+            "--leaked-registration-sweep-interval=0",
         ])
         .unwrap();
         let Command::Run(args) = cli.command else {
@@ -662,6 +674,8 @@ mod tests {
         assert_eq!(args.health_probe_bind_address, Listen(None));
         assert!(args.enable_leader_election);
         assert_eq!(args.log.log_format, "json");
+        assert_eq!(args.leaked_registration_sweep_interval, Duration::ZERO);
+        assert_eq!(args.leaked_registration_grace, Duration::from_secs(30 * 60));
         let wrong = Cli::try_parse_from(["hangar", "run", "--log-format=xml"]).unwrap_err();
         assert!(wrong.to_string().contains("--log-format"), "{wrong}");
     }

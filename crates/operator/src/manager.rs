@@ -10,6 +10,9 @@
 //! With a webhook listener ([`run_with_webhook`]), the GitHub webhook server runs in the same
 //! process on the same stores, so a reservation it writes reaches the HRA controller's watch
 //! and the target is scaled at once.
+//!
+//! The leaked-registration sweep ([`crate::sweep`]) runs alongside the controllers, so, like
+//! them, only on the leader.
 
 use std::sync::Arc;
 
@@ -238,6 +241,7 @@ pub async fn run_with_webhook(
             sets_for_deployments,
         ),
         controllers::runner_set::run(ctx.clone(), api(&client, ns), pods_for_runner_sets),
+        crate::sweep::run(ctx.clone(), namespace.clone()),
     );
 }
 

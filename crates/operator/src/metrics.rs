@@ -61,6 +61,7 @@ pub struct Metrics {
     deployment_replicas: Family<Labels, Gauge>,
     kube_requests: Family<Labels, Counter>,
     unregistrations_refused: Family<Labels, Counter>,
+    leaked_registrations_removed: Family<Labels, Counter>,
     busy: Mutex<HashSet<String>>,
     pending: Mutex<PendingDeliveries>,
     started: Instant,
@@ -104,6 +105,7 @@ impl Metrics {
             deployment_replicas: Family::default(),
             kube_requests: Family::default(),
             unregistrations_refused: Family::default(),
+            leaked_registrations_removed: Family::default(),
             busy: Mutex::new(HashSet::new()),
             pending: Mutex::new(PendingDeliveries::default()),
             started: Instant::now(),
@@ -194,7 +196,21 @@ impl Metrics {
              call the controller's RBAC does not allow, code=\"<error>\" one that got no answer",
             m.kube_requests.clone(),
         );
+        registry.register(
+            "hangar_leaked_registrations_removed",
+            "Runner registrations Hangar created and lost (offline, no pod or Runner, past the grace \
+             period) that the sweep deleted from GitHub, by scope kind",
+            m.leaked_registrations_removed.clone(),
+        );
         Self { registry, ..m }
+    }
+
+    /// Records one leaked registration removed from a `scope` (`repository`, `organization`
+    /// or `enterprise`).
+    pub fn leaked_registration_removed(&self, scope: &str) {
+        self.leaked_registrations_removed
+            .get_or_create(&vec![("scope", scope.to_owned())])
+            .inc();
     }
 
     /// Records one Kubernetes API request, the resource it was about (`pods`,
@@ -858,6 +874,7 @@ mod tests {
         m.delivery("workflow_job", "scaled");
         m.kube_request("GET", "403", "secrets");
         m.unregistration_refused("ns");
+        m.leaked_registration_removed("organization");
         m.set_busy(["b".to_owned()].into());
         let pods = vec![
             pod("b", "Running", &[(ann::RUNNER_ID, "2")]),
@@ -883,6 +900,7 @@ mod tests {
             "hangar_webhook_deliveries_total{event=\"workflow_job\",outcome=\"scaled\"} 1",
             "rest_client_requests_total{code=\"403\",method=\"GET\",resource=\"secrets\"} 1",
             "hangar_runner_unregistrations_refused_total{namespace=\"ns\"} 1",
+            "hangar_leaked_registrations_removed_total{scope=\"organization\"} 1",
             "hangar_runners{namespace=\"ns\",state=\"busy\"} 1",
             "hangar_runners{namespace=\"ns\",state=\"idle\"} 1",
             "horizontalrunnerautoscaler_desired_replicas{namespace=\"ns\",horizontalrunnerautoscaler=\"hra\"} 3",

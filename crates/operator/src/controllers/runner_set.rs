@@ -135,10 +135,6 @@ impl PodCredential {
 /// Field manager for what this controller applies.
 pub const MANAGER: &str = "hangar-runnerset";
 
-/// Longest RunnerSet name prefix of a StatefulSet name: a StatefulSet's name ends up, with a
-/// suffix, in label values of 63 characters at most (`controller-revision-hash`).
-const MAX_PREFIX: usize = 40;
-
 mod volumes;
 
 pub use volumes::VolumeStores;
@@ -291,9 +287,9 @@ pub fn new_name(set: &RunnerSet, now: SystemTime) -> String {
         set.uid().unwrap_or_default(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     );
-    let mut prefix = set.name_any();
-    prefix.truncate(MAX_PREFIX);
-    let prefix = prefix.trim_end_matches(['-', '.']);
+    // The leaked-registration sweep recognises the set's runners by this prefix.
+    let name = set.name_any();
+    let prefix = hangar_core::sweep::stateful_set_prefix(&name);
     format!("{prefix}-{}", template_hash(seed.as_bytes()))
 }
 

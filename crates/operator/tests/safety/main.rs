@@ -2,10 +2,11 @@
 //! killed, an acknowledged job is never lost, a pod is never trusted. One module per promise;
 //! every test here failed on the code before the fix it guards.
 
-mod servers;
 #[path = "../support/mod.rs"]
 mod support;
 
 mod ownership;
+mod servers;
+mod sweep;
 mod unregistration;
 mod validation;
