@@ -14,6 +14,8 @@
 //!   never killing a busy runner.
 //! - [`placeholder`]: the opt-in registration-only runner that keeps jobs queued for a
 //!   RunnerDeployment scaled to zero on GitHub versions that fail them otherwise.
+//! - [`retirement`]: when a deleted owner lets go of its finalizer — after its runners left
+//!   through unregister-before-delete, or once its retirement timeout forces them out.
 //! - [`scope`]: where a runner registers on GitHub (enterprise, organization or repository) and
 //!   the rules a RunnerConfig must satisfy to name exactly one such scope.
 //! - [`template_hash`]: stable short hashes naming template versions.
@@ -25,6 +27,7 @@ pub mod autoscaler;
 pub mod leader;
 pub mod owner_sync;
 pub mod placeholder;
+pub mod retirement;
 pub mod scope;
 pub mod template_hash;
 pub mod unregistration;

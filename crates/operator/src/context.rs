@@ -43,6 +43,10 @@ pub struct Settings {
     /// How long an autoscaler waits after a scale-out before scaling down, unless its
     /// `scaleDownDelaySecondsAfterScaleOut` says otherwise (ARC's `--default-scale-down-delay`).
     pub default_scale_down_delay: Duration,
+    /// How long a deleted owner waits for its busy runners before forcing them out, unless its
+    /// `hangar.dev/retirement-timeout` annotation says otherwise (`--retirement-timeout`; see
+    /// [`hangar_core::retirement`]).
+    pub retirement_timeout: Duration,
     /// Builds the clients of per-resource credentials (`githubAPICredentialsFrom`); should be
     /// the registry the controller-wide client came from, so equal credentials share a client.
     /// `None` refuses per-resource credentials.
@@ -63,6 +67,7 @@ impl Default for Settings {
             common_runner_labels: Vec::new(),
             registration_only_runners: false,
             default_scale_down_delay: hangar_core::autoscaler::DEFAULT_SCALE_DOWN_DELAY,
+            retirement_timeout: hangar_core::retirement::DEFAULT_TIMEOUT,
             github_registry: None,
             exporter: None,
         }

@@ -206,6 +206,11 @@ struct RunArgs {
     /// scaleDownDelaySecondsAfterScaleOut says otherwise.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     default_scale_down_delay: Duration,
+    /// How long a deleted Runner, RunnerReplicaSet, RunnerDeployment or RunnerSet waits for its
+    /// busy runners to finish their jobs before it kills them; per object: annotation
+    /// `hangar.dev/retirement-timeout`.
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    retirement_timeout: Duration,
     /// Also serve GitHub webhooks on this address (e.g. 0.0.0.0:8000), in this process.
     #[arg(long)]
     webhook_addr: Option<std::net::SocketAddr>,
@@ -431,6 +436,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         registration_only_runners: args.registration_only_runners,
         sync_period: args.sync_period,
         default_scale_down_delay: args.default_scale_down_delay,
+        retirement_timeout: args.retirement_timeout,
         github_registry: Some(registry),
         ..Settings::default()
     };
