@@ -91,14 +91,28 @@ pub mod annotation {
     /// so the pod controller uses the same credentials as the owner.
     pub const GITHUB_API_CREDS_SECRET: &str = "actions-runner/github-api-creds-secret";
 
+    /// On a Runner, RunnerReplicaSet, RunnerDeployment or RunnerSet (Hangar's own): how long a
+    /// deletion waits for busy runners to finish their jobs before it kills them, as a Go
+    /// duration (`0s`, `10m`, `1h30m`). Overrides `--retirement-timeout` (default 1h); `0s`
+    /// forces a deletion at once.
+    pub const RETIREMENT_TIMEOUT: &str = "hangar.dev/retirement-timeout";
+
     /// On a RunnerSet pod: when the registration token injected into it expires.
     pub const TOKEN_EXPIRES_AT: &str = "actions-runner-controller/token-expires-at";
 }
 
 /// Finalizer names.
 pub mod finalizer {
-    /// On a Runner.
+    /// On a Runner: held while it is deleted until its pod's runner is unregistered (or has
+    /// finished), so deleting a Runner never kills a busy runner. ARC's own name for its Runner
+    /// finalizer, so Runners created by ARC are retired by Hangar and the other way round.
     pub const RUNNER: &str = "runner.actions.summerwind.dev";
+
+    /// On a RunnerReplicaSet, RunnerDeployment and RunnerSet (Hangar's own; ARC has none): held
+    /// while it is deleted until its runners are retired through unregister-before-delete, or
+    /// its retirement timeout ([`RETIREMENT_TIMEOUT`](super::annotation::RETIREMENT_TIMEOUT))
+    /// has passed. One name for the three, as the promise is the same.
+    pub const RETIRE_RUNNERS: &str = "hangar.dev/retire-runners";
 
     /// On a runner pod: the runner is unregistered gracefully even when the pod itself is
     /// deleted directly.

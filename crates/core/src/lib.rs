@@ -16,6 +16,8 @@
 //!   never killing a busy runner.
 //! - [`placeholder`]: the opt-in registration-only runner that keeps jobs queued for a
 //!   RunnerDeployment scaled to zero on GitHub versions that fail them otherwise.
+//! - [`retirement`]: when a deleted owner lets go of its finalizer — after its runners left
+//!   through unregister-before-delete, or once its retirement timeout forces them out.
 //! - [`scope`]: where a runner registers on GitHub (enterprise, organization or repository) and
 //!   the rules a RunnerConfig must satisfy to name exactly one such scope.
 //! - [`sweep`]: which runner registrations Hangar created and lost track of (offline, no pod,
@@ -30,6 +32,7 @@ pub mod autoscaler;
 pub mod leader;
 pub mod owner_sync;
 pub mod placeholder;
+pub mod retirement;
 pub mod scope;
 pub mod sweep;
 pub mod template_hash;

@@ -49,6 +49,10 @@ pub struct Settings {
     /// How long a registration must have looked leaked before it is removed
     /// (`--leaked-registration-grace`).
     pub leaked_registration_grace: Duration,
+    /// How long a deleted owner waits for its busy runners before forcing them out, unless its
+    /// `hangar.dev/retirement-timeout` annotation says otherwise (`--retirement-timeout`; see
+    /// [`hangar_core::retirement`]).
+    pub retirement_timeout: Duration,
     /// Builds the clients of per-resource credentials (`githubAPICredentialsFrom`); should be
     /// the registry the controller-wide client came from, so equal credentials share a client.
     /// `None` refuses per-resource credentials.
@@ -71,6 +75,7 @@ impl Default for Settings {
             default_scale_down_delay: hangar_core::autoscaler::DEFAULT_SCALE_DOWN_DELAY,
             leaked_registration_sweep: Duration::from_secs(10 * 60),
             leaked_registration_grace: Duration::from_secs(30 * 60),
+            retirement_timeout: hangar_core::retirement::DEFAULT_TIMEOUT,
             github_registry: None,
             exporter: None,
         }

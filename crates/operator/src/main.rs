@@ -246,6 +246,11 @@ struct RunArgs {
     /// from when the current leader first saw it so (GitHub's runners carry no creation time).
     #[arg(long, default_value = "30m", value_parser = parse_duration)]
     leaked_registration_grace: Duration,
+    /// How long a deleted Runner, RunnerReplicaSet, RunnerDeployment or RunnerSet waits for its
+    /// busy runners to finish their jobs before it kills them; per object: annotation
+    /// `hangar.dev/retirement-timeout`.
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    retirement_timeout: Duration,
     /// Also serve GitHub webhooks on this address (e.g. 0.0.0.0:8000), in this process.
     #[arg(long)]
     webhook_addr: Option<std::net::SocketAddr>,
@@ -490,6 +495,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         default_scale_down_delay: args.default_scale_down_delay,
         leaked_registration_sweep: args.leaked_registration_sweep_interval,
         leaked_registration_grace: args.leaked_registration_grace,
+        retirement_timeout: args.retirement_timeout,
         github_registry: Some(registry),
         ..Settings::default()
     };

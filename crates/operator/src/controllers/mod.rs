@@ -12,11 +12,13 @@
 //! - [`runner_set`]: RunnerSet → one-replica StatefulSets per runner, through `owner_sync`.
 //! - [`hra`]: HorizontalRunnerAutoscaler → the target's `replicas` (and `effectiveTime`).
 //! - [`registration`]: the registration Secrets of [`runner`] and [`runner_set`].
+//! - [`retirement`]: deleted owners hold a finalizer until their runners are retired.
 //! - [`sets`]: the conditions and requeues of the two owner-sync controllers.
 
 pub mod hra;
 pub mod placeholder;
 pub mod registration;
+pub mod retirement;
 pub mod runner;
 pub mod runner_deployment;
 pub mod runner_pod;

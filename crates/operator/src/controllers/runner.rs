@@ -18,6 +18,11 @@
 //! controller unregisters it with the same credentials. A change to a Secret a Runner names
 //! (created, rotated) triggers that Runner at once.
 //!
+//! A Runner holds the finalizer `runner.actions.summerwind.dev` (ARC's). Deleted, it asks the
+//! runner-pod controller to unregister its runner (`unregistration-request-timestamp` on the
+//! pod), and deletes the pod and lets go only once the runner is unregistered or finished, or
+//! its retirement timeout has passed ([`super::retirement`]).
+//!
 //! Every reconcile rebuilds `status.conditions` (`Registered`, `Ready`, `CredentialsValid`)
 //! from what it saw, failures included: a missing Secret, a rejected credential or a GitHub
 //! outage is a False condition with an actionable message, a Warning event, and a backed-off
@@ -28,8 +33,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use hangar_api::{Runner, RunnerStatus, annotation as ann};
+use hangar_api::{Runner, RunnerStatus, annotation as ann, finalizer};
 use hangar_core::RunnerScope;
+use hangar_core::retirement::{RunnerPod, RunnerStep};
 use hangar_github::{GitHubApi, GitHubError};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -43,7 +49,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
-use super::{object_name, pod_phase, registration, runner_id};
+use super::{object_name, pod_phase, registration, retirement, runner_id};
 use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
 use crate::credentials::GitHubClients;
@@ -216,14 +222,21 @@ pub async fn reconcile(runner: Arc<Runner>, ctx: Arc<Context>) -> Result<Action,
 }
 
 async fn drive(runner: &Runner, ctx: &Context, report: &mut Report) -> Result<Action, Error> {
-    if runner.metadata.deletion_timestamp.is_some() {
+    let ns = runner.namespace().unwrap_or_default();
+    let name = runner.name_any();
+    let api: Api<Runner> = Api::namespaced(ctx.client.clone(), &ns);
+    if let Some(since) = retirement::deleting_since(runner) {
         ctx.finished_runners
             .forget(&runner.uid().unwrap_or_default());
         report.leave_status = true;
-        return Ok(Action::await_change()); // the pod goes with it (owner reference)
+        if !retirement::holds(runner, finalizer::RUNNER) {
+            return Ok(Action::await_change()); // the pod goes with it (owner reference)
+        }
+        return retire(runner, since, ctx).await;
     }
-    let ns = runner.namespace().unwrap_or_default();
-    let name = runner.name_any();
+    if !retirement::holds(runner, finalizer::RUNNER) {
+        retirement::set_finalizer(&api, runner, finalizer::RUNNER, true).await?;
+    }
     let scope = scope_of(runner)?;
     let pod_ref = kube::runtime::reflector::ObjectRef::<Pod>::new(&name).within(&ns);
     let pod = ctx.stores.pods.get(&pod_ref);
@@ -346,6 +359,112 @@ async fn drive(runner: &Runner, ctx: &Context, report: &mut Report) -> Result<Ac
             Ok(Action::requeue(ctx.settings.sync_period))
         }
     }
+}
+
+/// One step of a deleted Runner's retirement ([`hangar_core::retirement::runner_step`]).
+async fn retire(
+    runner: &Runner,
+    since: std::time::SystemTime,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    let ns = runner.namespace().unwrap_or_default();
+    let name = runner.name_any();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let stored = ctx.stores.pods.get(&ObjectRef::new(&name).within(&ns));
+    // The store may not have seen a pod created moments ago: only the API says "absent".
+    let pod = match stored {
+        Some(pod) => Some(pod),
+        None => pods
+            .get_opt(&name)
+            .await
+            .map_err(kube_err(
+                "get pod of deleted runner",
+                format!("{ns}/{name}"),
+            ))?
+            .map(Arc::new),
+    };
+    let state = match &pod {
+        None => RunnerPod::Absent,
+        Some(p) if p.metadata.deletion_timestamp.is_some() => RunnerPod::Deleting,
+        Some(p)
+            if super::runner_stopped(p)
+                || matches!(
+                    pod_phase(p),
+                    hangar_core::owner_sync::PodPhase::Succeeded
+                        | hangar_core::owner_sync::PodPhase::Failed
+                ) =>
+        {
+            RunnerPod::Finished
+        }
+        Some(p)
+            if super::annotation(p.as_ref(), ann::UNREGISTRATION_COMPLETE_TIMESTAMP).is_some() =>
+        {
+            RunnerPod::Unregistered
+        }
+        Some(_) => RunnerPod::Alive,
+    };
+    let timeout = retirement::timeout(runner, ctx);
+    let now = ctx.now();
+    let delete_pod = || async {
+        pods.delete(&name, &DeleteParams::background())
+            .await
+            .map(drop)
+            .or_else(ignore_not_found)
+            .map_err(kube_err(
+                "delete pod of deleted runner",
+                format!("{ns}/{name}"),
+            ))
+    };
+    let api: Api<Runner> = Api::namespaced(ctx.client.clone(), &ns);
+    match hangar_core::retirement::runner_step(state, since, timeout, now) {
+        RunnerStep::Release { delete_pod: true } => delete_pod().await?,
+        RunnerStep::Release { delete_pod: false } => {}
+        RunnerStep::Unregister { force_at } => {
+            if let Some(pod) = pod.filter(|p| {
+                super::annotation(p.as_ref(), ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_none()
+            }) {
+                super::sets::stamp(
+                    &pods,
+                    &pod.name_any(),
+                    ann::UNREGISTRATION_REQUEST_TIMESTAMP,
+                    &super::rfc3339(now),
+                )
+                .await
+                .map_err(kube_err(
+                    "request unregistration of pod of deleted runner",
+                    format!("{ns}/{name}"),
+                ))?;
+                ctx.event(
+                    runner.object_ref(&()),
+                    false,
+                    retirement::RETIRING,
+                    format!(
+                        "deleting: unregistering the runner before its pod goes; a busy runner \
+                         finishes its job first (forced at {})",
+                        super::rfc3339(force_at)
+                    ),
+                );
+            }
+            let left = force_at.duration_since(now).unwrap_or_default();
+            return Ok(Action::requeue(
+                ctx.settings
+                    .sync_period
+                    .min(left + Duration::from_millis(100)),
+            ));
+        }
+        RunnerStep::Force => {
+            warn!(runner = %object_name(runner), "retirement timed out, deleting its pod");
+            ctx.event(
+                runner.object_ref(&()),
+                true,
+                retirement::TIMED_OUT,
+                retirement::forced_note(timeout, 1, "runner"),
+            );
+            delete_pod().await?;
+        }
+    }
+    retirement::set_finalizer(&api, runner, finalizer::RUNNER, false).await?;
+    Ok(Action::await_change())
 }
 
 /// How long after its runner finished a Runner whose pod is gone is left to its set to delete,

@@ -8,6 +8,11 @@
 //! have no runners left; their runners go through unregister-before-delete on the way, so a
 //! rollout never kills a busy runner.
 //!
+//! A deployment holds the finalizer `hangar.dev/retire-runners`. Deleted, it deletes its
+//! RunnerReplicaSets — each retires its runners by its own finalizer — and lets go once they are
+//! gone, or forces them once its retirement timeout has passed ([`super::retirement`]);
+//! meanwhile `Progressing` says `Retiring` and how many runners are left.
+//!
 //! Conditions: `Available` (all wanted runners registered and ready; when not, the newest set's
 //! reason — e.g. a runner whose credentials Secret is missing) and `Progressing` (a rollout
 //! while older sets drain, else the newest set's).
@@ -17,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use hangar_api::{RunnerDeployment, RunnerReplicaSet, RunnerReplicaSetSpec, label};
+use hangar_api::{RunnerDeployment, RunnerReplicaSet, RunnerReplicaSetSpec, finalizer, label};
 use hangar_core::template_hash::template_hash;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -26,7 +31,7 @@ use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
-use super::object_name;
+use super::{object_name, retirement};
 use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
 use crate::error::{Error, ignore_not_found, kube_err};
@@ -111,14 +116,25 @@ pub fn desired_set(rd: &RunnerDeployment, common_labels: &[String]) -> RunnerRep
 /// Reconciles one RunnerDeployment.
 pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<Action, Error> {
     let desired = desired_set(&rd, &ctx.settings.common_runner_labels);
-    if rd.metadata.deletion_timestamp.is_some() {
-        // Only the registration-only runner may still need us (its finalizer).
-        super::placeholder::sync(&rd, &desired, 0, &ctx).await?;
-        return Ok(Action::await_change());
-    }
     let ns = rd.namespace().unwrap_or_default();
     let uid = rd.uid().unwrap_or_default();
     let api: Api<RunnerReplicaSet> = Api::namespaced(ctx.client.clone(), &ns);
+    let deployments: Api<RunnerDeployment> = Api::namespaced(ctx.client.clone(), &ns);
+    if let Some(since) = retirement::deleting_since(rd.as_ref()) {
+        // The registration-only runner goes by its own finalizer.
+        super::placeholder::sync(&rd, &desired, 0, &ctx).await?;
+        if !retirement::holds(rd.as_ref(), finalizer::RETIRE_RUNNERS) {
+            return Ok(Action::await_change());
+        }
+        return retire(&rd, since, &api, &deployments, &ctx).await;
+    }
+    if !retirement::holds(rd.as_ref(), finalizer::RETIRE_RUNNERS) {
+        // The placeholder's write below is conditional on this copy's resourceVersion, which
+        // this one moves: decide again with the fresh copy.
+        retirement::set_finalizer(&deployments, rd.as_ref(), finalizer::RETIRE_RUNNERS, true)
+            .await?;
+        return Ok(Action::requeue(Duration::from_millis(100)));
+    }
     let desired_name = desired.name_any();
     let replicas = desired.spec.replicas.unwrap_or(1);
 
@@ -231,6 +247,102 @@ pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<A
             ))?;
     }
     Ok(Action::requeue(requeue))
+}
+
+/// One step of a deleted deployment's retirement: its sets are deleted (each retires its own
+/// runners), and the finalizer goes once they are gone or the timeout forced them.
+async fn retire(
+    rd: &RunnerDeployment,
+    since: std::time::SystemTime,
+    api: &Api<RunnerReplicaSet>,
+    deployments: &Api<RunnerDeployment>,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    let ns = rd.namespace().unwrap_or_default();
+    let uid = rd.uid().unwrap_or_default();
+    let sets: Vec<Arc<RunnerReplicaSet>> = ctx
+        .stores
+        .replica_sets
+        .state()
+        .into_iter()
+        .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|s| s.owner_references().iter().any(|o| o.uid == uid))
+        .collect();
+    let names: Vec<String> = sets.iter().map(|s| s.name_any()).collect();
+    let runners: i32 = sets
+        .iter()
+        .filter_map(|s| s.status.as_ref().and_then(|s| s.replicas))
+        .sum();
+    match retirement::step(rd, since, sets.len(), ctx) {
+        hangar_core::retirement::Step::Release => {}
+        hangar_core::retirement::Step::Force => {
+            let timeout = retirement::timeout(rd, ctx);
+            warn!(deployment = %object_name(rd), "retirement timed out, forcing its runners out");
+            ctx.event(
+                rd.object_ref(&()),
+                true,
+                retirement::TIMED_OUT,
+                retirement::forced_note(
+                    timeout,
+                    usize::try_from(runners).unwrap_or(0),
+                    "runner(s)",
+                ),
+            );
+            retirement::force_children(api, &ns, &names).await?;
+        }
+        hangar_core::retirement::Step::Wait { force_at } => {
+            let live: Vec<String> = sets
+                .iter()
+                .filter(|s| s.metadata.deletion_timestamp.is_none())
+                .map(|s| s.name_any())
+                .collect();
+            if !live.is_empty() {
+                retirement::delete_children(api, &ns, &live).await?;
+                ctx.event(
+                    rd.object_ref(&()),
+                    false,
+                    retirement::RETIRING,
+                    format!(
+                        "deleting: {runners} runner(s) are unregistered first, busy ones after \
+                         their job (forced at {})",
+                        super::rfc3339(force_at)
+                    ),
+                );
+            }
+            let progress =
+                retirement::waiting(usize::try_from(runners).unwrap_or(0), "runner(s)", force_at);
+            let old = rd
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.clone())
+                .unwrap_or_default();
+            let conditions =
+                conditions::merge(&old, &[progress], rd.metadata.generation, ctx.now());
+            if conditions != old {
+                let status = serde_json::json!({ "status": {
+                    "replicas": runners,
+                    "conditions": conditions,
+                }});
+                deployments
+                    .patch_status(
+                        &rd.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(&status),
+                    )
+                    .await
+                    .map_err(kube_err(
+                        "patch status of runnerdeployment",
+                        object_name(rd),
+                    ))?;
+            }
+            let left = force_at.duration_since(ctx.now()).unwrap_or_default();
+            return Ok(Action::requeue(
+                Duration::from_secs(5).min(left + Duration::from_millis(100)),
+            ));
+        }
+    }
+    retirement::set_finalizer(deployments, rd, finalizer::RETIRE_RUNNERS, false).await?;
+    Ok(Action::await_change())
 }
 
 /// A deployment's conditions, from its counts, its newest set's conditions and how many older

@@ -6,12 +6,18 @@
 //! Runners whose runners are unregistered or finished. Status: replicas, ready, available, and
 //! the conditions `Available` (a False one names a Runner that cannot start, and why) and
 //! `Progressing` (creating, retiring or replacing runners).
+//!
+//! A set holds the finalizer `hangar.dev/retire-runners`. Deleted, it keeps running owner sync
+//! with 0 desired runners, so its Runners leave through unregister-before-delete, and lets go
+//! once none is left or its retirement timeout has passed ([`super::retirement`]); meanwhile
+//! `Progressing` says `Retiring` and how many runners it waits for. New Runners are created with
+//! their own finalizer (`runner.actions.summerwind.dev`), which costs no write of its own.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
-use hangar_api::{Runner, RunnerReplicaSet, annotation as ann, label};
+use hangar_api::{Runner, RunnerReplicaSet, annotation as ann, finalizer, label};
 use hangar_core::owner_sync::{self, Action as PlanAction, DeleteReason, OwnerView};
 use hangar_core::template_hash::template_hash;
 use k8s_openapi::api::core::v1::Pod;
@@ -24,7 +30,7 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::{
-    annotation, k8s_time, object_name, parse_time, pod_phase, pod_view, rfc3339, sets,
+    annotation, k8s_time, object_name, parse_time, pod_phase, pod_view, retirement, rfc3339, sets,
     wait_until_deleting, wait_until_stored,
 };
 use crate::conditions::{self, Desired, kind, reason};
@@ -87,10 +93,16 @@ pub fn desired_hash(set: &RunnerReplicaSet) -> String {
 
 /// Reconciles one RunnerReplicaSet.
 pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<Action, Error> {
-    if set.metadata.deletion_timestamp.is_some() {
+    let deleting = retirement::deleting_since(set.as_ref());
+    let holds = retirement::holds(set.as_ref(), finalizer::RETIRE_RUNNERS);
+    if deleting.is_some() && !holds {
         return Ok(Action::await_change());
     }
     let ns = set.namespace().unwrap_or_default();
+    let sets_api: Api<RunnerReplicaSet> = Api::namespaced(ctx.client.clone(), &ns);
+    if deleting.is_none() && !holds {
+        retirement::set_finalizer(&sets_api, set.as_ref(), finalizer::RETIRE_RUNNERS, true).await?;
+    }
     let uid = set.uid().unwrap_or_default();
     let now = ctx.now();
     let runners: Vec<Arc<Runner>> = ctx
@@ -139,7 +151,12 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
 
     let ephemeral = set.spec.template.spec.config.ephemeral.unwrap_or(true);
     let input = owner_sync::Input {
-        desired: u32::try_from(set.spec.replicas.unwrap_or(1).max(0)).unwrap_or(0),
+        // A deleted set wants no runners: they retire as on a scale-down.
+        desired: if deleting.is_some() {
+            0
+        } else {
+            u32::try_from(set.spec.replicas.unwrap_or(1).max(0)).unwrap_or(0)
+        },
         desired_template_hash: desired_hash(&set),
         effective_time: set.spec.effective_time.as_ref().map(k8s_time),
         ephemeral,
@@ -204,6 +221,50 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         }
     }
 
+    let mut retiring = None;
+    if let Some(since) = deleting {
+        // Every Runner counts, deleting ones too: each holds its pod until it is retired.
+        let left: Vec<String> = runners.iter().map(|r| r.name_any()).collect();
+        match retirement::step(set.as_ref(), since, left.len(), &ctx) {
+            hangar_core::retirement::Step::Release => {
+                retirement::set_finalizer(
+                    &sets_api,
+                    set.as_ref(),
+                    finalizer::RETIRE_RUNNERS,
+                    false,
+                )
+                .await?;
+                return Ok(Action::await_change());
+            }
+            hangar_core::retirement::Step::Force => {
+                let timeout = retirement::timeout(set.as_ref(), &ctx);
+                warn!(set = %object_name(set.as_ref()), "retirement timed out, forcing its runners out");
+                ctx.event(
+                    set.object_ref(&()),
+                    true,
+                    retirement::TIMED_OUT,
+                    retirement::forced_note(timeout, left.len(), "runner(s)"),
+                );
+                let runners_api: Api<Runner> = Api::namespaced(ctx.client.clone(), &ns);
+                retirement::force_children(&runners_api, &ns, &left).await?;
+                retirement::set_finalizer(
+                    &sets_api,
+                    set.as_ref(),
+                    finalizer::RETIRE_RUNNERS,
+                    false,
+                )
+                .await?;
+                return Ok(Action::await_change());
+            }
+            hangar_core::retirement::Step::Wait { force_at } => {
+                retiring = Some((
+                    retirement::waiting(left.len(), "runner(s)", force_at),
+                    force_at,
+                ));
+            }
+        }
+    }
+
     let mut status = serde_json::Map::new();
     let total = runners
         .iter()
@@ -221,12 +282,12 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         .as_ref()
         .and_then(|s| s.conditions.clone())
         .unwrap_or_default();
-    let new_conditions = conditions::merge(
-        &old_conditions,
-        &set_conditions(input.desired, ready, &runners, &plan),
-        set.metadata.generation,
-        now,
-    );
+    let mut wanted = set_conditions(input.desired, ready, &runners, &plan);
+    if let Some((progress, _)) = &retiring {
+        wanted.retain(|c| c.kind != kind::PROGRESSING);
+        wanted.push(progress.clone());
+    }
+    let new_conditions = conditions::merge(&old_conditions, &wanted, set.metadata.generation, now);
     let conditions_changed = old_conditions != new_conditions;
     status.insert(
         "conditions".into(),
@@ -251,12 +312,18 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
             ))?;
     }
 
-    Ok(sets::requeue(
-        set.as_ref(),
-        &plan,
-        now,
-        ctx.settings.sync_period,
-    ))
+    let requeue = sets::requeue(set.as_ref(), &plan, now, ctx.settings.sync_period);
+    Ok(match retiring {
+        Some((_, force_at)) => {
+            let left = force_at.duration_since(now).unwrap_or_default();
+            Action::requeue(
+                ctx.settings
+                    .sync_period
+                    .min(left + std::time::Duration::from_millis(100)),
+            )
+        }
+        None => requeue,
+    })
 }
 
 /// How a set deletes the pod of a Runner it deletes. A terminal pod (`Succeeded` or `Failed`:
@@ -403,6 +470,7 @@ pub fn new_runner(set: &RunnerReplicaSet, hash: &str, now: &str) -> Runner {
         labels: Some(labels),
         annotations: Some(annotations),
         owner_references: set.controller_owner_ref(&()).map(|o| vec![o]),
+        finalizers: Some(vec![finalizer::RUNNER.to_owned()]),
         ..Default::default()
     };
     runner

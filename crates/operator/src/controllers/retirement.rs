@@ -1,0 +1,168 @@
+//! Retirement of deleted owners: the IO shared by the Runner, RunnerReplicaSet,
+//! RunnerDeployment and RunnerSet controllers around [`hangar_core::retirement`].
+//!
+//! Each of the four kinds holds a finalizer ([`finalizer::RUNNER`] on Runners, ARC's name;
+//! [`finalizer::RETIRE_RUNNERS`] on the others) from its first reconcile on. Deleted, it counts
+//! as desired 0: its runners leave through unregister-before-delete, and the finalizer goes once
+//! none is left. Children hold the finalizer too, so the garbage collector (or a namespace
+//! deletion) deleting a child only starts the child's own retirement. The wait is bounded by
+//! [`timeout`]; when it runs out the owner hands a zero timeout on to its children
+//! ([`force_children`]), so each forces itself and says so in a Warning event.
+
+use std::time::{Duration, SystemTime};
+
+use hangar_api::annotation;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, Resource, ResourceExt};
+use tracing::warn;
+
+use super::{k8s_time, object_name, rfc3339};
+use crate::conditions::{Desired, kind};
+use crate::context::Context;
+use crate::error::{Error, ignore_not_found, kube_err};
+
+/// Reason of the Warning event and condition of an owner whose retirement timed out.
+pub const TIMED_OUT: &str = "RetirementTimedOut";
+
+/// Reason of the event and `Progressing` condition of an owner waiting for its runners.
+pub const RETIRING: &str = "Retiring";
+
+/// The owner's retirement timeout: its [`annotation::RETIREMENT_TIMEOUT`], else the
+/// controller's `--retirement-timeout`. A malformed annotation is logged and ignored: waiting
+/// the default is the safe reading.
+pub fn timeout(obj: &impl ResourceExt, ctx: &Context) -> Duration {
+    let Some(text) = super::annotation(obj, annotation::RETIREMENT_TIMEOUT) else {
+        return ctx.settings.retirement_timeout;
+    };
+    hangar_core::retirement::parse_timeout(text).unwrap_or_else(|error| {
+        warn!(object = %object_name(obj), %error, "ignoring retirement timeout annotation");
+        ctx.settings.retirement_timeout
+    })
+}
+
+/// The owner's `deletionTimestamp`, if it is being deleted.
+pub fn deleting_since(obj: &impl ResourceExt) -> Option<SystemTime> {
+    obj.meta().deletion_timestamp.as_ref().map(k8s_time)
+}
+
+/// Decides a deleting owner's next step from how many runners (or children) it still has.
+pub fn step(
+    obj: &impl ResourceExt,
+    since: SystemTime,
+    remaining: usize,
+    ctx: &Context,
+) -> hangar_core::retirement::Step {
+    hangar_core::retirement::step(&hangar_core::retirement::Observed {
+        deleting_since: since,
+        timeout: timeout(obj, ctx),
+        now: ctx.now(),
+        remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
+    })
+}
+
+/// Whether `obj` carries `finalizer`.
+pub fn holds(obj: &impl ResourceExt, finalizer: &str) -> bool {
+    obj.finalizers().iter().any(|f| f == finalizer)
+}
+
+/// Adds `finalizer` to a live `obj`, or removes it (`present: false`), in one merge patch
+/// conditional on the `resourceVersion` read. A conflict is no failure: the change that caused
+/// it reconciles the object again, with a fresher copy.
+pub async fn set_finalizer<K>(
+    api: &Api<K>,
+    obj: &K,
+    finalizer: &str,
+    present: bool,
+) -> Result<(), Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut finalizers: Vec<String> = obj
+        .finalizers()
+        .iter()
+        .filter(|f| *f != finalizer)
+        .cloned()
+        .collect();
+    if present {
+        finalizers.push(finalizer.to_owned());
+    }
+    let patch = serde_json::json!({ "metadata": {
+        "resourceVersion": obj.resource_version(),
+        "finalizers": finalizers,
+    }});
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map(drop)
+    .or_else(ignore_not_found)
+    .or_else(|e| match e {
+        kube::Error::Api(ref s) if s.code == 409 => Ok(()),
+        e => Err(e),
+    })
+    .map_err(kube_err("update retirement finalizer of", object_name(obj)))
+}
+
+/// Deletes the children `names` (each then retires by its own finalizer).
+pub async fn delete_children<K>(api: &Api<K>, ns: &str, names: &[String]) -> Result<(), Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    for name in names {
+        api.delete(name, &DeleteParams::background())
+            .await
+            .map(drop)
+            .or_else(ignore_not_found)
+            .map_err(kube_err(
+                "delete child of deleted owner",
+                format!("{ns}/{name}"),
+            ))?;
+    }
+    Ok(())
+}
+
+/// Forces the children `names` out: a zero retirement timeout, then a delete, so each forces
+/// itself on its next reconcile.
+pub async fn force_children<K>(api: &Api<K>, ns: &str, names: &[String]) -> Result<(), Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = serde_json::json!({ "metadata": { "annotations": {
+        annotation::RETIREMENT_TIMEOUT: "0s",
+    }}});
+    for name in names {
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(drop)
+            .or_else(ignore_not_found)
+            .map_err(kube_err(
+                "force retirement of child",
+                format!("{ns}/{name}"),
+            ))?;
+    }
+    delete_children(api, ns, names).await
+}
+
+/// The `Progressing` condition of a deleting owner still waiting for `remaining` runners.
+pub fn waiting(remaining: usize, what: &str, force_at: SystemTime) -> Desired {
+    Desired::yes(
+        kind::PROGRESSING,
+        RETIRING,
+        format!(
+            "deleting: waiting for {remaining} {what} to finish their jobs and unregister; \
+             forced at {}",
+            rfc3339(force_at)
+        ),
+    )
+}
+
+/// The Warning event text of an owner forcing its retirement.
+pub fn forced_note(timeout: Duration, remaining: usize, what: &str) -> String {
+    format!(
+        "retirement timed out after {}s: deleting {remaining} {what} now; busy runners are \
+         killed mid-job",
+        timeout.as_secs()
+    )
+}

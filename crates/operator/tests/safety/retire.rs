@@ -1,0 +1,165 @@
+//! Point 1: deleting an owner retires its runners gracefully.
+//!
+//! `kubectl delete` of a RunnerDeployment or a Runner used to cascade through garbage
+//! collection: the runner pods got a deletion timestamp, the kubelet stopped their containers
+//! and busy runners died mid-job. Now each owner holds a finalizer while its runners go the
+//! unregister-before-delete way: idle runners at once, busy ones after their job, everything
+//! forced once the owner's retirement timeout has passed.
+
+use std::time::Duration;
+
+use hangar_api::{Runner, RunnerDeployment, RunnerReplicaSet};
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::DeleteParams;
+use serde_json::{Value, json};
+
+use crate::support::e2e::{Deployment, E2e, WAIT, eventually};
+
+/// Checks every 200 ms until `done` holds that no pod of a busy runner is being deleted.
+async fn hold_until<F, Fut>(e: &E2e, what: &str, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    eventually(e, what, WAIT, || {
+        let check = done();
+        async {
+            e.assert_no_busy_runner_pod_deleting().await;
+            check.await.then_some(())
+        }
+    })
+    .await
+}
+
+/// Waits until the namespace has no Runner, RunnerReplicaSet, RunnerDeployment or pod left and
+/// GitHub no runner.
+async fn wait_all_gone(e: &E2e) {
+    eventually(e, "every object and registration gone", WAIT, || async {
+        let gone = e.h.list::<RunnerDeployment>().await.is_empty()
+            && e.h.list::<RunnerReplicaSet>().await.is_empty()
+            && e.h.list::<Runner>().await.is_empty()
+            && e.h.list::<Pod>().await.is_empty()
+            && e.h.registered().is_empty();
+        gone.then_some(())
+    })
+    .await
+}
+
+/// Messages of the events with `reason` about the object of `kind` named `name`.
+async fn events(e: &E2e, kind: &str, name: &str, reason: &str) -> Vec<String> {
+    e.h.list::<Event>()
+        .await
+        .into_iter()
+        .filter(|ev| {
+            ev.involved_object.kind.as_deref() == Some(kind)
+                && ev.involved_object.name.as_deref() == Some(name)
+                && ev.reason.as_deref() == Some(reason)
+        })
+        .filter_map(|ev| ev.message)
+        .collect()
+}
+
+/// Starts a job of `duration` on one of the runners `names`; returns (job, busy, idle runners).
+async fn one_busy(
+    e: &E2e,
+    label: &str,
+    duration: Duration,
+) -> (u64, String, std::collections::BTreeSet<String>) {
+    let job = e.submit(1, label, duration, false)[0];
+    let busy = eventually(e, "one runner busy", WAIT, || async {
+        e.h.busy().into_iter().next()
+    })
+    .await;
+    let mut idle = e.running().await;
+    idle.remove(&busy);
+    (job, busy, idle)
+}
+
+#[tokio::test]
+async fn deleting_a_runner_deployment_lets_its_busy_runner_finish_its_job() {
+    let e = E2e::start("retire-rd").await;
+    let rd = Deployment::new("retiring", 2, "retiring");
+    e.apply(&rd);
+    e.wait_running(2).await;
+    let (job, busy, idle) = one_busy(&e, "retiring", Duration::from_secs(8)).await;
+
+    e.h.api::<RunnerDeployment>()
+        .delete("retiring", &DeleteParams::background())
+        .await
+        .unwrap();
+
+    // The idle runner goes at once; the busy one keeps its pod and finishes its job.
+    hold_until(&e, "the idle runner unregistered", || async {
+        let registered = e.h.registered();
+        idle.iter().all(|n| !registered.contains(n))
+    })
+    .await;
+    assert!(
+        e.h.busy().contains(&busy),
+        "the busy runner still runs its job\n{}",
+        e.describe().await
+    );
+    hold_until(&e, "the job completed", || async {
+        e.all_succeeded(&[job])
+    })
+    .await;
+    wait_all_gone(&e).await;
+    assert_eq!(e.h.interrupted(), 0, "no job was interrupted");
+    e.shutdown().await;
+}
+
+#[tokio::test]
+async fn deleting_a_standalone_runner_lets_it_finish_its_job() {
+    let e = E2e::start("retire-runner").await;
+    let rendered: Value =
+        serde_json::from_str(&Deployment::new("x", 1, "standalone").render(&e.nodes)).unwrap();
+    let runner = json!({
+        "apiVersion": "actions.summerwind.dev/v1alpha1",
+        "kind": "Runner",
+        "metadata": {"name": "standalone"},
+        "spec": rendered["spec"]["template"]["spec"],
+    });
+    e.h.apply(&runner.to_string());
+    e.wait_running(1).await;
+    let (job, busy, _) = one_busy(&e, "standalone", Duration::from_secs(6)).await;
+    assert_eq!(busy, "standalone");
+
+    e.h.api::<Runner>()
+        .delete("standalone", &DeleteParams::background())
+        .await
+        .unwrap();
+
+    hold_until(&e, "the job completed", || async {
+        e.all_succeeded(&[job])
+    })
+    .await;
+    wait_all_gone(&e).await;
+    assert_eq!(e.h.interrupted(), 0, "no job was interrupted");
+    e.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_busy_runner_is_killed_once_the_retirement_timeout_has_passed_and_an_event_says_so() {
+    let e = E2e::start("retire-bound").await;
+    let mut rd: Value =
+        serde_json::from_str(&Deployment::new("bounded", 1, "bounded").render(&e.nodes)).unwrap();
+    rd["metadata"]["annotations"] = json!({"hangar.dev/retirement-timeout": "2s"});
+    e.h.apply(&rd.to_string());
+    e.wait_running(1).await;
+    // A job far longer than the test waits: only the forced deletion ends it.
+    let (job, _, _) = one_busy(&e, "bounded", Duration::from_secs(600)).await;
+
+    e.h.api::<RunnerDeployment>()
+        .delete("bounded", &DeleteParams::background())
+        .await
+        .unwrap();
+
+    wait_all_gone(&e).await;
+    let forced = events(&e, "RunnerDeployment", "bounded", "RetirementTimedOut").await;
+    assert!(
+        forced.iter().any(|m| m.contains("busy")),
+        "a Warning event says busy runners were killed: {forced:?}"
+    );
+    assert!(!e.all_succeeded(&[job]), "the job did not finish");
+    e.shutdown().await;
+}
