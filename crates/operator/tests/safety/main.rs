@@ -5,5 +5,6 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod durable;
 mod unregistration;
 mod validation;
