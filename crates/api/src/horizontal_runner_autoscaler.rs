@@ -317,10 +317,30 @@ pub struct CapacityReservation {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expiration_time: Option<Time>,
 
-    /// Runners the reservation adds.
+    /// Runners the reservation adds. Zero with a jobID: the job completed, and the entry
+    /// remains until expirationTime so that a late or repeated delivery of the job's queued
+    /// event reserves nothing.
     #[schemars(range(min = 0))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
+
+    /// ID of the workflow job this reservation is for (set by Hangar's webhook server). A job
+    /// is reserved at most once, however many webhook server replicas receive its deliveries,
+    /// and its completed event releases this entry only.
+    #[schemars(range(min = 0))]
+    #[serde(rename = "jobID", skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<i64>,
+
+    /// Run attempt of the workflow job (1 when unset); a re-run that reuses the job ID is a
+    /// separate job.
+    #[schemars(range(min = 1))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_attempt: Option<i32>,
+
+    /// X-GitHub-Delivery ID of the webhook delivery that made this reservation (or, for a
+    /// reservation with zero replicas, that completed its job).
+    #[serde(rename = "deliveryID", skip_serializing_if = "Option::is_none")]
+    pub delivery_id: Option<String>,
 }
 
 /// A time window during which minReplicas is replaced.

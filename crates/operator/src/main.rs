@@ -414,9 +414,9 @@ async fn webhook_server(args: WebhookServerArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await
         .with_context(|| format!("cannot listen on {}", args.addr))?;
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+    // On SIGTERM the server stops accepting, answers what is in flight and writes what is
+    // queued before exiting.
+    let shutdown = terminated();
     hangar::webhook_server::run_standalone(
         client,
         args.watch_namespace,

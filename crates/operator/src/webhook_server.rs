@@ -23,9 +23,12 @@
 //!    `select_target` over autoscalers in a reflector store (no LIST per delivery), in
 //!    namespace/name order; runner-group visibility is asked of GitHub only when a matching
 //!    candidate uses a group and credentials are configured.
-//! 6. **Queue**: the operation joins a bounded [`Batcher`]; a full queue gets 503 (and the
-//!    delivery is forgotten by the dedup, so GitHub's redelivery is accepted later). Otherwise
-//!    202.
+//! 6. **Record**: the operation, naming its job and delivery, joins a bounded [`Batcher`] and
+//!    the handler waits for its batch's write. **A 2xx means the reservation is stored in the
+//!    cluster**: 202 once the patch succeeded (or found the job already recorded). A full
+//!    queue, or a write not done within [`WebhookConfig::write_timeout`], gets 503, and the
+//!    delivery is forgotten by the dedup so that GitHub's redelivery is accepted later (the
+//!    operation may still be written; the stored job id makes the redelivery count nothing).
 //!
 //! The batch writer applies each autoscaler's pending operations with
 //! `apply_scale_operations` and writes `spec.capacityReservations` in one JSON patch that
@@ -35,6 +38,16 @@
 //! after a 20 ms pause that gathers a burst into one write. The spec change triggers the HRA
 //! controller's watch, which scales the target in the same moment: that is the fast path from
 //! a queued job to a new runner pod.
+//!
+//! Deduplication that holds across replicas and restarts is the stored list itself: each
+//! reservation records its job id (`hangar_core::autoscaler::reservations`), so a job's
+//! `queued` reserves once and its `completed` releases that reservation only, whichever
+//! replica, or which run of the server, receives them. The in-memory dedup above only spares
+//! writes.
+//!
+//! Shutdown ([`WebhookServer::serve`]'s `shutdown`): the server stops accepting connections,
+//! answers the deliveries in flight (each once its batch is written), then writes whatever is
+//! still queued, for at most [`DRAIN_TIMEOUT`], and returns.
 //!
 //! Latencies (`crate::metrics`): an accepted `queued` delivery is remembered for its
 //! autoscaler's target until a runner pod is created for it; an `in_progress` or `completed`
@@ -62,9 +75,9 @@ use hangar_api::{HorizontalRunnerAutoscaler, RunnerConfig, RunnerDeployment, Run
 use hangar_core::RunnerScope;
 use hangar_core::autoscaler::webhook::{GroupOwner, GroupRef};
 use hangar_core::autoscaler::{
-    Batch, Batcher, DEFAULT_RESERVATION_DURATION, Dedup, JobOrigin, JobOutcome, ScaleOp, Seen,
-    TargetCandidate, TriggerView, apply_scale_operations, job_trigger_duration, select_target,
-    workflow_job_operation,
+    Batch, Batcher, DEFAULT_RESERVATION_DURATION, Dedup, JobKey, JobOp, JobOrigin, JobOutcome,
+    ScaleOp, Seen, TargetCandidate, TriggerView, apply_scale_operations, job_trigger_duration,
+    select_target, workflow_job_operation,
 };
 use hangar_github::webhook::{WebhookError, WebhookEvent, WorkflowJobAction, WorkflowJobEvent};
 use hangar_github::{GitHubApi, Secret};
@@ -104,6 +117,11 @@ const VISIBILITY_TIMEOUT: Duration = Duration::from_secs(4);
 const GATHER: Duration = Duration::from_millis(20);
 /// Writes of one batch tried before it is put back into the queue (conflicts only).
 const WRITE_ATTEMPTS: usize = 4;
+/// Default time a delivery waits for its reservation's write before it gets 503: with the
+/// runner-group lookup's 4 s, within GitHub's 10 s delivery timeout.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a shutdown waits for queued operations to be written after the last answer.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The server refuses to start.
 #[derive(Debug, thiserror::Error)]
@@ -133,6 +151,8 @@ pub struct WebhookConfig {
     pub dedup_window: Duration,
     /// How many of them at most.
     pub dedup_capacity: usize,
+    /// How long a delivery waits for its reservation to be stored before it gets 503.
+    pub write_timeout: Duration,
 }
 
 impl WebhookConfig {
@@ -155,6 +175,7 @@ impl WebhookConfig {
             queue_limit: DEFAULT_QUEUE_LIMIT,
             dedup_window: DEFAULT_DEDUP_WINDOW,
             dedup_capacity: DEFAULT_DEDUP_CAPACITY,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
         })
     }
 }
@@ -207,14 +228,33 @@ pub struct Stats {
     pub duplicates: AtomicU64,
     /// 200 "ignored" (pings included) and deliveries no autoscaler matched.
     pub ignored: AtomicU64,
-    /// Operations queued (202).
+    /// Operations stored (202).
     pub accepted: AtomicU64,
-    /// 503s.
+    /// 503s for a full queue.
     pub queue_full: AtomicU64,
+    /// 503s for a write not done in time.
+    pub write_timeouts: AtomicU64,
     /// Reservation writes that succeeded.
     pub writes: AtomicU64,
     /// Writes that hit a conflict and were retried.
     pub write_conflicts: AtomicU64,
+}
+
+/// Why a queued operation was not stored.
+#[derive(Debug, thiserror::Error)]
+enum NotStored {
+    #[error("the reservation was not stored within {0:?}; GitHub may redeliver")]
+    Timeout(Duration),
+    #[error("the reservation writer stopped; GitHub may redeliver")]
+    WriterGone,
+}
+
+/// An operation waiting in the batcher, with the answer its delivery waits for (`None` once
+/// that was sent, or for operations nobody waits on).
+#[derive(Debug)]
+struct Queued {
+    op: JobOp,
+    stored: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// The server's shared state: configuration, stores, dedup memory and the batcher.
@@ -224,8 +264,10 @@ pub struct WebhookServer {
     github: Option<Arc<dyn GitHubApi>>,
     clock: Arc<dyn Clock>,
     dedup: Mutex<Dedup<SeenKey>>,
-    batcher: Mutex<Batcher<HraKey>>,
+    batcher: Mutex<Batcher<HraKey, Queued>>,
     wake: Notify,
+    /// Set when the listener has stopped: the writer exits once the queue is empty.
+    stopping: std::sync::atomic::AtomicBool,
     stats: Stats,
     metrics: std::sync::OnceLock<Arc<crate::metrics::Metrics>>,
 }
@@ -266,6 +308,7 @@ impl WebhookServer {
             github,
             clock,
             wake: Notify::new(),
+            stopping: std::sync::atomic::AtomicBool::new(false),
             stats: Stats::default(),
             metrics: std::sync::OnceLock::new(),
         })
@@ -311,8 +354,25 @@ impl WebhookServer {
             shutdown,
         )
         .await;
-        writer.abort();
+        self.drain(writer).await;
         Ok(())
+    }
+
+    /// Lets the writer finish the queue (no handler can add to it any more), for at most
+    /// [`DRAIN_TIMEOUT`].
+    async fn drain(&self, mut writer: tokio::task::JoinHandle<()>) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.wake.notify_one();
+        if tokio::time::timeout(DRAIN_TIMEOUT, &mut writer)
+            .await
+            .is_err()
+        {
+            writer.abort();
+            warn!(
+                operations = self.lock_batcher().queued(),
+                "shutting down with reservation operations unwritten; their deliveries were answered 503"
+            );
+        }
     }
 
     /// Handles one delivery.
@@ -438,7 +498,22 @@ impl WebhookServer {
                 ),
             );
         };
-        let pushed = self.lock_batcher().push(key.clone(), op, now);
+        let (stored, written) = tokio::sync::oneshot::channel();
+        let queued = Queued {
+            op: JobOp {
+                op,
+                job: Some(JobKey {
+                    id: job.id,
+                    attempt,
+                }),
+                delivery: match &delivery_key {
+                    Some(SeenKey::Delivery(id)) => Some(id.clone()),
+                    _ => None,
+                },
+            },
+            stored: Some(stored),
+        };
+        let pushed = self.lock_batcher().push(key.clone(), queued, now);
         if let Err(full) = pushed {
             forget(self);
             self.stats.queue_full.fetch_add(1, Ordering::Relaxed);
@@ -446,6 +521,17 @@ impl WebhookServer {
             return Reply(StatusCode::SERVICE_UNAVAILABLE, full.to_string());
         }
         self.wake.notify_one();
+        let waited = match tokio::time::timeout(self.config.write_timeout, written).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(NotStored::WriterGone),
+            Err(_) => Err(NotStored::Timeout(self.config.write_timeout)),
+        };
+        if let Err(e) = waited {
+            forget(self);
+            self.stats.write_timeouts.fetch_add(1, Ordering::Relaxed);
+            warn!(job = job.id, autoscaler = %format!("{}/{}", key.0, key.1), error = %e, "delivery not recorded");
+            return Reply(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+        }
         self.stats.accepted.fetch_add(1, Ordering::Relaxed);
         if op == ScaleOp::Up
             && let Some(metrics) = self.metrics.get()
@@ -453,10 +539,10 @@ impl WebhookServer {
         {
             metrics.job_queued(target, job.id, reservation);
         }
-        debug!(job = job.id, ?op, autoscaler = %format!("{}/{}", key.0, key.1), "queued");
+        debug!(job = job.id, ?op, autoscaler = %format!("{}/{}", key.0, key.1), "recorded");
         Reply(
             StatusCode::ACCEPTED,
-            format!("accepted: {op:?} for {}/{}", key.0, key.1),
+            format!("recorded: {op:?} for {}/{}", key.0, key.1),
         )
     }
 
@@ -636,9 +722,12 @@ impl WebhookServer {
         visible
     }
 
-    /// Writes due batches until the task is aborted.
+    /// Writes due batches until the server stops and the queue is empty.
     pub async fn run_writer(self: Arc<Self>, client: Client) {
         loop {
+            if self.stopping.load(Ordering::SeqCst) && self.lock_batcher().queued() == 0 {
+                return;
+            }
             let now = self.clock.now();
             let (due, next) = {
                 let mut batcher = self.lock_batcher();
@@ -662,8 +751,23 @@ impl WebhookServer {
         }
     }
 
-    /// Applies one batch to its autoscaler's reservations.
-    async fn write(&self, client: &Client, batch: Batch<HraKey>) {
+    /// Applies one batch to its autoscaler's reservations; its deliveries are answered once the
+    /// result is stored (or the autoscaler is gone), and the batch is put back on other errors.
+    async fn write(&self, client: &Client, mut batch: Batch<HraKey, Queued>) {
+        if self.try_write(client, &batch).await {
+            for queued in &mut batch.ops {
+                if let Some(stored) = queued.stored.take() {
+                    let _ = stored.send(());
+                }
+            }
+        } else {
+            self.lock_batcher().requeue(batch, self.clock.now());
+            self.wake.notify_one();
+        }
+    }
+
+    /// Whether the batch's operations are stored (or have nothing left to apply to).
+    async fn try_write(&self, client: &Client, batch: &Batch<HraKey, Queued>) -> bool {
         let (ns, name) = batch.key.clone();
         let api = Api::<HorizontalRunnerAutoscaler>::namespaced(client.clone(), &ns);
         let mut cached = self.stores.hras.get(&ObjectRef::new(&name).within(&ns));
@@ -674,7 +778,7 @@ impl WebhookServer {
                     Ok(Some(hra)) => Arc::new(hra),
                     Ok(None) => {
                         debug!(autoscaler = %format!("{ns}/{name}"), "autoscaler gone; dropping its operations");
-                        return;
+                        return true;
                     }
                     Err(e) => {
                         warn!(autoscaler = %format!("{ns}/{name}"), error = %e, "cannot read autoscaler; retrying");
@@ -692,9 +796,10 @@ impl WebhookServer {
                 .collect();
             let max = hra.spec.max_replicas.and_then(|m| u32::try_from(m).ok());
             let duration = job_duration(&hra).unwrap_or(DEFAULT_RESERVATION_DURATION);
-            let update = apply_scale_operations(&stored, &batch.ops, now, max, duration);
+            let ops: Vec<JobOp> = batch.ops.iter().map(|q| q.op.clone()).collect();
+            let update = apply_scale_operations(&stored, &ops, now, max, duration);
             if !update.changed() {
-                return;
+                return true;
             }
             let reservations: Vec<_> = update
                 .reservations
@@ -715,24 +820,24 @@ impl WebhookServer {
                         removed = update.removed,
                         expired = update.expired,
                         extended = update.extended,
+                        duplicates = update.duplicates,
                         reservations = update.reservations.len(),
                         "capacity reservations updated"
                     );
-                    return;
+                    return true;
                 }
                 Err(e) if is_conflict(&e) => {
                     self.stats.write_conflicts.fetch_add(1, Ordering::Relaxed);
                     continue; // re-read and retry
                 }
-                Err(kube::Error::Api(s)) if s.code == 404 => return,
+                Err(kube::Error::Api(s)) if s.code == 404 => return true,
                 Err(e) => {
                     warn!(autoscaler = %format!("{ns}/{name}"), error = %e, "cannot write capacity reservations; retrying");
                     break;
                 }
             }
         }
-        self.lock_batcher().requeue(batch, self.clock.now());
-        self.wake.notify_one();
+        false
     }
 
     fn lock_dedup(&self) -> std::sync::MutexGuard<'_, Dedup<SeenKey>> {
@@ -740,7 +845,7 @@ impl WebhookServer {
         self.dedup.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn lock_batcher(&self) -> std::sync::MutexGuard<'_, Batcher<HraKey>> {
+    fn lock_batcher(&self) -> std::sync::MutexGuard<'_, Batcher<HraKey, Queued>> {
         self.batcher.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

@@ -26,32 +26,33 @@ pub struct QueueFull {
     pub limit: usize,
 }
 
-/// Operations for one autoscaler, to apply in one write.
+/// Operations for one autoscaler, to apply in one write. `O` is whatever the driver queues per
+/// delivery (the webhook server pairs each operation with the channel its answer waits on).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Batch<K> {
+pub struct Batch<K, O = ScaleOp> {
     /// The autoscaler.
     pub key: K,
     /// Its operations in arrival order.
-    pub ops: Vec<ScaleOp>,
+    pub ops: Vec<O>,
 }
 
 #[derive(Clone, Debug)]
-struct Pending {
+struct Pending<O> {
     since: SystemTime,
-    ops: Vec<ScaleOp>,
+    ops: Vec<O>,
 }
 
 /// Pending operations per autoscaler and the time of each autoscaler's last write.
 #[derive(Clone, Debug)]
-pub struct Batcher<K> {
+pub struct Batcher<K, O = ScaleOp> {
     interval: Duration,
     limit: usize,
-    pending: BTreeMap<K, Pending>,
+    pending: BTreeMap<K, Pending<O>>,
     last_write: BTreeMap<K, SystemTime>,
     queued: usize,
 }
 
-impl<K: Ord + Clone> Batcher<K> {
+impl<K: Ord + Clone, O> Batcher<K, O> {
     /// At most one batch per key every `interval`, at most `limit` operations pending overall.
     pub fn new(interval: Duration, limit: usize) -> Self {
         Batcher {
@@ -64,7 +65,7 @@ impl<K: Ord + Clone> Batcher<K> {
     }
 
     /// Queues `op` for `key`, or refuses it when `limit` operations are pending.
-    pub fn push(&mut self, key: K, op: ScaleOp, now: SystemTime) -> Result<(), QueueFull> {
+    pub fn push(&mut self, key: K, op: O, now: SystemTime) -> Result<(), QueueFull> {
         if self.queued >= self.limit {
             return Err(QueueFull { limit: self.limit });
         }
@@ -97,7 +98,7 @@ impl<K: Ord + Clone> Batcher<K> {
 
     /// Removes and returns the batches due at `now` (in key order), recording `now` as their
     /// write time.
-    pub fn take_due(&mut self, now: SystemTime) -> Vec<Batch<K>> {
+    pub fn take_due(&mut self, now: SystemTime) -> Vec<Batch<K, O>> {
         let due: Vec<K> = self
             .pending
             .iter()
@@ -122,7 +123,7 @@ impl<K: Ord + Clone> Batcher<K> {
     /// Puts back a batch whose write failed, ahead of operations that arrived since, so no
     /// operation is lost or reordered. It becomes due `interval` after `now` (retry back-off
     /// beyond that is the driver's). The limit is not applied: these were already accepted.
-    pub fn requeue(&mut self, batch: Batch<K>, now: SystemTime) {
+    pub fn requeue(&mut self, batch: Batch<K, O>, now: SystemTime) {
         let n = batch.ops.len();
         let entry = self.pending.entry(batch.key.clone()).or_insert(Pending {
             since: now,
@@ -135,7 +136,7 @@ impl<K: Ord + Clone> Batcher<K> {
         self.last_write.insert(batch.key, now);
     }
 
-    fn due(&self, key: &K, pending: &Pending) -> SystemTime {
+    fn due(&self, key: &K, pending: &Pending<O>) -> SystemTime {
         match self.last_write.get(key) {
             Some(written) => pending.since.max(later(*written, self.interval)),
             None => pending.since,

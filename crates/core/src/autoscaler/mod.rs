@@ -41,8 +41,8 @@ pub use metrics::{
     Evaluation, Metric, MetricError, MetricKind, Needed, Observations, Suggestion, suggest_replicas,
 };
 pub use reservations::{
-    DEFAULT_RESERVATION_DURATION, Reservation, ReservationUpdate, ScaleOp, apply_scale_operations,
-    reserved_replicas,
+    DEFAULT_RESERVATION_DURATION, JobKey, JobOp, MAX_TOMBSTONES, Reservation, ReservationUpdate,
+    ScaleOp, apply_scale_operations, reserved_replicas,
 };
 pub use schedule::{
     Frequency, Recurrence, ScheduleError, ScheduledOverride, ScheduledWindow, Window,

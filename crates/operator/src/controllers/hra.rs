@@ -45,8 +45,9 @@ use hangar_core::autoscaler::metrics::{
     WorkflowRun, parse_decimal,
 };
 use hangar_core::autoscaler::{
-    DesiredInput, Evaluation, Frequency, Metric, MetricKind, Needed, Observations, Recurrence,
-    Reservation, ScheduledOverride, desired_replicas, suggest_replicas, upcoming_override,
+    DesiredInput, Evaluation, Frequency, JobKey, Metric, MetricKind, Needed, Observations,
+    Recurrence, Reservation, ScheduledOverride, desired_replicas, suggest_replicas,
+    upcoming_override,
 };
 use hangar_github::{GitHubApi, RunStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -649,6 +650,17 @@ pub fn reservation_of(r: &CapacityReservation) -> Reservation {
             .as_ref()
             .map_or(SystemTime::UNIX_EPOCH, k8s_time),
         replicas: r.replicas.and_then(|n| u32::try_from(n).ok()).unwrap_or(0),
+        job: r
+            .job_id
+            .and_then(|id| u64::try_from(id).ok())
+            .map(|id| JobKey {
+                id,
+                attempt: r
+                    .run_attempt
+                    .and_then(|a| u32::try_from(a).ok())
+                    .unwrap_or(1),
+            }),
+        delivery: r.delivery_id.clone(),
     }
 }
 
@@ -660,6 +672,9 @@ pub fn capacity_reservation(r: &Reservation) -> CapacityReservation {
         effective_time: time(r.effective_time),
         expiration_time: time(r.expiration_time),
         replicas: Some(i32::try_from(r.replicas).unwrap_or(i32::MAX)),
+        job_id: r.job.and_then(|j| i64::try_from(j.id).ok()),
+        run_attempt: r.job.and_then(|j| i32::try_from(j.attempt).ok()),
+        delivery_id: r.delivery.clone(),
     }
 }
 
@@ -790,8 +805,26 @@ mod tests {
             effective_time: at(1_700_000_000),
             expiration_time: at(1_700_000_600),
             replicas: 1,
+            job: None,
+            delivery: None,
         };
         assert_eq!(reservation_of(&capacity_reservation(&r)), r);
+        let tombstone = Reservation {
+            replicas: 0,
+            job: Some(JobKey { id: 7, attempt: 2 }),
+            delivery: Some("d-7".into()),
+            ..r.clone()
+        };
+        let stored = capacity_reservation(&tombstone);
+        assert_eq!(
+            (
+                stored.job_id,
+                stored.run_attempt,
+                stored.delivery_id.as_deref()
+            ),
+            (Some(7), Some(2), Some("d-7"))
+        );
+        assert_eq!(reservation_of(&stored), tombstone);
         let empty = reservation_of(&CapacityReservation::default());
         assert!(!empty.is_active(at(1)));
         assert_eq!(empty.replicas, 0);

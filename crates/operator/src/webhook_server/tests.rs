@@ -1,6 +1,7 @@
 //! The HTTP layer without a cluster: real HTTP/1.1 on loopback against the router, autoscalers
-//! and targets put straight into the reflector stores, and the batcher inspected instead of
-//! written.
+//! and targets put straight into the reflector stores, and a stand-in for the reservation
+//! writer that records what it takes from the batcher and answers the waiting deliveries (the
+//! real writer is tested against the apiserver in `tests/safety/durable.rs`).
 
 use std::time::Duration;
 
@@ -14,16 +15,61 @@ use crate::context::SystemClock;
 
 const SECRET: &str = "It's a Secret to Everybody";
 
+/// Operations the stand-in writer took, per autoscaler, in order.
+type Written = Arc<Mutex<Vec<(HraKey, JobOp)>>>;
+
 struct Fixture {
     server: Arc<WebhookServer>,
     addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
+    written: Written,
+    writer: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for Fixture {
     fn drop(&mut self) {
         self.task.abort();
+        if let Some(w) = &self.writer {
+            w.abort();
+        }
     }
+}
+
+impl Fixture {
+    /// Starts the stand-in writer: every few milliseconds it takes all queued operations,
+    /// records them and answers their deliveries as stored.
+    fn start_writer(&mut self) {
+        let server = self.server.clone();
+        let written = self.written.clone();
+        self.writer = Some(tokio::spawn(async move {
+            loop {
+                store_everything(&server, &written);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }));
+    }
+
+    /// What the writer took, without the delivery ids.
+    fn written(&self) -> Vec<(HraKey, ScaleOp)> {
+        let written = self.written.lock().unwrap();
+        written.iter().map(|(k, op)| (k.clone(), op.op)).collect()
+    }
+}
+
+fn store_everything(server: &WebhookServer, written: &Mutex<Vec<(HraKey, JobOp)>>) {
+    let batches = server.lock_batcher().take_due(SystemTime::now());
+    for batch in batches {
+        for queued in batch.ops {
+            written.lock().unwrap().push((batch.key.clone(), queued.op));
+            if let Some(stored) = queued.stored {
+                let _ = stored.send(());
+            }
+        }
+    }
+}
+
+fn hra_key() -> HraKey {
+    ("ns".to_owned(), "hra".to_owned())
 }
 
 fn apply<K>(writer: &mut Writer<K>, obj: Value)
@@ -35,8 +81,16 @@ where
 }
 
 /// A server whose stores hold autoscaler `ns/hra` with a workflowJob trigger, scaling
-/// RunnerDeployment `ns/rd` of repository `octo/app` with label `linux`.
+/// RunnerDeployment `ns/rd` of repository `octo/app` with label `linux`, and the stand-in
+/// writer.
 async fn start(configure: impl FnOnce(&mut WebhookConfig)) -> Fixture {
+    let mut f = start_without_writer(configure).await;
+    f.start_writer();
+    f
+}
+
+/// [`start`] with nothing taking operations from the batcher.
+async fn start_without_writer(configure: impl FnOnce(&mut WebhookConfig)) -> Fixture {
     let (hras, mut hra_writer) = reflector::store();
     let (deployments, mut rd_writer) = reflector::store();
     let (runner_sets, _rs_writer) = reflector::store::<RunnerSet>();
@@ -63,6 +117,8 @@ async fn start(configure: impl FnOnce(&mut WebhookConfig)) -> Fixture {
         }),
     );
     let mut config = WebhookConfig::new(Some(Secret::new(SECRET)), false).unwrap();
+    // Every operation is due at once for the stand-in writer.
+    config.batch_interval = Duration::ZERO;
     configure(&mut config);
     let limits = config.limits;
     let stores = WebhookStores {
@@ -81,7 +137,13 @@ async fn start(configure: impl FnOnce(&mut WebhookConfig)) -> Fixture {
         limits,
         std::future::pending(),
     ));
-    Fixture { server, addr, task }
+    Fixture {
+        server,
+        addr,
+        task,
+        written: Written::default(),
+        writer: None,
+    }
 }
 
 /// Sends one request with a fresh connection; returns status and body.
@@ -117,6 +179,11 @@ async fn request(
 
 /// A signed delivery of `event` with `payload` and delivery id `guid`.
 async fn post(f: &Fixture, event: &str, guid: &str, payload: &Value) -> (u16, String) {
+    post_to(f.addr, event, guid, payload).await
+}
+
+/// [`post`] to the server at `addr`.
+async fn post_to(addr: SocketAddr, event: &str, guid: &str, payload: &Value) -> (u16, String) {
     let body = serde_json::to_vec(payload).unwrap();
     let headers = [
         ("content-type", "application/json".to_owned()),
@@ -127,7 +194,7 @@ async fn post(f: &Fixture, event: &str, guid: &str, payload: &Value) -> (u16, St
             hangar_github::webhook::sign(SECRET.as_bytes(), &body),
         ),
     ];
-    request(f.addr, "POST", &headers, &body).await
+    request(addr, "POST", &headers, &body).await
 }
 
 fn workflow_job(action: &str, job_id: u64, labels: &[&str], conclusion: Option<&str>) -> Value {
@@ -208,7 +275,7 @@ async fn bad_or_missing_signatures_get_401_and_change_nothing() {
         ("x-hub-signature-256", "sha256=zz".to_owned()),
     ];
     assert_eq!(request(f.addr, "POST", &malformed, &body).await.0, 401);
-    assert_eq!(pending(&f), 0);
+    assert!(f.written().is_empty());
     // The forged delivery's id was not remembered: the genuine one is still accepted.
     let (status, _) = post(
         &f,
@@ -278,7 +345,7 @@ async fn events_no_trigger_uses_are_ignored_with_200() {
     .await;
     assert_eq!(status, 200);
     assert!(body.contains("no HorizontalRunnerAutoscaler"), "{body}");
-    assert_eq!(pending(&f), 0);
+    assert!(f.written().is_empty());
 }
 
 #[tokio::test]
@@ -294,14 +361,14 @@ async fn duplicates_by_delivery_id_and_by_job_event_count_once() {
     let (status, body) = post(&f, "workflow_job", "d-2", &queued).await;
     assert_eq!(status, 200);
     assert!(body.contains("duplicate"), "{body}");
-    assert_eq!(pending(&f), 1);
-    let batch = f
-        .server
-        .lock_batcher()
-        .take_due(SystemTime::now() + Duration::from_secs(5));
-    assert_eq!(batch.len(), 1);
-    assert_eq!(batch[0].key, ("ns".to_owned(), "hra".to_owned()));
-    assert_eq!(batch[0].ops, vec![ScaleOp::Up]);
+    assert_eq!(f.written(), vec![(hra_key(), ScaleOp::Up)]);
+    let written = f.written.lock().unwrap();
+    assert_eq!(
+        written[0].1.job,
+        Some(JobKey { id: 1, attempt: 1 }),
+        "the operation names its job"
+    );
+    assert_eq!(written[0].1.delivery.as_deref(), Some("d-1"));
 }
 
 #[tokio::test]
@@ -318,37 +385,41 @@ async fn a_queued_that_arrives_after_its_completed_is_ignored() {
     .await;
     assert_eq!(status, 200);
     assert!(body.contains("already completed"), "{body}");
-    let batches = f
-        .server
-        .lock_batcher()
-        .take_due(SystemTime::now() + Duration::from_secs(5));
-    assert_eq!(batches[0].ops, vec![ScaleOp::Down]);
+    assert_eq!(f.written(), vec![(hra_key(), ScaleOp::Down)]);
 }
 
 #[tokio::test]
 async fn a_full_queue_answers_503_and_accepts_the_redelivery_later() {
-    let f = start(|c| c.queue_limit = 1).await;
-    assert_eq!(
-        post(
-            &f,
-            "workflow_job",
-            "d-1",
-            &workflow_job("queued", 1, &["linux"], None)
-        )
-        .await
-        .0,
-        202
-    );
+    let mut f = start_without_writer(|c| c.queue_limit = 1).await;
+    let addr = f.addr;
+    let first = tokio::spawn(async move {
+        let body = workflow_job("queued", 1, &["linux"], None);
+        post_to(addr, "workflow_job", "d-1", &body).await.0
+    });
+    while pending(&f) == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     let second = workflow_job("queued", 2, &["linux"], None);
     assert_eq!(post(&f, "workflow_job", "d-2", &second).await.0, 503);
-    f.server
-        .lock_batcher()
-        .take_due(SystemTime::now() + Duration::from_secs(5));
+    f.start_writer();
+    assert_eq!(first.await.unwrap(), 202, "answered once stored");
     assert_eq!(
         post(&f, "workflow_job", "d-2", &second).await.0,
         202,
         "redelivery after 503"
     );
+}
+
+#[tokio::test]
+async fn a_delivery_whose_reservation_is_not_stored_in_time_gets_503_and_its_redelivery_counts() {
+    let mut f = start_without_writer(|c| c.write_timeout = Duration::from_millis(50)).await;
+    let queued = workflow_job("queued", 1, &["linux"], None);
+    let (status, body) = post(&f, "workflow_job", "d-1", &queued).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("not stored"), "{body}");
+    f.start_writer();
+    let (status, body) = post(&f, "workflow_job", "d-1", &queued).await;
+    assert_eq!(status, 202, "{body}");
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod durable;
 mod ownership;
 mod retire;
 mod servers;

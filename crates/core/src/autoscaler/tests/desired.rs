@@ -41,6 +41,8 @@ fn reservation(made: u64, expires: u64) -> Reservation {
         effective_time: t(made),
         expiration_time: t(expires),
         replicas: 1,
+        job: None,
+        delivery: None,
     }
 }
 

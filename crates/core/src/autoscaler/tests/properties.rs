@@ -10,7 +10,7 @@ use crate::autoscaler::batch::Batcher;
 use crate::autoscaler::civil::{self, Civil};
 use crate::autoscaler::dedup::{Dedup, Seen};
 use crate::autoscaler::metrics::{BusyPolicy, Direction, MetricKind, Step, Suggestion};
-use crate::autoscaler::reservations::{Reservation, ScaleOp, apply_scale_operations};
+use crate::autoscaler::reservations::{JobOp, Reservation, ScaleOp, apply_scale_operations};
 use crate::autoscaler::schedule::{
     Frequency, Recurrence, ScheduledOverride, active_override, upcoming_override,
 };
@@ -25,6 +25,8 @@ prop_compose! {
             effective_time: t(made),
             expiration_time: t(made + life),
             replicas,
+            job: None,
+            delivery: None,
         }
     }
 }
@@ -125,7 +127,8 @@ proptest! {
     ) {
         let now = t(NOW);
         let duration = mins(10);
-        let u = apply_scale_operations(&existing, &ops, now, max, duration);
+        let job_ops: Vec<JobOp> = ops.iter().copied().map(JobOp::from).collect();
+        let u = apply_scale_operations(&existing, &job_ops, now, max, duration);
         let total = |rs: &[Reservation]| rs.iter().map(|r| u64::from(r.replicas)).sum::<u64>();
         let active: Vec<Reservation> =
             existing.iter().filter(|r| r.expiration_time > now).cloned().collect();

@@ -12,11 +12,14 @@ fn r(made: u64, expires: u64) -> Reservation {
         effective_time: t(made),
         expiration_time: t(expires),
         replicas: 1,
+        job: None,
+        delivery: None,
     }
 }
 
 fn apply(existing: &[Reservation], ops: &[ScaleOp], max: Option<u32>) -> ReservationUpdate {
-    apply_scale_operations(existing, ops, t(NOW), max, mins(DURATION))
+    let ops: Vec<JobOp> = ops.iter().copied().map(JobOp::from).collect();
+    apply_scale_operations(existing, &ops, t(NOW), max, mins(DURATION))
 }
 
 use ScaleOp::{Down, Up};
@@ -158,4 +161,170 @@ fn reserved_replicas_sum_the_unexpired_reservations() {
 #[test]
 fn the_default_duration_is_ten_minutes() {
     assert_eq!(DEFAULT_RESERVATION_DURATION, mins(10));
+}
+
+/// A reservation of `replicas` for job `id` (attempt 1 unless `attempt` says otherwise).
+fn job(id: u64, attempt: u32, made: u64, expires: u64, replicas: u32) -> Reservation {
+    Reservation {
+        job: Some(JobKey { id, attempt }),
+        delivery: Some(format!("d-{id}")),
+        replicas,
+        ..r(made, expires)
+    }
+}
+
+fn op(op: ScaleOp, id: u64, attempt: u32) -> JobOp {
+    JobOp {
+        op,
+        job: Some(JobKey { id, attempt }),
+        delivery: Some(format!("d-{id}")),
+    }
+}
+
+/// Case, existing list, operations, expected list, and
+/// (added, removed, duplicates, tombstoned, unmatched downs).
+type Row = (
+    &'static str,
+    Vec<Reservation>,
+    Vec<JobOp>,
+    Vec<Reservation>,
+    (u32, u32, u32, u32, u32),
+);
+
+/// Operations naming their job: one row per branch of the job rules.
+#[test]
+fn job_operations_count_each_job_once() {
+    let until = NOW + DURATION;
+    let rows: Vec<Row> = vec![
+        (
+            "a new job is reserved with its id and delivery",
+            vec![],
+            vec![op(Up, 1, 1)],
+            vec![job(1, 1, NOW, until, 1)],
+            (1, 0, 0, 0, 0),
+        ),
+        (
+            "a reserved job's queued (another replica, a redelivery) adds nothing",
+            vec![job(1, 1, 90, 105, 1)],
+            vec![op(Up, 1, 1)],
+            vec![job(1, 1, 90, 105, 1)],
+            (0, 0, 1, 0, 0),
+        ),
+        (
+            "a completed job's queued adds nothing",
+            vec![job(1, 1, 90, 105, 0)],
+            vec![op(Up, 1, 1)],
+            vec![job(1, 1, 90, 105, 0)],
+            (0, 0, 1, 0, 0),
+        ),
+        (
+            "one job queued twice in a batch counts once",
+            vec![],
+            vec![op(Up, 1, 1), op(Up, 1, 1)],
+            vec![job(1, 1, NOW, until, 1)],
+            (1, 0, 1, 0, 0),
+        ),
+        (
+            "a re-run reusing the id is another job",
+            vec![job(1, 1, 90, 105, 0)],
+            vec![op(Up, 1, 2)],
+            vec![job(1, 1, 90, 105, 0), job(1, 2, NOW, until, 1)],
+            (1, 0, 0, 0, 0),
+        ),
+        (
+            "a completion releases its own job, not the oldest, and leaves a tombstone for the duration",
+            vec![job(1, 1, 90, 105, 1), job(2, 1, 91, 106, 1)],
+            vec![op(Down, 2, 1)],
+            vec![job(1, 1, 90, 105, 1), job(2, 1, 91, until, 0)],
+            (0, 1, 0, 0, 0),
+        ),
+        (
+            "a second completion of a job releases nothing",
+            vec![job(1, 1, 90, 105, 1), job(2, 1, 91, 115, 0)],
+            vec![op(Down, 2, 1)],
+            vec![job(1, 1, 90, 105, 1), job(2, 1, 91, 115, 0)],
+            (0, 0, 1, 0, 0),
+        ),
+        (
+            "an old attempt's completion does not cancel the re-run",
+            vec![job(1, 2, 90, 105, 1)],
+            vec![op(Down, 1, 1)],
+            vec![job(1, 2, 90, 105, 1), job(1, 1, NOW, until, 0)],
+            (0, 0, 0, 1, 1),
+        ),
+        (
+            "an unrecorded job's completion releases an anonymous (ARC) reservation and leaves a tombstone",
+            vec![r(90, 105), job(2, 1, 91, 106, 1)],
+            vec![op(Down, 1, 1)],
+            vec![job(2, 1, 91, 106, 1), job(1, 1, NOW, until, 0)],
+            (0, 1, 0, 1, 0),
+        ),
+        (
+            "an unrecorded job's completion with nothing anonymous only leaves a tombstone",
+            vec![],
+            vec![op(Down, 1, 1)],
+            vec![job(1, 1, NOW, until, 0)],
+            (0, 0, 0, 1, 1),
+        ),
+        (
+            "a completion overtaking its queued in one batch cancels it",
+            vec![],
+            vec![op(Down, 1, 1), op(Up, 1, 1)],
+            vec![job(1, 1, NOW, until, 0)],
+            (1, 1, 0, 0, 0),
+        ),
+        (
+            "an expired tombstone no longer stops a queued",
+            vec![job(1, 1, 80, 90, 0)],
+            vec![op(Up, 1, 1)],
+            vec![job(1, 1, NOW, until, 1)],
+            (1, 0, 0, 0, 0),
+        ),
+    ];
+    for (case, existing, ops, expected, counts) in rows {
+        let u = apply_scale_operations(&existing, &ops, t(NOW), None, mins(DURATION));
+        assert_eq!(u.reservations, expected, "{case}");
+        assert_eq!(
+            (
+                u.added,
+                u.removed,
+                u.duplicates,
+                u.tombstoned,
+                u.unmatched_downs
+            ),
+            counts,
+            "{case}"
+        );
+    }
+}
+
+#[test]
+fn only_the_newest_tombstones_are_kept() {
+    let existing: Vec<Reservation> = (0..MAX_TOMBSTONES as u64)
+        .map(|id| job(id, 1, 90, 105, 0))
+        .collect();
+    let u = apply_scale_operations(
+        &existing,
+        &[op(Down, 9999, 1)],
+        t(NOW),
+        None,
+        mins(DURATION),
+    );
+    assert_eq!(u.reservations.len(), MAX_TOMBSTONES);
+    assert_eq!(
+        u.reservations[0],
+        job(1, 1, 90, 105, 0),
+        "job 0's went first"
+    );
+    assert_eq!(u.expired, 1);
+}
+
+#[test]
+fn tombstones_are_not_extended_while_reservations_wait() {
+    let existing = [job(1, 1, 90, 101, 0), job(2, 1, 91, 102, 1)];
+    let u = apply(&existing, &[], Some(0));
+    assert_eq!(
+        u.reservations,
+        vec![job(1, 1, 90, 101, 0), job(2, 1, 91, NOW + DURATION, 1)]
+    );
 }

@@ -1,0 +1,307 @@
+//! Promise: a 2xx means the delivery is recorded. The webhook server answers a `workflow_job`
+//! delivery with 2xx only once its capacity reservation is stored in the cluster; a shutdown
+//! finishes the deliveries in flight; and the stored reservations, which name their job, are
+//! the deduplication that holds across replicas and restarts.
+//!
+//! Each test runs webhook servers as `hangar webhook-server` does ([`run_standalone`]), against
+//! the real control plane, and reads the autoscaler straight from the apiserver.
+
+use std::time::Duration;
+
+use hangar::webhook_server::{WebhookConfig, run_standalone};
+use hangar_api::HorizontalRunnerAutoscaler;
+use hangar_github::Secret;
+use hangar_testkit::{TestCluster, TestNamespace, crds};
+use kube::api::PostParams;
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const SECRET: &str = "hangar-durable-test-secret";
+const HRA: &str = "hooks";
+
+/// One webhook server replica; `stop` shuts it down gracefully and waits for it to exit.
+struct Replica {
+    addr: String,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Replica {
+    async fn start(client: &Client, ns: &str) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let config = WebhookConfig::new(Some(Secret::new(SECRET)), false).unwrap();
+        let task = tokio::spawn(run_standalone(
+            client.clone(),
+            Some(ns.to_owned()),
+            None,
+            listener,
+            config,
+            None,
+            async move {
+                let _ = rx.await;
+            },
+        ));
+        // The server answers once its stores are synced; a GET tells when.
+        for _ in 0..200 {
+            if tokio::net::TcpStream::connect(&addr).await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Self {
+            addr,
+            shutdown: Some(tx),
+            task,
+        }
+    }
+
+    fn begin_stop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    async fn stop(mut self) {
+        self.begin_stop();
+        tokio::time::timeout(Duration::from_secs(30), &mut self.task)
+            .await
+            .expect("the server exits after a shutdown")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A namespace holding RunnerDeployment `rd` (repository `octo/app`, label `linux`) and
+/// autoscaler [`HRA`] scaling it on `workflow_job` between 0 and `max`.
+async fn setup(prefix: &str, max: i32) -> (TestNamespace, Client) {
+    let cluster = TestCluster::get();
+    let client = cluster.client().await;
+    crds::install(&client).await;
+    // The control plane may be shared with test runs of older CRDs, which would prune the
+    // reservations' job fields: apply this build's again, just before use.
+    crds::apply_and_wait(&client, &hangar_api::crds())
+        .await
+        .unwrap();
+    let ns = TestNamespace::create(cluster, prefix).await;
+    let create = |obj: Value| {
+        let client = client.clone();
+        let ns = ns.name().to_owned();
+        async move {
+            let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+                client,
+                &ns,
+                &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                    "actions.summerwind.dev",
+                    "v1alpha1",
+                    obj["kind"].as_str().unwrap(),
+                )),
+            );
+            api.create(
+                &PostParams::default(),
+                &serde_json::from_value(obj).unwrap(),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    create(json!({
+        "apiVersion": "actions.summerwind.dev/v1alpha1",
+        "kind": "RunnerDeployment",
+        "metadata": {"name": "rd"},
+        "spec": {"replicas": 0, "template": {"spec": {"repository": "octo/app", "labels": ["linux"]}}}
+    }))
+    .await;
+    create(json!({
+        "apiVersion": "actions.summerwind.dev/v1alpha1",
+        "kind": "HorizontalRunnerAutoscaler",
+        "metadata": {"name": HRA},
+        "spec": {
+            "scaleTargetRef": {"kind": "RunnerDeployment", "name": "rd"},
+            "minReplicas": 0, "maxReplicas": max,
+            "scaleUpTriggers": [{"githubEvent": {"workflowJob": {}}, "duration": "30m"}]
+        }
+    }))
+    .await;
+    (ns, client)
+}
+
+/// Runners reserved in the autoscaler as stored in the apiserver (not a cache).
+async fn reserved(client: &Client, ns: &str) -> i32 {
+    let hra = Api::<HorizontalRunnerAutoscaler>::namespaced(client.clone(), ns)
+        .get(HRA)
+        .await
+        .unwrap();
+    hra.spec
+        .capacity_reservations
+        .iter()
+        .flatten()
+        .filter_map(|r| r.replicas)
+        .sum()
+}
+
+fn workflow_job(action: &str, job_id: u64) -> Value {
+    let completed = action == "completed";
+    json!({
+        "action": action,
+        "workflow_job": {
+            "id": job_id, "run_id": 7, "run_attempt": 1, "name": "build",
+            "status": if completed { "completed" } else { "queued" },
+            "conclusion": if completed { json!("success") } else { Value::Null },
+            "labels": ["self-hosted", "linux"],
+            "runner_id": if completed { json!(42) } else { Value::Null },
+        },
+        "repository": {
+            "id": 1, "name": "app", "full_name": "octo/app", "private": true,
+            "owner": {"login": "octo", "id": 2, "type": "Organization"}
+        },
+        "organization": {"login": "octo", "id": 2}
+    })
+}
+
+/// A signed `workflow_job` delivery sent like GitHub does; returns status and body.
+async fn deliver(addr: &str, guid: &str, payload: &Value) -> (u16, String) {
+    let (stream, rest) = begin_delivery(addr, guid, payload).await;
+    finish_delivery(stream, &rest).await
+}
+
+/// Sends a delivery's headers and all of its body but the last byte, which it returns: the
+/// server is then handling the request and waits for the rest.
+async fn begin_delivery(
+    addr: &str,
+    guid: &str,
+    payload: &Value,
+) -> (tokio::net::TcpStream, Vec<u8>) {
+    let mut body = serde_json::to_vec(payload).unwrap();
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST / HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nx-github-event: workflow_job\r\nx-github-delivery: {guid}\r\n\
+         x-hub-signature-256: {}\r\n\r\n",
+        body.len(),
+        hangar_github::webhook::sign(SECRET.as_bytes(), &body)
+    );
+    let rest = body.split_off(body.len() - 1);
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&body).await.unwrap();
+    (stream, rest)
+}
+
+/// Sends `rest` of the body and reads the answer: status and body (status 0 when the
+/// connection closed without one).
+async fn finish_delivery(mut stream: tokio::net::TcpStream, rest: &[u8]) -> (u16, String) {
+    let _ = stream.write_all(rest).await;
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response).await;
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
+    (status, body)
+}
+
+fn is_2xx(status: u16) -> bool {
+    (200..300).contains(&status)
+}
+
+#[tokio::test]
+async fn a_2xx_is_answered_only_once_the_reservation_is_stored() {
+    let (ns, client) = setup("durable-ack", 10).await;
+    let replica = Replica::start(&client, ns.name()).await;
+    // Several in a row: after the first write, each later one also waits out the batch
+    // interval, so an early answer would show.
+    for job in 1..=3u64 {
+        let (status, body) = deliver(
+            &replica.addr,
+            &format!("d-{job}"),
+            &workflow_job("queued", job),
+        )
+        .await;
+        assert_eq!(status, 202, "{body}");
+        let stored = reserved(&client, ns.name()).await;
+        assert_eq!(
+            stored,
+            i32::try_from(job).unwrap(),
+            "job {job} was answered {status} before its reservation was stored"
+        );
+    }
+    replica.stop().await;
+}
+
+#[tokio::test]
+async fn one_job_counts_once_across_replicas_redeliveries_and_restarts() {
+    let (ns, client) = setup("durable-dedup", 10).await;
+    let a = Replica::start(&client, ns.name()).await;
+    let b = Replica::start(&client, ns.name()).await;
+    // Two replicas behind one Service: GitHub's delivery and its redelivery (same id) land on
+    // different replicas, and a re-sent event with a new delivery id too.
+    for (replica, guid) in [(&a, "q-1"), (&b, "q-1"), (&b, "q-1-again")] {
+        let (status, body) = deliver(&replica.addr, guid, &workflow_job("queued", 1)).await;
+        assert!(is_2xx(status), "{status} {body}");
+    }
+    assert_eq!(reserved(&client, ns.name()).await, 1, "job 1 counted twice");
+    let (status, _) = deliver(&a.addr, "q-2", &workflow_job("queued", 2)).await;
+    assert!(is_2xx(status));
+    assert_eq!(reserved(&client, ns.name()).await, 2);
+
+    // Job 1 completes; its completion reaches both replicas: only job 1's reservation goes.
+    for (replica, guid) in [(&a, "c-1"), (&b, "c-1")] {
+        let (status, body) = deliver(&replica.addr, guid, &workflow_job("completed", 1)).await;
+        assert!(is_2xx(status), "{status} {body}");
+    }
+    assert_eq!(
+        reserved(&client, ns.name()).await,
+        1,
+        "job 1's completion released job 2's runner too"
+    );
+
+    // A restarted replica remembers nothing in memory: redeliveries of both jobs' `queued`
+    // change nothing, and job 1 (completed) is not reserved again.
+    a.stop().await;
+    b.stop().await;
+    let restarted = Replica::start(&client, ns.name()).await;
+    for (guid, job) in [("q-1", 1), ("q-2", 2), ("q-1-later", 1)] {
+        let (status, body) = deliver(&restarted.addr, guid, &workflow_job("queued", job)).await;
+        assert!(is_2xx(status), "{status} {body}");
+    }
+    assert_eq!(
+        reserved(&client, ns.name()).await,
+        1,
+        "a redelivery after a restart counted a job again"
+    );
+    restarted.stop().await;
+}
+
+#[tokio::test]
+async fn a_delivery_in_flight_at_shutdown_is_answered_and_stored() {
+    let (ns, client) = setup("durable-stop", 10).await;
+    let mut replica = Replica::start(&client, ns.name()).await;
+    let (stream, rest) = begin_delivery(&replica.addr, "d-1", &workflow_job("queued", 1)).await;
+    // Give the server ample time to have read the headers: the request is then in flight, and
+    // a shutdown must let it finish.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    replica.begin_stop();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (status, body) = finish_delivery(stream, &rest).await;
+    replica.stop().await;
+    assert_eq!(
+        status, 202,
+        "the in-flight delivery was not finished: {body}"
+    );
+    assert_eq!(
+        reserved(&client, ns.name()).await,
+        1,
+        "answered {status} but the reservation was lost at shutdown"
+    );
+}
