@@ -160,12 +160,16 @@ impl Stack {
             .unwrap()
     }
 
+    /// Reservations that hold a runner. A completed job leaves a zero-replica record of itself
+    /// for the trigger's duration (so a late or repeated `queued` adds nothing); it holds none.
     async fn reservations(&self, name: &str) -> usize {
         self.hra(name)
             .await
             .spec
             .capacity_reservations
-            .map_or(0, |r| r.len())
+            .map_or(0, |r| {
+                r.iter().filter(|c| c.replicas.unwrap_or(1) > 0).count()
+            })
     }
 
     async fn desired(&self, name: &str) -> Option<i32> {
