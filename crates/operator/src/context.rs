@@ -49,6 +49,11 @@ pub struct Settings {
     /// How long a registration must have looked leaked before it is removed
     /// (`--leaked-registration-grace`).
     pub leaked_registration_grace: Duration,
+    /// Watch the metadata of Secrets (`--watch-credential-secrets`), so a created or changed
+    /// `githubAPICredentialsFrom` Secret takes effect at once. Needs list and watch on Secrets,
+    /// which cluster-wide reads every Secret of the cluster; without it a change is picked up
+    /// by the next reconcile's GET, at most [`crate::credentials::RECHECK_AFTER`] later.
+    pub watch_credential_secrets: bool,
     /// Builds the clients of per-resource credentials (`githubAPICredentialsFrom`); should be
     /// the registry the controller-wide client came from, so equal credentials share a client.
     /// `None` refuses per-resource credentials.
@@ -71,6 +76,7 @@ impl Default for Settings {
             default_scale_down_delay: hangar_core::autoscaler::DEFAULT_SCALE_DOWN_DELAY,
             leaked_registration_sweep: Duration::from_secs(10 * 60),
             leaked_registration_grace: Duration::from_secs(30 * 60),
+            watch_credential_secrets: true,
             github_registry: None,
             exporter: None,
         }

@@ -6,6 +6,7 @@
 mod support;
 
 mod ownership;
+mod secrets;
 mod servers;
 mod sweep;
 mod unregistration;
