@@ -53,6 +53,11 @@ pub struct Settings {
     /// `hangar.dev/retirement-timeout` annotation says otherwise (`--retirement-timeout`; see
     /// [`hangar_core::retirement`]).
     pub retirement_timeout: Duration,
+    /// Watch the metadata of Secrets (`--watch-credential-secrets`), so a created or changed
+    /// `githubAPICredentialsFrom` Secret takes effect at once. Needs list and watch on Secrets,
+    /// which cluster-wide reads every Secret of the cluster; without it a change is picked up
+    /// by the next reconcile's GET, at most [`crate::credentials::RECHECK_AFTER`] later.
+    pub watch_credential_secrets: bool,
     /// Builds the clients of per-resource credentials (`githubAPICredentialsFrom`); should be
     /// the registry the controller-wide client came from, so equal credentials share a client.
     /// `None` refuses per-resource credentials.
@@ -76,6 +81,7 @@ impl Default for Settings {
             leaked_registration_sweep: Duration::from_secs(10 * 60),
             leaked_registration_grace: Duration::from_secs(30 * 60),
             retirement_timeout: hangar_core::retirement::DEFAULT_TIMEOUT,
+            watch_credential_secrets: true,
             github_registry: None,
             exporter: None,
         }
