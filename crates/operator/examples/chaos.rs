@@ -16,9 +16,10 @@
 //! hits is resolved when it fires (from its `pick`, or from the Lease holder) and recorded.
 //!
 //! What is checked, after the window ends (faults stop, every replica runs again) and the
-//! queued jobs drain (`--drain-limit`): jobs interrupted other than by an injected runner crash
-//! (0), jobs not completed (stranded, 0), then, after every owner is deleted
-//! (`--cleanup-limit`): GitHub registrations, runner pods, Runners and Secrets left (0 each),
+//! queued jobs drain (`--drain-limit`): jobs interrupted other than on a pod an injected runner
+//! crash or pod deletion ended (0), jobs not completed (stranded, 0), then, after every owner is deleted
+//! (`--cleanup-limit`): GitHub registrations, runner pods, Runners and Secrets left (0 each; the
+//! per-scope registration Secret RunnerSet pods share is kept by design),
 //! panics in the replicas' logs (0), credentials in them (0), and the controller's GitHub
 //! rate-limit cost per hour within GitHub's PAT budget (5,000). A violation names the seed and,
 //! where one fault can be blamed, its index. Exit status is non-zero on any violation.
@@ -99,6 +100,8 @@ const LEASE: &str = "hangar-controller";
 /// The replicas' `POD_NAME`s: their Lease identities start with these, which is how the leader
 /// is told apart.
 const REPLICAS: [&str; 2] = ["replica-a", "replica-b"];
+/// Names of the per-scope registration Secrets (`hangar-registration-<kind>-<hash>`).
+const SCOPE_SECRET_PREFIX: &str = "hangar-registration-";
 /// GitHub's primary budget for a PAT: the controller must stay within it per hour of run.
 const API_BUDGET_PER_HOUR: f64 = 5000.0;
 
@@ -211,7 +214,7 @@ struct Observed {
     /// Jobs at the end of the drain, from ghsim.
     jobs: Vec<ghsim::world::Job>,
     accounting: ghsim::accounting::Accounting,
-    /// Pods crashed by `RunnerCrash`, with the fault index.
+    /// Pods crashed by `RunnerCrash` or deleted by `DeleteRunnerPod`, with the fault index.
     crashed: BTreeMap<String, usize>,
     /// Left after the owners were deleted and `--cleanup-limit` passed.
     leftover: Leftover,
@@ -306,9 +309,13 @@ impl Run<'_> {
                 .fire(s, &mut pending)
                 .await
                 .unwrap_or_else(|e| format!("failed: {e:#}"));
-            if let (Fault::RunnerCrash { .. }, Some(pod)) =
-                (&s.fault, outcome.strip_prefix("crashed "))
-            {
+            // A runner crash, or a user deleting a pod (the kubelet stops its containers at
+            // once; without the admission webhook nothing can refuse), may end a job: those
+            // interruptions are the fault's, not Hangar's, and are counted apart.
+            let victim = outcome
+                .strip_prefix("crashed ")
+                .or_else(|| outcome.strip_prefix("deleted "));
+            if let Some(pod) = victim {
                 crashed.insert(pod.to_owned(), s.index);
             }
             eprintln!("chaos: #{} {} -> {outcome}", s.index, s.fault.kind());
@@ -555,12 +562,15 @@ async fn collect_secrets(client: Client, into: Arc<Mutex<BTreeSet<String>>>) {
         if let Ok(list) = api.list(&ListParams::default()).await {
             let mut into = into.lock().expect("secrets");
             for secret in list {
-                for value in secret.data.unwrap_or_default().into_values() {
-                    if let Ok(text) = String::from_utf8(value.0) {
-                        // Short values (ids, flags) would match innocent log text.
-                        if text.len() >= 16 {
-                            into.insert(text);
-                        }
+                // Only the credentials: other keys (an expiry time) may be logged.
+                for (key, value) in secret.data.unwrap_or_default() {
+                    let credential = [
+                        hangar::runner_pod::TOKEN_KEY,
+                        hangar::runner_pod::JIT_CONFIG_KEY,
+                    ]
+                    .contains(&key.as_str());
+                    if let (true, Ok(text)) = (credential, String::from_utf8(value.0)) {
+                        into.insert(text);
                     }
                 }
             }
@@ -629,6 +639,10 @@ async fn leftover(client: &Client, sim: &ghsim::Sim) -> anyhow::Result<Leftover>
                 .await?
                 .into_iter()
                 .map(|s| s.name_any())
+                // The per-scope registration-token Secret is shared by every RunnerSet pod of
+                // a scope and outlives them by design (admission/registration.rs); per-runner
+                // Secrets are what must not leak.
+                .filter(|name| !name.starts_with(SCOPE_SECRET_PREFIX))
                 .collect(),
         ),
     })
@@ -1142,7 +1156,8 @@ struct Violation {
 struct JobCounts {
     queued: usize,
     completed: usize,
-    interrupted_by_injected_crash: usize,
+    /// On a pod an injected crash or user deletion ended.
+    interrupted_by_injected_fault: usize,
     interrupted_otherwise: usize,
     stranded: usize,
     max_queue_seconds: Option<f64>,
@@ -1198,7 +1213,7 @@ fn report(run: &Run<'_>, o: Observed, total: Duration) -> Report {
     let interrupted_otherwise = interrupted.len();
     add(
         "jobs_interrupted_by_hangar",
-        "no job is interrupted except by an injected runner crash",
+        "no job is interrupted except on a pod an injected crash or user deletion ended",
         interrupted,
     );
     let stranded: Vec<Violation> = o
@@ -1233,7 +1248,17 @@ fn report(run: &Run<'_>, o: Observed, total: Duration) -> Report {
     add(
         "leaked_registrations",
         "no GitHub runner registration is left once the owners are deleted",
-        left("registration", &o.leftover.registrations),
+        o.leftover
+            .registrations
+            .iter()
+            // A registration left by a crashed or deleted pod points at that fault.
+            .map(|n| {
+                violation(
+                    o.crashed.get(n).copied(),
+                    format!("registration {n} left after cleanup"),
+                )
+            })
+            .collect(),
     );
     add(
         "leaked_pods",
@@ -1316,7 +1341,7 @@ fn report(run: &Run<'_>, o: Observed, total: Duration) -> Report {
         jobs: JobCounts {
             queued: o.job_ids.len(),
             completed,
-            interrupted_by_injected_crash: by_crash,
+            interrupted_by_injected_fault: by_crash,
             interrupted_otherwise,
             stranded: stranded_count,
             max_queue_seconds: o.accounting.jobs_summary.max_queue_seconds,
@@ -1367,7 +1392,7 @@ fn scan_logs(logs: &Path, secrets: &BTreeSet<String>) -> (Vec<String>, Vec<Strin
 fn summary(r: &Report) -> String {
     let mut out = format!(
         "chaos: seed {} — {} faults over {} s ({}); jobs: {} queued, {} completed, {} \
-         interrupted by injected crashes; drained {} in {} s, cleanup {} s, total {} s\n",
+         interrupted by injected crashes or pod deletions; drained {} in {} s, cleanup {} s, total {} s\n",
         r.seed,
         r.schedule.len(),
         r.window_seconds,
@@ -1378,7 +1403,7 @@ fn summary(r: &Report) -> String {
             .join(", "),
         r.jobs.queued,
         r.jobs.completed,
-        r.jobs.interrupted_by_injected_crash,
+        r.jobs.interrupted_by_injected_fault,
         if r.timings.drained { "fully" } else { "NOT" },
         r.timings.drain_seconds,
         r.timings.cleanup_seconds,
