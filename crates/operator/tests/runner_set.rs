@@ -315,6 +315,29 @@ async fn a_finished_ephemeral_runner_is_replaced() {
     e.shutdown().await;
 }
 
+/// Chaos seed 2: without the pod webhook a StatefulSet's pod restarts `Always`, so the runner
+/// container of an ephemeral runner that finished its job was restarted in place, registered
+/// again with the token still in its Secret and took the next queued job — and the StatefulSet
+/// was then deleted as finished, killing that job. A job queued behind another for the same
+/// runner must run to the end.
+#[tokio::test]
+async fn without_the_pod_webhook_a_job_queued_behind_a_finished_one_is_not_interrupted() {
+    let e = Rs::start("rs-queued").await;
+    e.h.apply(&e.runner_set("queued", 1, "queued", &[]));
+    e.wait_running(1).await;
+
+    let first = e.submit(1, "queued", Duration::from_millis(300));
+    let second = e.submit(1, "queued", Duration::from_secs(3));
+    eventually(&e, "both jobs done (or one interrupted)", WAIT, || async {
+        e.assert_no_busy_runner_pod_deleting().await;
+        let done = e.all_succeeded(&first) && e.all_succeeded(&second);
+        (done || e.h.interrupted() > 0).then_some(())
+    })
+    .await;
+    assert_eq!(e.h.interrupted(), 0, "{}", e.describe().await);
+    e.shutdown().await;
+}
+
 impl Rs {
     /// One look at what [`Rs::wait_running`] waits for.
     async fn wait_running_once(&self, n: usize) -> Option<BTreeSet<String>> {
