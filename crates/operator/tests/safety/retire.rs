@@ -247,3 +247,33 @@ async fn deleting_a_runner_set_lets_its_busy_runner_finish_its_job() {
     assert_eq!(e.h.interrupted(), 0, "no job was interrupted");
     e.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_runner_set_forces_its_busy_runner_out_once_its_retirement_timeout_has_passed() {
+    let e = E2e::start("retire-rs-bound").await;
+    let mut set: Value =
+        serde_json::from_str(&runner_set(&e, "bounded-set", 1, "bounded-set")).unwrap();
+    set["metadata"]["annotations"] = json!({"hangar.dev/retirement-timeout": "2s"});
+    e.h.apply(&set.to_string());
+    wait_registered_pods(&e, 1).await;
+    // A job far longer than the test waits: only the forced deletion ends it.
+    let job = e.submit(1, "bounded-set", Duration::from_secs(600), false)[0];
+    eventually(&e, "the runner busy", WAIT, || async {
+        e.h.busy().into_iter().next()
+    })
+    .await;
+
+    e.h.api::<RunnerSet>()
+        .delete("bounded-set", &DeleteParams::background())
+        .await
+        .unwrap();
+
+    wait_all_gone(&e).await;
+    let forced = events(&e, "RunnerSet", "bounded-set", "RetirementTimedOut").await;
+    assert!(
+        forced.iter().any(|m| m.contains("busy")),
+        "a Warning event says busy runners were killed: {forced:?}"
+    );
+    assert!(!e.all_succeeded(&[job]), "the job did not finish");
+    e.shutdown().await;
+}
