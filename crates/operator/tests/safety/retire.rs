@@ -1,6 +1,6 @@
 //! Point 1: deleting an owner retires its runners gracefully.
 //!
-//! `kubectl delete` of a RunnerDeployment or a Runner used to cascade through garbage
+//! `kubectl delete` of a RunnerDeployment, a Runner or a RunnerSet used to cascade through garbage
 //! collection: the runner pods got a deletion timestamp, the kubelet stopped their containers
 //! and busy runners died mid-job. Now each owner holds a finalizer while its runners go the
 //! unregister-before-delete way: idle runners at once, busy ones after their job, everything
