@@ -97,6 +97,13 @@ pub mod annotation {
     /// forces a deletion at once.
     pub const RETIREMENT_TIMEOUT: &str = "hangar.dev/retirement-timeout";
 
+    /// On a RunnerSet's StatefulSet and its pod, in the fallback mode (no pod webhook; the pod
+    /// restarts `Always`; Hangar's own): when Hangar took the registration credential back —
+    /// emptied the StatefulSet's registration Secret — because the pod's runner container had
+    /// started with it. A run the kubelet starts again cannot be created without it, so it
+    /// cannot register a second runner and take a job in the finished pod.
+    pub const REGISTRATION_SPENT: &str = "hangar.dev/registration-spent";
+
     /// On a RunnerSet pod: when the registration token injected into it expires.
     pub const TOKEN_EXPIRES_AT: &str = "actions-runner-controller/token-expires-at";
 }

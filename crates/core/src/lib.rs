@@ -16,6 +16,9 @@
 //!   never killing a busy runner.
 //! - [`placeholder`]: the opt-in registration-only runner that keeps jobs queued for a
 //!   RunnerDeployment scaled to zero on GitHub versions that fail them otherwise.
+//! - [`runner_container`]: where a runner is in its life, from its container's current state —
+//!   finished for good, running, or back after an exit in a pod that restarts it — and when to
+//!   take a restarting pod's registration credential back.
 //! - [`retirement`]: when a deleted owner lets go of its finalizer — after its runners left
 //!   through unregister-before-delete, or once its retirement timeout forces them out.
 //! - [`scope`]: where a runner registers on GitHub (enterprise, organization or repository) and
@@ -33,6 +36,7 @@ pub mod leader;
 pub mod owner_sync;
 pub mod placeholder;
 pub mod retirement;
+pub mod runner_container;
 pub mod scope;
 pub mod sweep;
 pub mod template_hash;

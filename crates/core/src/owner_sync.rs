@@ -16,6 +16,12 @@
 //!   after the set's `effectiveTime` (the time demand was last raised), missing runners are not
 //!   recreated for [`RECREATION_DELAY_AFTER_SCALE`], because a completed ephemeral runner usually
 //!   means its job finished and the autoscaler is about to lower the replica count.
+//! - **An owner is deleted as finished only when its runner cannot come back**
+//!   ([`PodView::runner_stopped`], judged by [`crate::runner_container::judge`] from the runner
+//!   container's current state). In a pod that restarts its runner container, a run that exited
+//!   counts as pending until it cannot come back, and a run that came back counts as a live
+//!   runner that may hold a job: its owner retires through unregistration
+//!   ([`RetireReason::Restarted`]), never deleted outright.
 //! - **Owners that are still settling count as pending runners** (a Runner that has not created
 //!   its pod yet, a StatefulSet whose status has not caught up with its spec), so pods being
 //!   created are never counted as missing, and nothing waits for them either.
@@ -68,8 +74,16 @@ pub struct PodView {
     pub name: String,
     /// Pod phase.
     pub phase: PodPhase,
-    /// The `runner` container has terminated (the pod may still run sidecars).
+    /// The runner has finished for good: its `runner` container exited and no run of this pod
+    /// can register again (the pod may still run sidecars). See [`crate::runner_container`].
     pub runner_stopped: bool,
+    /// The `runner` container runs again after it exited (a pod that restarts it): the run may
+    /// have registered again and hold a job, so its owner is retired through unregistration,
+    /// never deleted as finished.
+    pub runner_restarted: bool,
+    /// The `runner` container exited and the kubelet is to start it again, while nothing shows
+    /// the next run cannot register: neither finished nor running, it counts as pending.
+    pub runner_restarting: bool,
     /// The pod has a deletionTimestamp.
     pub deleting: bool,
     /// The GitHub runner ID is known (`actions-runner/id` annotation).
@@ -93,6 +107,10 @@ impl PodView {
     fn kind(&self, now: SystemTime) -> PodKind {
         if self.is_stopped() {
             PodKind::Completed
+        } else if self.runner_restarted {
+            PodKind::Restarted
+        } else if self.runner_restarting {
+            PodKind::Pending
         } else if self.phase == PodPhase::Running {
             let timed_out = !self.registered
                 && self
@@ -118,6 +136,7 @@ fn elapsed(since: SystemTime, now: SystemTime) -> Duration {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum PodKind {
     Completed,
+    Restarted,
     Running,
     RegistrationTimedOut,
     Terminating,
@@ -217,6 +236,9 @@ pub enum RetireReason {
     /// Its runner was Ready for longer than [`REGISTRATION_TIMEOUT`] without registering; a
     /// fresh pod is more likely to succeed.
     RegistrationTimeout,
+    /// Its runner container runs again after it exited ([`PodView::runner_restarted`]): the pod
+    /// is spent, but the new run may hold a job, so it goes the unregister-first way.
+    Restarted,
 }
 
 /// Why the plan stops short of scaling.
@@ -311,6 +333,19 @@ pub fn plan(input: &Input) -> Plan {
             plan.wait = Some(Wait::OwnerWithoutTemplateHash(owner.name.clone()));
             return plan;
         };
+        if owner
+            .pods
+            .iter()
+            .any(|p| p.runner_restarted && !p.is_stopped())
+        {
+            // A runner that came back after it exited: not finished (its new run may have taken
+            // a job) and not one to keep (an ephemeral runner runs one job per pod). It leaves
+            // through unregistration, which waits out a job; it no longer counts, so its place
+            // is filled below.
+            plan.actions
+                .push(request_unregistration(owner, RetireReason::Restarted));
+            continue;
+        }
         let mut counts = count(owner, now);
         if !owner.pods.is_empty() && counts.completed as usize == owner.pods.len() {
             let finished_at = owner.pods.iter().filter_map(|p| p.finished_at).max();
@@ -470,7 +505,8 @@ fn count(owner: &OwnerView, now: SystemTime) -> Counts {
     for pod in &owner.pods {
         match pod.kind(now) {
             PodKind::Completed => c.completed += 1,
-            PodKind::Running => c.running += 1,
+            // Retired before counting; were one counted, it may be busy.
+            PodKind::Restarted | PodKind::Running => c.running += 1,
             PodKind::RegistrationTimedOut => c.registration_timed_out += 1,
             PodKind::Terminating => c.terminating += 1,
             PodKind::Pending => c.pending += 1,

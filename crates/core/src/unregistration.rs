@@ -34,7 +34,9 @@ pub struct PodState {
     pub runner_id: Option<u64>,
     /// Pod phase.
     pub phase: PodPhase,
-    /// The `runner` container has terminated.
+    /// The runner has stopped for good: its `runner` container exited and no run of the pod can
+    /// register again ([`crate::runner_container::Run::Finished`]). A container that exited in
+    /// a pod that restarts it, or that runs again, is not stopped: its next run may register.
     pub runner_stopped: bool,
     /// When the pod last became Ready, if it is Ready.
     pub ready_since: Option<SystemTime>,
@@ -45,8 +47,6 @@ pub struct PodState {
     /// `runner-completion-wait-start-timestamp` is set: an ephemeral runner was found busy and we
     /// are waiting for it to finish its job.
     pub completion_wait_started: bool,
-    /// The runner container has restarted (restartCount > 0).
-    pub runner_restarted: bool,
 }
 
 /// Why unregistration is finished without (another) delete call.
@@ -59,10 +59,9 @@ pub enum Finished {
     /// The pod stopped or outlived the registration window without a runner ID. If a runner did
     /// register under this name, it is offline now and GitHub removes offline ephemeral runners.
     NoRunnerId,
-    /// The runner process stopped; an ephemeral runner removes itself when it exits.
+    /// The runner process stopped for good (no run of its pod can register again, see
+    /// [`crate::runner_container`]); an ephemeral runner removes itself when it exits.
     RunnerStopped,
-    /// An ephemeral runner we were waiting for restarted: its job is over.
-    RestartedAfterJob,
     /// GitHub removed the runner (204), or said it has no such runner (404) and a list taken
     /// after that call has no runner of the pod's name either.
     Removed,
@@ -111,9 +110,9 @@ pub fn next_step(pod: &PodState, now: SystemTime) -> Step {
     if stopped {
         return Step::Finish(Finished::RunnerStopped);
     }
-    if pod.completion_wait_started && pod.runner_restarted {
-        return Step::Finish(Finished::RestartedAfterJob);
-    }
+    // Not even after waiting for its job is a restart proof that the runner is done (ARC's
+    // #1369 shortcut): a runner container that restarted registers again and may hold the next
+    // job. Only GitHub can tell; a stale ID is caught by the 404 and the look-up by name.
     Step::Delete { runner_id }
 }
 
@@ -242,7 +241,6 @@ mod tests {
             started: Some(at(0)),
             unregistration_complete: false,
             completion_wait_started: false,
-            runner_restarted: false,
         }
     }
 
@@ -346,22 +344,24 @@ mod tests {
     }
 
     #[test]
-    fn restarted_runner_after_completion_wait_is_finished() {
+    fn a_runner_waited_for_that_runs_is_asked_of_github_however_often_it_restarted() {
+        // Waiting for its job, then running (again: the restart count is no proof either way,
+        // the new run may have registered and taken the next job): GitHub decides.
         let pod = PodState {
             completion_wait_started: true,
-            runner_restarted: true,
+            ..idle()
+        };
+        assert_eq!(next_step(&pod, at(1)), Step::Delete { runner_id: 42 });
+        // Once no run can come back, it is done.
+        let pod = PodState {
+            completion_wait_started: true,
+            runner_stopped: true,
             ..idle()
         };
         assert_eq!(
             next_step(&pod, at(1)),
-            Step::Finish(Finished::RestartedAfterJob)
+            Step::Finish(Finished::RunnerStopped)
         );
-        // A restart alone (without having waited for a job) proves nothing: ask GitHub.
-        let pod = PodState {
-            runner_restarted: true,
-            ..idle()
-        };
-        assert_eq!(next_step(&pod, at(1)), Step::Delete { runner_id: 42 });
     }
 
     #[test]

@@ -318,13 +318,14 @@ async fn a_finished_ephemeral_runner_is_replaced() {
 /// Chaos seed 2: without the pod webhook a StatefulSet's pod restarts `Always`, so the runner
 /// container of an ephemeral runner that finished its job was restarted in place, registered
 /// again with the token still in its Secret and took the next queued job — and the StatefulSet
-/// was then deleted as finished, killing that job. A job queued behind another for the same
-/// runner must run to the end.
+/// was then deleted as finished (its `restartCount` said so), killing that job. A job queued
+/// behind another for the same runner must run to the end, on a runner of its own: the
+/// finished pod's credential was taken back, so its restarted container cannot register.
 #[tokio::test]
 async fn without_the_pod_webhook_a_job_queued_behind_a_finished_one_is_not_interrupted() {
     let e = Rs::start("rs-queued").await;
     e.h.apply(&e.runner_set("queued", 1, "queued", &[]));
-    e.wait_running(1).await;
+    let first_pod = e.wait_running(1).await;
 
     let first = e.submit(1, "queued", Duration::from_millis(300));
     let second = e.submit(1, "queued", Duration::from_secs(3));
@@ -335,6 +336,16 @@ async fn without_the_pod_webhook_a_job_queued_behind_a_finished_one_is_not_inter
     })
     .await;
     assert_eq!(e.h.interrupted(), 0, "{}", e.describe().await);
+    let ran_on = |id: u64| e.h.sim.read(|w, _| w.jobs[&id].runner_name.clone());
+    let (a, b) = (ran_on(first[0]), ran_on(second[0]));
+    assert!(
+        a.as_ref().is_some_and(|a| first_pod.contains(a)),
+        "the first job ran on {a:?}, not on {first_pod:?}"
+    );
+    assert_ne!(
+        a, b,
+        "one pod ran both jobs: its runner came back after its job"
+    );
     e.shutdown().await;
 }
 

@@ -24,6 +24,9 @@ prop_compose! {
     fn pod_view(i: usize)(
         phase in phase(),
         runner_stopped in proptest::bool::weighted(0.1),
+        // What the runner container's judgement allows next to it (`runner_container::Run`):
+        // a runner is finished, back after an exit, about to come back, or none of these.
+        back in 0u8..10,
         deleting in proptest::bool::weighted(0.1),
         registered in proptest::bool::weighted(0.8),
         ready_at in proptest::option::of(0u64..30),
@@ -35,6 +38,8 @@ prop_compose! {
             name: format!("pod-{i}"),
             phase,
             runner_stopped,
+            runner_restarted: !runner_stopped && back == 0,
+            runner_restarting: !runner_stopped && back == 1,
             deleting,
             registered,
             ready_since: ready_at.map(t),
@@ -93,9 +98,14 @@ prop_compose! {
     }
 }
 
-/// A pod whose runner may be running a job: running, not stopped, and not yet unregistered.
+/// A pod whose runner may be running a job: running, not stopped, and not yet unregistered; or
+/// back after an exit (or about to be) in a pod that restarts it, unless the pod's phase is
+/// terminal (the kubelet restarts nothing in a Succeeded or Failed pod).
 fn may_be_busy(pod: &PodView) -> bool {
-    pod.phase == PodPhase::Running && !pod.runner_stopped && !pod.unregistration_complete
+    let live = pod.phase == PodPhase::Running && !pod.runner_stopped;
+    let terminal = matches!(pod.phase, PodPhase::Succeeded | PodPhase::Failed);
+    let back = (pod.runner_restarted || pod.runner_restarting) && !terminal;
+    (live || back) && !pod.unregistration_complete
 }
 
 proptest! {

@@ -16,6 +16,8 @@ fn pod(name: &str, phase: PodPhase) -> PodView {
         name: name.into(),
         phase,
         runner_stopped: false,
+        runner_restarted: false,
+        runner_restarting: false,
         deleting: false,
         registered: phase == PodPhase::Running,
         ready_since: (phase == PodPhase::Running).then(|| t(0)),
@@ -205,6 +207,93 @@ fn runner_container_exit_counts_as_completed_even_with_running_sidecar() {
             ..
         }
     ));
+}
+
+/// A StatefulSet pod whose runner container is in `run` (see `crate::runner_container`), as
+/// the driver shows it to owner sync.
+fn in_run(name: &str, created: u64, run: crate::runner_container::Run) -> OwnerView {
+    use crate::runner_container::Run;
+    let mut o = running(name, created);
+    let p = &mut o.pods[0];
+    p.runner_stopped = run.is_finished();
+    p.runner_restarted = run == Run::Restarted;
+    p.runner_restarting = matches!(run, Run::Restarting { .. });
+    p.finished_at = run.finished_at();
+    o
+}
+
+#[test]
+fn a_runner_is_deleted_as_finished_only_when_it_cannot_come_back() {
+    use crate::runner_container::Run;
+    let done = Some(t(1));
+    // (the runner's run, desired) -> (deleted as completed, retired as restarted, created)
+    let cases = [
+        // Completed: the next run could not be created; deleted, and replaced if wanted.
+        (Run::Finished { finished_at: done }, 1, (true, false, 1)),
+        (Run::Finished { finished_at: done }, 0, (true, false, 0)),
+        // Exited, about to run again with a credential that may register: wait, as for a
+        // pending runner (no deletion, no replacement yet).
+        (Run::Restarting { finished_at: done }, 1, (false, false, 0)),
+        // Desired 0: a runner without a running run is retired by scale-down, unregister-first.
+        (Run::Restarting { finished_at: done }, 0, (false, false, 0)),
+        // Restarted: running again, maybe busy with a job of its own: retired unregister-first
+        // whatever the desired count, and replaced.
+        (Run::Restarted, 1, (false, true, 1)),
+        (Run::Restarted, 0, (false, true, 0)),
+        (Run::Restarted, 2, (false, true, 2)),
+        // Busy or idle first run: a live runner, kept.
+        (Run::Running, 1, (false, false, 0)),
+    ];
+    for (run, desired, (deleted, restarted, created)) in cases {
+        let plan = plan(&input(desired, vec![in_run("a", 0, run)], 2));
+        let case = format!("{run:?} desired={desired}: {plan:?}");
+        let completed = plan.actions.iter().any(|a| {
+            matches!(
+                a,
+                Action::Delete {
+                    reason: DeleteReason::Completed,
+                    ..
+                }
+            )
+        });
+        assert_eq!(completed, deleted, "{case}");
+        assert_eq!(
+            retired(&plan).contains(&("a".into(), RetireReason::Restarted)),
+            restarted,
+            "{case}"
+        );
+        let create = plan.actions.iter().find_map(|a| match a {
+            Action::Create { count } => Some(*count),
+            _ => None,
+        });
+        assert_eq!(create.unwrap_or(0), created, "{case}");
+        // Never deleted outright unless finished for good.
+        if !run.is_finished() {
+            assert!(
+                !plan
+                    .actions
+                    .iter()
+                    .any(|a| matches!(a, Action::Delete { .. })),
+                "{case}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_restarted_runner_of_an_owner_already_retiring_is_left_to_unregistration() {
+    let mut a = in_run("a", 0, crate::runner_container::Run::Restarted);
+    a.unregistration_requested = true;
+    a.pods[0].unregistration_requested = true;
+    let plan = plan(&input(1, vec![a], 2));
+    assert!(retired(&plan).is_empty(), "{plan:?}");
+    assert!(
+        !plan.actions.iter().any(|a| matches!(
+            a,
+            Action::Delete { .. } | Action::MarkUnregistrationComplete { .. }
+        )),
+        "{plan:?}"
+    );
 }
 
 /// A Runner that has not created its pod yet: no pods, not settled.

@@ -143,14 +143,92 @@ fn runner_status(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::ContainerStat
         .find(|c| c.name == RUNNER_CONTAINER)
 }
 
-/// The runner container has terminated.
-pub fn runner_stopped(pod: &Pod) -> bool {
-    runner_status(pod).is_some_and(|s| s.state.as_ref().is_some_and(|st| st.terminated.is_some()))
+/// The kubelet's reason for a container it cannot create because a `valueFrom` it reads is
+/// missing.
+pub const CREATE_CONTAINER_CONFIG_ERROR: &str = "CreateContainerConfigError";
+
+/// The runner container's current state, as `hangar_core::runner_container` reads it.
+pub fn runner_container_state(pod: &Pod) -> (i32, hangar_core::runner_container::State) {
+    use hangar_core::runner_container::State;
+    let Some(status) = runner_status(pod) else {
+        return (
+            0,
+            State::NotCreated {
+                cannot_create: false,
+            },
+        );
+    };
+    let finished = |t: &k8s_openapi::api::core::v1::ContainerStateTerminated| {
+        t.finished_at.as_ref().map(k8s_time)
+    };
+    let state = status.state.as_ref();
+    let last = status
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref());
+    let state = if state.is_some_and(|s| s.running.is_some()) {
+        State::Running
+    } else if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
+        State::Exited {
+            finished_at: finished(t),
+            cannot_create: false,
+        }
+    } else {
+        let cannot_create = state
+            .and_then(|s| s.waiting.as_ref())
+            .and_then(|w| w.reason.as_deref())
+            == Some(CREATE_CONTAINER_CONFIG_ERROR);
+        if last.is_some() || status.restart_count > 0 {
+            // Waiting to be started again after a run.
+            State::Exited {
+                finished_at: last.and_then(finished),
+                cannot_create,
+            }
+        } else {
+            State::NotCreated { cannot_create }
+        }
+    };
+    (status.restart_count, state)
 }
 
-/// The runner container has restarted at least once.
-pub fn runner_restarted(pod: &Pod) -> bool {
-    runner_status(pod).is_some_and(|s| s.restart_count > 0)
+/// Where the pod's runner is in its life (`hangar_core::runner_container::judge`), given
+/// whether its registration credential was taken back.
+pub fn runner_run(pod: &Pod, credential_spent: bool) -> hangar_core::runner_container::Run {
+    let (restart_count, state) = runner_container_state(pod);
+    hangar_core::runner_container::judge(&runner_observed(
+        pod,
+        credential_spent,
+        restart_count,
+        state,
+    ))
+}
+
+/// What `hangar_core::runner_container` looks at for `pod`.
+pub fn runner_observed(
+    pod: &Pod,
+    credential_spent: bool,
+    restart_count: i32,
+    state: hangar_core::runner_container::State,
+) -> hangar_core::runner_container::Observed {
+    hangar_core::runner_container::Observed {
+        // The API defaults an unset policy to `Always`.
+        restarts: pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) != Some("Never"),
+        credential_spent,
+        restart_count,
+        state,
+    }
+}
+
+/// The pod says its registration credential was taken back
+/// ([`hangar_api::annotation::REGISTRATION_SPENT`]).
+pub fn registration_spent(pod: &Pod) -> bool {
+    annotation(pod, hangar_api::annotation::REGISTRATION_SPENT).is_some()
+}
+
+/// The runner has finished for good: its container exited and no run of the pod can register
+/// again (in a `Never` pod: the runner container terminated).
+pub fn runner_stopped(pod: &Pod) -> bool {
+    runner_run(pod, registration_spent(pod)).is_finished()
 }
 
 /// When the pod's Ready condition became True, if it is True.
@@ -174,19 +252,26 @@ pub fn runner_id(pod: &Pod) -> Option<u64> {
 
 /// The pod as owner sync sees it.
 pub fn pod_view(pod: &Pod) -> PodView {
+    pod_view_with(pod, registration_spent(pod))
+}
+
+/// The pod as owner sync sees it, given whether its registration credential was taken back.
+pub fn pod_view_with(pod: &Pod, credential_spent: bool) -> PodView {
     use hangar_api::annotation as a;
+    use hangar_core::runner_container::Run;
+    let run = runner_run(pod, credential_spent);
     PodView {
         name: pod.name_any(),
         phase: pod_phase(pod),
-        runner_stopped: runner_stopped(pod),
+        runner_stopped: run.is_finished(),
+        runner_restarted: run == Run::Restarted,
+        runner_restarting: matches!(run, Run::Restarting { .. }),
         deleting: pod.metadata.deletion_timestamp.is_some(),
         registered: runner_id(pod).is_some(),
         ready_since: ready_since(pod),
         unregistration_requested: annotation(pod, a::UNREGISTRATION_REQUEST_TIMESTAMP).is_some(),
         unregistration_complete: annotation(pod, a::UNREGISTRATION_COMPLETE_TIMESTAMP).is_some(),
-        finished_at: runner_status(pod)
-            .and_then(|s| s.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
-            .map(k8s_time),
+        finished_at: run.finished_at(),
     }
 }
 

@@ -39,7 +39,7 @@ use tracing::{info, warn};
 
 use super::{
     annotation, github_scope, object_name, pod_is_ephemeral, pod_phase, pod_uses_jit, ready_since,
-    rfc3339, runner_id, runner_restarted, runner_stopped,
+    rfc3339, runner_id, runner_stopped,
 };
 use crate::context::Context;
 use crate::error::{Error, github_err, ignore_not_found, kube_err};
@@ -300,7 +300,6 @@ async fn unregister(
         unregistration_complete: annotation(pod, ann::UNREGISTRATION_COMPLETE_TIMESTAMP).is_some(),
         completion_wait_started: annotation(pod, ann::RUNNER_COMPLETION_WAIT_START_TIMESTAMP)
             .is_some(),
-        runner_restarted: runner_restarted(pod),
     };
     let finished = match unregistration::next_step(&state, now) {
         Step::Finish(why) => why,
@@ -412,7 +411,7 @@ async fn unregister(
     // The event is for runners Hangar took off GitHub; one that stopped by itself (every
     // finished ephemeral runner) is no news, and an event per job would cost the apiserver a
     // write per job.
-    if matches!(finished, Finished::Removed | Finished::RestartedAfterJob) {
+    if matches!(finished, Finished::Removed) {
         ctx.event(
             pod.object_ref(&()),
             false,

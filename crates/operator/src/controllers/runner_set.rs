@@ -40,15 +40,21 @@
 //!   GitHub call. A pod deleted directly comes back under its name with a fresh credential.
 //! - **fallback** (no admission webhook in this process): a Secret per StatefulSet
 //!   (`<statefulset>-registration`: a token, or a JIT configuration for the runner named after
-//!   the pod) created by the controller, read through `valueFrom`. A JIT configuration is
-//!   single-use, so a pod of such a set deleted directly cannot register again: its runner
-//!   container fails, which counts as finished, and the StatefulSet is replaced.
+//!   the pod) created by the controller, read through `valueFrom`, and taken back once the
+//!   pod's runner container has started ([`spend_registrations`]), so a pod of such a set
+//!   deleted directly comes back unable to register: it counts as finished once the kubelet
+//!   shows it cannot create its runner container, and the StatefulSet is replaced.
 //!
 //! `restartPolicy`: a StatefulSet's template must say `Always`. The pod webhook turns it into
 //! `Never` on each pod (as ARC's does), so a runner container that exits ends its pod. Pods
 //! that still say `Always` (the fallback mode) have their runner container restarted by the
-//! kubelet, so there a runner container that *restarted* counts as finished (as a pod that
-//! stopped would): its StatefulSet is deleted and replaced, never reused.
+//! kubelet, and a restarted runner registers again with the same credential and takes the next
+//! job (chaos seed 2: such StatefulSets were deleted as finished, killing that job). So there
+//! the credential is single-use ([`spend_registrations`]) and the runner is judged from its
+//! container's current state (`hangar_core::runner_container`): an exited runner is finished
+//! only once its next run cannot be created, and one that came back anyway (the credential was
+//! taken back too late) is retired through unregister-before-delete, never deleted outright.
+//! Either way its StatefulSet is replaced, never reused.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -76,8 +82,8 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::{
-    annotation, k8s_time, object_name, parse_time, pod_view, registration, retirement, rfc3339,
-    runner_restarted, sets, wait_until_stored,
+    annotation, k8s_time, object_name, parse_time, pod_view_with, registration, retirement,
+    rfc3339, runner_container_state, runner_observed, sets, wait_until_stored,
 };
 use crate::conditions::{self, Desired};
 use crate::context::Context;
@@ -468,21 +474,25 @@ fn pods_of(ctx: &Context, sts: &StatefulSet) -> Vec<Arc<Pod>> {
 /// The runner container's environment variables that carry a registration credential.
 const CREDENTIAL_ENV: [&str; 2] = ["RUNNER_TOKEN", "ACTIONS_RUNNER_INPUT_JITCONFIG"];
 
-/// A StatefulSet pod as owner sync sees it. A pod that restarts `Always` (the fallback mode: no
-/// webhook made it `Never`) has a runner container that restarted counted as finished; see the
-/// module documentation. A pod that says `Never` ends when its runner does.
+/// A StatefulSet pod as owner sync sees it, given whether its StatefulSet's registration
+/// credential was taken back. Its runner is judged from the runner container's current state
+/// (`hangar_core::runner_container`): in a pod that restarts `Always` (the fallback mode: no
+/// webhook made it `Never`) an exited runner container is finished only once its next run
+/// cannot be created, and one running again after an exit is a live runner that may hold a job.
+/// A pod that says `Never` ends when its runner does.
 ///
 /// A pod someone else deleted (`kubectl delete pod`) stands for the pod its StatefulSet creates
 /// in its place under the same name: a pending runner, not a finished one (its runner container
 /// is killed by the deletion), so the StatefulSet is kept and the pod comes back (registered
-/// afresh by the pod webhook).
-fn stateful_pod_view(pod: &Pod) -> PodView {
-    let mut view = pod_view(pod);
-    let never = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) == Some("Never");
-    view.runner_stopped |= !never && runner_restarted(pod);
+/// afresh by the pod webhook; in the fallback mode its credential was taken back, so it cannot
+/// start and counts as finished once it shows so).
+fn stateful_pod_view(pod: &Pod, credential_spent: bool) -> PodView {
+    let mut view = pod_view_with(pod, credential_spent);
     if replaced_by_its_stateful_set(pod) {
         view.phase = hangar_core::owner_sync::PodPhase::Pending;
         view.runner_stopped = false;
+        view.runner_restarted = false;
+        view.runner_restarting = false;
         view.deleting = false;
         view.registered = false;
         view.ready_since = None;
@@ -501,7 +511,12 @@ pub fn replaced_by_its_stateful_set(pod: &Pod) -> bool {
         && annotation(pod, ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_none()
 }
 
-fn owner_view(ctx: &Context, sts: &StatefulSet, now: SystemTime) -> OwnerView {
+/// Whether `sts`'s registration credential was taken back (see [`spend_registrations`]).
+fn registration_spent(sts: &StatefulSet) -> bool {
+    annotation(sts, ann::REGISTRATION_SPENT).is_some()
+}
+
+fn owner_view(ctx: &Context, sts: &StatefulSet, now: SystemTime, spent: bool) -> OwnerView {
     let pods = pods_of(ctx, sts);
     let want = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     let have = sts.status.as_ref().map_or(0, |s| s.replicas);
@@ -521,7 +536,7 @@ fn owner_view(ctx: &Context, sts: &StatefulSet, now: SystemTime) -> OwnerView {
         // Settled once the StatefulSet controller created its pods and they reached our store:
         // pods not yet seen must not count as missing.
         settled: have == want && pods.len() == usize::try_from(want).unwrap_or(0),
-        pods: pods.iter().map(|p| stateful_pod_view(p)).collect(),
+        pods: pods.iter().map(|p| stateful_pod_view(p, spent)).collect(),
     }
 }
 
@@ -572,7 +587,14 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
         })
         .collect();
     hand_on_unregistration_requests(ctx, &owned).await?;
-    let owners: Vec<OwnerView> = owned.iter().map(|s| owner_view(ctx, s, now)).collect();
+    let spent = spend_registrations(ctx, &owned).await?;
+    let owners: Vec<OwnerView> = owned
+        .iter()
+        .map(|s| {
+            let spent = registration_spent(s) || spent.contains(&s.name_any());
+            owner_view(ctx, s, now, spent)
+        })
+        .collect();
 
     let input = owner_sync::Input {
         // A deleted set wants no runners: they retire as on a scale-down.
@@ -700,6 +722,97 @@ async fn hand_on_unregistration_requests(
         }
     }
     Ok(())
+}
+
+/// Takes back the registration credential of each StatefulSet whose pod restarts its runner
+/// container (the fallback mode) once a run has started (`hangar_core::runner_container::
+/// should_spend`): empties its Secret `<statefulset>-registration` — the running process read
+/// it when the kubelet created the container, and a run the kubelet starts again can no longer
+/// be created (`CreateContainerConfigError`: the `secretKeyRef` is not optional), so it cannot
+/// register a second runner and take the next queued job in a pod owner sync then deletes as
+/// finished (chaos seed 2). Then stamps [`ann::REGISTRATION_SPENT`] on the StatefulSet (what
+/// owner sync reads, surviving a pod recreated under the same name) and on its pods (what the
+/// runner-pod controller reads), handing the stamp on to pods that reached the store later.
+/// Returns the StatefulSets whose credential it took back now.
+async fn spend_registrations(
+    ctx: &Context,
+    owned: &[Arc<StatefulSet>],
+) -> Result<std::collections::BTreeSet<String>, Error> {
+    let mut spent_now = std::collections::BTreeSet::new();
+    let now = rfc3339(ctx.now());
+    // A StatefulSet being deleted goes with its Secret and pod; its pod restarts nothing.
+    for sts in owned
+        .iter()
+        .filter(|s| s.metadata.deletion_timestamp.is_none())
+    {
+        let ns = sts.namespace().unwrap_or_default();
+        let name = sts.name_any();
+        let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+        let pods = pods_of(ctx, sts);
+        let stamp = match annotation(sts.as_ref(), ann::REGISTRATION_SPENT) {
+            Some(at) => at.to_owned(),
+            None => {
+                let started = pods.iter().any(|p| {
+                    let (restart_count, state) = runner_container_state(p);
+                    hangar_core::runner_container::should_spend(&runner_observed(
+                        p,
+                        false,
+                        restart_count,
+                        state,
+                    ))
+                });
+                if !started {
+                    continue;
+                }
+                // Emptied rather than deleted: the controller may patch registration Secrets,
+                // never delete one (the garbage collector takes it with its StatefulSet).
+                Api::<Secret>::namespaced(ctx.client.clone(), &ns)
+                    .patch(
+                        &registration_secret_name(&name),
+                        &PatchParams::default(),
+                        &Patch::Merge(&serde_json::json!({ "data": null })),
+                    )
+                    .await
+                    .map(drop)
+                    .or_else(ignore_not_found)
+                    .map_err(kube_err(
+                        "take back registration secret",
+                        format!("{ns}/{}", registration_secret_name(&name)),
+                    ))?;
+                sets::stamp(
+                    &Api::<StatefulSet>::namespaced(ctx.client.clone(), &ns),
+                    &name,
+                    ann::REGISTRATION_SPENT,
+                    &now,
+                )
+                .await
+                .map(drop)
+                .or_else(ignore_not_found)
+                .map_err(kube_err(
+                    "mark registration spent on statefulset",
+                    format!("{ns}/{name}"),
+                ))?;
+                info!(statefulset = %format!("{ns}/{name}"), "runner started: registration secret taken back");
+                spent_now.insert(name.clone());
+                now.clone()
+            }
+        };
+        for pod in pods
+            .iter()
+            .filter(|p| annotation(p.as_ref(), ann::REGISTRATION_SPENT).is_none())
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+        {
+            sets::stamp(&pods_api, &pod.name_any(), ann::REGISTRATION_SPENT, &stamp)
+                .await
+                .map(drop)
+                .or_else(ignore_not_found)
+                .map_err(kube_err(
+                    "mark registration spent on pod",
+                    format!("{ns}/{}", pod.name_any()),
+                ))?;
+        }
+    }
+    Ok(spent_now)
 }
 
 /// Counts for the status, over StatefulSets that are not being deleted.

@@ -222,38 +222,171 @@ fn statefulset_names_are_fresh_and_short_enough_for_labels() {
     assert!(a.len() <= 52, "{a}");
 }
 
+/// A pod with runner container status `status` (`restartCount`, `state`, `lastState`).
+fn pod_with_runner(policy: Option<&str>, status: serde_json::Value) -> Pod {
+    let mut container = serde_json::json!({
+        "name": "runner", "image": "i", "imageID": "", "ready": true,
+    });
+    for (k, v) in status.as_object().unwrap() {
+        container[k] = v.clone();
+    }
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "example-abc-0"},
+        "spec": {"restartPolicy": policy, "containers": []},
+        "status": {"phase": "Running", "containerStatuses": [container]}
+    }))
+    .unwrap()
+}
+
 #[test]
-fn a_restarted_runner_container_counts_as_finished_only_in_pods_that_restart() {
-    // (restartPolicy, restarts, runner container terminated) -> counted as stopped
+fn a_runner_counts_as_finished_only_when_its_current_run_cannot_come_back() {
+    use serde_json::json;
+    let running = json!({"running": {"startedAt": "2030-01-01T12:00:00Z"}});
+    let exited = json!({"terminated": {"exitCode": 0, "finishedAt": "2030-01-01T12:00:05Z"}});
+    let back_off = json!({"waiting": {"reason": "CrashLoopBackOff"}});
+    let cannot_create = json!({"waiting": {"reason": "CreateContainerConfigError"}});
+    let none = json!(null);
+    // (restartPolicy, restartCount, state, lastState, credential spent)
+    //   -> (finished, restarted, restarting)
     let cases = [
-        // Fallback mode: the template's `Always` stays; a restart means the runner finished.
-        (Some("Always"), 1, false, true),
-        (Some("Always"), 0, false, false),
-        (None, 1, false, true),
         // Webhook mode: `Never`; nothing restarts, a terminated runner container is the end.
-        (Some("Never"), 0, false, false),
-        (Some("Never"), 0, true, true),
-        (Some("Never"), 1, false, false),
+        (
+            Some("Never"),
+            0,
+            &running,
+            &none,
+            false,
+            (false, false, false),
+        ),
+        (
+            Some("Never"),
+            0,
+            &exited,
+            &none,
+            false,
+            (true, false, false),
+        ),
+        // Fallback mode: the template's `Always` stays.
+        (
+            Some("Always"),
+            0,
+            &running,
+            &none,
+            false,
+            (false, false, false),
+        ),
+        (None, 0, &running, &none, true, (false, false, false)),
+        // Completed, but the kubelet starts it again: not finished while it may register.
+        (
+            Some("Always"),
+            0,
+            &exited,
+            &none,
+            false,
+            (false, false, true),
+        ),
+        (
+            Some("Always"),
+            0,
+            &exited,
+            &none,
+            true,
+            (false, false, true),
+        ),
+        (
+            Some("Always"),
+            1,
+            &back_off,
+            &exited,
+            true,
+            (false, false, true),
+        ),
+        // The next run cannot be created, its credential taken back: finished for good.
+        (
+            Some("Always"),
+            0,
+            &cannot_create,
+            &exited,
+            true,
+            (true, false, false),
+        ),
+        (None, 2, &cannot_create, &exited, true, (true, false, false)),
+        (
+            Some("Always"),
+            0,
+            &cannot_create,
+            &exited,
+            false,
+            (false, false, true),
+        ),
+        // Restarted (chaos seed 2): running again, restartCount 1. Its new run registered again
+        // and may be running the next job: never finished, whatever the restart count says.
+        (
+            Some("Always"),
+            1,
+            &running,
+            &exited,
+            false,
+            (false, true, false),
+        ),
+        (None, 1, &running, &exited, true, (false, true, false)),
+        // A pod recreated after its credential was taken back cannot start its runner.
+        (
+            Some("Always"),
+            0,
+            &cannot_create,
+            &none,
+            true,
+            (true, false, false),
+        ),
+        (
+            Some("Always"),
+            0,
+            &cannot_create,
+            &none,
+            false,
+            (false, false, false),
+        ),
     ];
-    for (policy, restarts, terminated, stopped) in cases {
-        let state = if terminated {
-            serde_json::json!({"terminated": {"exitCode": 0}})
-        } else {
-            serde_json::json!({"running": {}})
-        };
-        let pod: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "example-abc-0"},
-            "spec": {"restartPolicy": policy, "containers": []},
-            "status": {"phase": "Running", "containerStatuses": [{
-                "name": "runner", "image": "i", "imageID": "", "ready": true,
-                "restartCount": restarts, "state": state
-            }]}
-        }))
-        .unwrap();
+    for (policy, restarts, state, last, spent, (finished, restarted, restarting)) in cases {
+        let pod = pod_with_runner(
+            policy,
+            json!({"restartCount": restarts, "state": state, "lastState": last}),
+        );
+        let view = stateful_pod_view(&pod, spent);
+        let case = format!("{policy:?} restarts={restarts} {state} last={last} spent={spent}");
+        assert_eq!(view.is_stopped(), finished, "{case}");
+        assert_eq!(view.runner_restarted, restarted, "{case}");
+        assert_eq!(view.runner_restarting, restarting, "{case}");
+        if finished || restarting {
+            assert!(
+                view.finished_at.is_some() == (last != &none || state == &exited),
+                "{case}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_credential_of_a_started_run_is_taken_back_in_pods_that_restart() {
+    use serde_json::json;
+    let running = json!({"running": {}});
+    let waiting = json!({"waiting": {"reason": "ContainerCreating"}});
+    // (restartPolicy, restartCount, state) -> take the credential back
+    let cases = [
+        (Some("Always"), 0, &running, true),
+        (None, 1, &running, true),
+        (Some("Always"), 0, &waiting, false),
+        (Some("Never"), 0, &running, false),
+    ];
+    for (policy, restarts, state, spend) in cases {
+        let pod = pod_with_runner(policy, json!({"restartCount": restarts, "state": state}));
+        let (count, state_now) = crate::controllers::runner_container_state(&pod);
+        let observed = crate::controllers::runner_observed(&pod, false, count, state_now);
         assert_eq!(
-            stateful_pod_view(&pod).is_stopped(),
-            stopped,
-            "{policy:?} restarts={restarts} terminated={terminated}"
+            hangar_core::runner_container::should_spend(&observed),
+            spend,
+            "{policy:?} restarts={restarts} {state}"
         );
     }
 }
@@ -296,7 +429,7 @@ fn a_pod_deleted_by_someone_else_stands_for_its_replacement() {
         .unwrap();
         let case = format!("deleting={deleting} requested={requested} terminated={terminated}");
         assert_eq!(replaced_by_its_stateful_set(&pod), replaced, "{case}");
-        let view = stateful_pod_view(&pod);
+        let view = stateful_pod_view(&pod, false);
         if replaced {
             // One pending runner: owner sync neither replaces nor deletes its StatefulSet.
             assert!(!view.is_stopped() && !view.deleting, "{case}");
