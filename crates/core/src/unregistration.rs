@@ -38,6 +38,10 @@ pub struct PodState {
     /// register again ([`crate::runner_container::Run::Finished`]). A container that exited in
     /// a pod that restarts it, or that runs again, is not stopped: its next run may register.
     pub runner_stopped: bool,
+    /// The runner container's last run exited with code 0: an ephemeral runner that finished
+    /// its job has removed its own registration. A run that ended any other way (killed when
+    /// its pod was deleted, crashed, OOM-killed) may have left its registration behind.
+    pub runner_exited_cleanly: bool,
     /// When the pod last became Ready, if it is Ready.
     pub ready_since: Option<SystemTime>,
     /// When the pod started (status.startTime).
@@ -82,6 +86,14 @@ pub enum Step {
         /// GitHub runner ID.
         runner_id: u64,
     },
+    /// The runner stopped for good without exiting cleanly, so its registration may be left
+    /// behind: call DELETE once and finish whatever GitHub answers. A stopped runner can take no
+    /// job, so nothing waits on the answer; a registration a failed call leaves is offline and
+    /// the leaked-registration sweep's ([`crate::sweep`]).
+    RemoveLeftover {
+        /// GitHub runner ID.
+        runner_id: u64,
+    },
 }
 
 /// Decides the next step for a pod whose unregistration was requested.
@@ -108,7 +120,10 @@ pub fn next_step(pod: &PodState, now: SystemTime) -> Step {
         return Step::Finish(Finished::NoRunnerId);
     };
     if stopped {
-        return Step::Finish(Finished::RunnerStopped);
+        if pod.runner_exited_cleanly {
+            return Step::Finish(Finished::RunnerStopped);
+        }
+        return Step::RemoveLeftover { runner_id };
     }
     // Not even after waiting for its job is a restart proof that the runner is done (ARC's
     // #1369 shortcut): a runner container that restarted registers again and may hold the next
@@ -237,6 +252,7 @@ mod tests {
             runner_id: Some(42),
             phase: PodPhase::Running,
             runner_stopped: false,
+            runner_exited_cleanly: false,
             ready_since: Some(at(0)),
             started: Some(at(0)),
             unregistration_complete: false,
@@ -320,7 +336,7 @@ mod tests {
     }
 
     #[test]
-    fn stopped_runner_with_id_needs_no_api_call() {
+    fn a_runner_that_exited_cleanly_needs_no_api_call() {
         for pod in [
             PodState {
                 runner_stopped: true,
@@ -335,9 +351,38 @@ mod tests {
                 ..idle()
             },
         ] {
+            let pod = PodState {
+                runner_exited_cleanly: true,
+                ..pod
+            };
             assert_eq!(
                 next_step(&pod, at(1)),
                 Step::Finish(Finished::RunnerStopped),
+                "{pod:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_runner_killed_or_crashed_has_its_leftover_registration_removed_once() {
+        for pod in [
+            PodState {
+                runner_stopped: true,
+                ..idle()
+            },
+            PodState {
+                phase: PodPhase::Failed,
+                ..idle()
+            },
+            PodState {
+                runner_stopped: true,
+                completion_wait_started: true,
+                ..idle()
+            },
+        ] {
+            assert_eq!(
+                next_step(&pod, at(1)),
+                Step::RemoveLeftover { runner_id: 42 },
                 "{pod:?}"
             );
         }
@@ -356,6 +401,7 @@ mod tests {
         let pod = PodState {
             completion_wait_started: true,
             runner_stopped: true,
+            runner_exited_cleanly: true,
             ..idle()
         };
         assert_eq!(

@@ -191,6 +191,21 @@ pub fn runner_container_state(pod: &Pod) -> (i32, hangar_core::runner_container:
     (status.restart_count, state)
 }
 
+/// The runner container's last run exited with code 0 (its current state if terminated, else
+/// the run before it).
+pub fn runner_exited_cleanly(pod: &Pod) -> bool {
+    runner_status(pod)
+        .and_then(|status| {
+            let current = status.state.as_ref().and_then(|s| s.terminated.as_ref());
+            let last = status
+                .last_state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref());
+            current.or(last)
+        })
+        .is_some_and(|t| t.exit_code == 0)
+}
+
 /// Where the pod's runner is in its life (`hangar_core::runner_container::judge`), given
 /// whether its registration credential was taken back.
 pub fn runner_run(pod: &Pod, credential_spent: bool) -> hangar_core::runner_container::Run {

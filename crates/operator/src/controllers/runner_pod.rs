@@ -291,6 +291,7 @@ async fn unregister(
         runner_id: id,
         phase: pod_phase(pod),
         runner_stopped: runner_stopped(pod),
+        runner_exited_cleanly: super::runner_exited_cleanly(pod),
         ready_since: ready_since(pod),
         started: pod
             .status
@@ -311,7 +312,27 @@ async fn unregister(
         }
         // A reconcile on a cache from before this pod's `unregistration-complete` annotation:
         // the runner is gone already, and a second DELETE would only cost a call.
-        Step::Delete { .. } if ctx.runner_directory.was_removed(&uid) => Finished::Removed,
+        Step::Delete { .. } | Step::RemoveLeftover { .. }
+            if ctx.runner_directory.was_removed(&uid) =>
+        {
+            Finished::Removed
+        }
+        Step::RemoveLeftover { runner_id } => {
+            let github = github_for_pod(pod, ctx, authority).await?;
+            match github.delete_runner(gh_scope, RunnerId(runner_id)).await {
+                Ok(()) => {
+                    ctx.runner_directory
+                        .removed(gh_scope, &pod.name_any(), &uid)
+                        .await;
+                    Finished::Removed
+                }
+                Err(e) => {
+                    tracing::debug!(pod = %object_name(pod), runner_id, error = %e,
+                                    "a stopped runner's registration was not removed");
+                    Finished::RunnerStopped
+                }
+            }
+        }
         Step::Delete { runner_id } => {
             let github = github_for_pod(pod, ctx, authority).await?;
             let result = github.delete_runner(gh_scope, RunnerId(runner_id)).await;
