@@ -529,7 +529,8 @@ async fn test(no_lint: bool, no_demo: bool, cargo_args: &[String]) -> Result<Exi
     );
     let status = Command::new(&cargo)
         .current_dir(&root)
-        .args(["test", "--workspace"])
+        // Every test binary runs even after one fails, so a CI log tells of every failure.
+        .args(["test", "--workspace", "--no-fail-fast"])
         .args(cargo_args)
         .env("HANGAR_TEST_KUBECONFIG", plane.kubeconfig())
         .env("HANGAR_K8S_BIN_DIR", binaries.dir())
