@@ -1,28 +1,37 @@
 //! Chaos run: the real local stack under a seeded schedule of faults, with Hangar's invariants
 //! checked after a drain. Run it with `cargo xtask chaos -- --seed 7 --faults 50`; results go
 //! to `bench/results/chaos-<seed>.json` (or `--out`), logs to `target/chaos/<seed>/`.
+//! `--sample` is the short run `cargo xtask test` makes.
 //!
 //! What runs: a private control plane (kube-apiserver, etcd, controller-manager, scheduler),
-//! ghsim and nodesim (`--nodes`) in this process, two `hangar run` replicas with
-//! `--enable-leader-election` and `--webhook-addr`, and a round-robin TCP proxy in this process
-//! that ghsim's `workflow_job` hook points at (two webhook replicas behind one address). Owners:
-//! `eph` (ephemeral RunnerDeployment from zero, HRA with a webhook trigger), `pull` (ephemeral
-//! RunnerDeployment, HRA with the `PercentageRunnersBusy` pull metric), `persist` (persistent
-//! RunnerDeployment, 2 replicas) and `set` (RunnerSet, 1 replica). Jobs for the four labels
-//! are queued at `--rate` per second while faults fire.
+//! ghsim and nodesim (`--nodes`, plus a spare per `node-lost` fault) in this process, two
+//! `hangar run` replicas with `--enable-leader-election`, `--webhook-addr` and a short
+//! leaked-registration sweep ([`SWEEP_INTERVAL`], [`SWEEP_GRACE`]), and a round-robin TCP proxy
+//! in this process that ghsim's `workflow_job` hook points at (two webhook replicas behind one
+//! address). Owners (`--owners`, default all): `eph` (ephemeral RunnerDeployment from zero, HRA
+//! with a webhook trigger), `pull` (ephemeral RunnerDeployment, HRA with the
+//! `PercentageRunnersBusy` pull metric), `persist` (persistent RunnerDeployment, 2 replicas) and
+//! `set` (RunnerSet, 1 replica); plus a runner a user registered by hand ([`FOREIGN_RUNNER`]).
+//! Jobs for the owners' labels are queued at `--rate` per second while faults fire.
 //!
 //! What breaks: [`schedule::schedule`] turns (seed, `--faults`, window, `--kinds`) into a
-//! list of faults at offsets; the same seed replays the same list. Which pod or replica a fault
-//! hits is resolved when it fires (from its `pick`, or from the Lease holder) and recorded.
+//! list of faults at offsets; the same seed replays the same list. Which pod, Runner, node or
+//! replica a fault hits is resolved when it fires (from its `pick`, or from the Lease holder)
+//! and recorded.
 //!
 //! What is checked, after the window ends (faults stop, every replica runs again) and the
 //! queued jobs drain (`--drain-limit`): jobs interrupted other than on a pod an injected runner
-//! crash or pod deletion ended (0), jobs not completed (stranded, 0), then, after every owner is deleted
-//! (`--cleanup-limit`): GitHub registrations, runner pods, Runners and Secrets left (0 each; the
-//! per-scope registration Secret RunnerSet pods share is kept by design),
-//! panics in the replicas' logs (0), credentials in them (0), and the controller's GitHub
-//! rate-limit cost per hour within GitHub's PAT budget (5,000). A violation names the seed and,
-//! where one fault can be blamed, its index. Exit status is non-zero on any violation.
+//! crash, OOM kill, pod deletion or node loss ended (0), jobs not completed (stranded, 0), jobs
+//! that added runners through more than one capacity reservation (sampled every second from
+//! the autoscalers; 0). Then the sweep gets up to a grace period and three intervals to remove
+//! Hangar's registrations left offline without a pod or Runner, and after every owner is
+//! deleted (`--cleanup-limit`): Hangar's GitHub registrations (named and labelled as an owner's
+//! runners), runner pods, Runners and Secrets left (0 each; the per-scope registration Secret
+//! RunnerSet pods share is kept by design), the user's registration still there, panics in the
+//! replicas' logs (0), credentials in them (0), and the controller's GitHub rate-limit cost per
+//! hour within GitHub's PAT budget (5,000). Each violation names the seed and a fault index:
+//! the fault that caused it, else the last one before it happened, else the run's last.
+//! Exit status is non-zero on any violation.
 
 mod common;
 #[path = "chaos/schedule.rs"]
@@ -1336,7 +1345,8 @@ impl Injector<'_> {
         Ok(format!("{field} = {on} for {window_ms} ms"))
     }
 
-    /// Runner pods in the namespace not being deleted (only `Running` ones if asked), by name.
+    /// Runner pods in the namespace not being deleted (only those whose runner container
+    /// runs, if asked), by name.
     async fn runner_pods(&self, running: bool) -> anyhow::Result<Vec<String>> {
         let pods = Api::<Pod>::namespaced(self.client.clone(), NAMESPACE)
             .list(&ListParams::default())
@@ -1346,7 +1356,17 @@ impl Injector<'_> {
             .into_iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
             .filter(|p| {
-                !running || p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                let runner_runs = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .is_some_and(|cs| {
+                        cs.iter().any(|c| {
+                            c.name == "runner"
+                                && c.state.as_ref().is_some_and(|s| s.running.is_some())
+                        })
+                    });
+                !running || runner_runs
             })
             .map(|p| p.name_any())
             .collect();
