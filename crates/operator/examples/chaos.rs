@@ -1199,6 +1199,19 @@ impl Injector<'_> {
                 )
                 .await
             }
+            Fault::GithubSlow {
+                max_latency_ms,
+                window_ms,
+            } => {
+                self.github_window(
+                    "rest_max_latency_ms",
+                    json!(max_latency_ms),
+                    json!(0),
+                    *window_ms,
+                    pending,
+                )
+                .await
+            }
             Fault::WebhookDelay {
                 max_delay_ms,
                 window_ms,

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 /// The short sample `cargo xtask test` runs (`chaos --sample`): this seed, this many faults
 /// over this window draw every kind (a test below checks it).
-pub const SAMPLE_SEED: u64 = 5;
+pub const SAMPLE_SEED: u64 = 6;
 pub const SAMPLE_FAULTS: usize = 50;
 pub const SAMPLE_WINDOW: Duration = Duration::from_secs(100);
 
@@ -28,6 +28,8 @@ pub enum Kind {
     GithubServerErrors,
     /// ghsim answers a share of REST requests with a secondary rate limit (403).
     GithubSecondaryLimits,
+    /// ghsim answers every REST request after up to a few seconds (a slow GitHub).
+    GithubSlow,
     /// ghsim refuses `DELETE …/actions/runners/{id}` with 403 (a token that lost a permission).
     GithubForbidDeleteRunner,
     /// A share of webhook deliveries is never sent.
@@ -60,7 +62,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in a fixed order (the order draws use).
-    pub const ALL: [Kind; 18] = [
+    pub const ALL: [Kind; 19] = [
         Kind::KillLeader,
         Kind::TermLeader,
         Kind::KillFollower,
@@ -79,6 +81,7 @@ impl Kind {
         Kind::NodeLost,
         Kind::DeleteRunner,
         Kind::InvalidSpec,
+        Kind::GithubSlow,
     ];
 
     /// The kebab-case name `--kinds` takes.
@@ -102,6 +105,7 @@ impl Kind {
             Kind::NodeLost => "node-lost",
             Kind::DeleteRunner => "delete-runner",
             Kind::InvalidSpec => "invalid-spec",
+            Kind::GithubSlow => "github-slow",
         }
     }
 
@@ -193,6 +197,10 @@ pub enum Fault {
         pick: u64,
     },
     InvalidSpec,
+    GithubSlow {
+        max_latency_ms: u64,
+        window_ms: u64,
+    },
 }
 
 impl Fault {
@@ -217,6 +225,7 @@ impl Fault {
             Fault::NodeLost { .. } => Kind::NodeLost,
             Fault::DeleteRunner { .. } => Kind::DeleteRunner,
             Fault::InvalidSpec => Kind::InvalidSpec,
+            Fault::GithubSlow { .. } => Kind::GithubSlow,
         }
     }
 }
@@ -295,6 +304,10 @@ fn draw(rng: &mut fastrand::Rng, kind: Kind) -> Fault {
         Kind::NodeLost => Fault::NodeLost { pick: rng.u64(..) },
         Kind::DeleteRunner => Fault::DeleteRunner { pick: rng.u64(..) },
         Kind::InvalidSpec => Fault::InvalidSpec,
+        Kind::GithubSlow => Fault::GithubSlow {
+            max_latency_ms: rng.u64(500..=5_000),
+            window_ms,
+        },
     }
 }
 
