@@ -126,7 +126,7 @@ enum Cmd {
         args: Vec<String>,
     },
     /// Check formatting and lints, run every test against a fresh control plane, then the
-    /// demo in its short CI form (`demo --ci`).
+    /// demo in its short CI form (`demo --ci`), then the chaos sample (`chaos -- --sample`).
     Test {
         /// Skip `cargo fmt --check` and `cargo clippy`.
         #[arg(long)]
@@ -134,6 +134,14 @@ enum Cmd {
         /// Skip the demo (it is also skipped when cargo test arguments select some tests).
         #[arg(long)]
         no_demo: bool,
+        /// Skip the chaos sample (it is also skipped when cargo test arguments select some
+        /// tests).
+        #[arg(long)]
+        no_chaos: bool,
+        /// Arguments for the chaos sample after `--sample`, e.g. `--chaos-args=--owners=eph,set`
+        /// (the sample's default owners leave the RunnerSet out).
+        #[arg(long, allow_hyphen_values = true, value_delimiter = ' ')]
+        chaos_args: Vec<String>,
         /// Extra arguments for `cargo test` (after `--`).
         #[arg(last = true)]
         cargo_args: Vec<String>,
@@ -221,8 +229,19 @@ async fn run(cmd: Cmd) -> Result<ExitCode> {
         Cmd::Test {
             no_lint,
             no_demo,
+            no_chaos,
+            chaos_args,
             cargo_args,
-        } => test(no_lint, no_demo || !cargo_args.is_empty(), &cargo_args).await,
+        } => {
+            let chaos = (!no_chaos && cargo_args.is_empty()).then_some(chaos_args);
+            test(
+                no_lint,
+                no_demo || !cargo_args.is_empty(),
+                chaos.as_deref(),
+                &cargo_args,
+            )
+            .await
+        }
         Cmd::BenchCluster { runs } => bench_cluster(runs).await.map(|()| ExitCode::SUCCESS),
         Cmd::BenchLifecycle { args } => {
             build_binaries()?;
@@ -491,7 +510,15 @@ fn warn_if_disk_is_short(root: &std::path::Path) {
     }
 }
 
-async fn test(no_lint: bool, no_demo: bool, cargo_args: &[String]) -> Result<ExitCode> {
+/// `cargo xtask test`: lints, the test suite, the demo unless `no_demo`, the chaos sample with
+/// `chaos` as extra arguments unless `None`. The later steps run even after a failed one, so a
+/// CI log tells about all of them.
+async fn test(
+    no_lint: bool,
+    no_demo: bool,
+    chaos: Option<&[String]>,
+    cargo_args: &[String],
+) -> Result<ExitCode> {
     let root = workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     warn_if_disk_is_short(&root);
@@ -542,12 +569,49 @@ async fn test(no_lint: bool, no_demo: bool, cargo_args: &[String]) -> Result<Exi
         .status()
         .context("running cargo test")?;
     ControlPlane::stop(plane.dir())?;
-    if no_demo {
-        return Ok(exit_code(status.success()));
+    let mut verdicts = vec![("tests", status.success())];
+    if !no_demo {
+        verdicts.push(("demo", demo_ci().await));
     }
-    // The README's demo, short: binaries from the build above, a control plane of its own
-    // (the test suite's is stopped), torn down at the end. Run even after failed tests, so a
-    // CI log tells about both.
+    if let Some(args) = chaos {
+        verdicts.push(("chaos sample", chaos_sample(args)));
+    }
+    eprintln!(
+        "xtask: {}",
+        verdicts
+            .iter()
+            .map(|(step, ok)| format!("{step} {}", if *ok { "passed" } else { "FAILED" }))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(exit_code(verdicts.iter().all(|(_, ok)| *ok)))
+}
+
+/// The chaos sample: a fixed seed's short schedule over every fault kind on its own private
+/// stack, debug builds (those `cargo test --no-run` made), results in `target/chaos/`; whether
+/// it found no violation.
+fn chaos_sample(args: &[String]) -> bool {
+    let started = Instant::now();
+    let mut all = vec![
+        "--sample".to_owned(),
+        "--out".to_owned(),
+        "target/chaos/sample.json".to_owned(),
+    ];
+    all.extend(args.iter().cloned());
+    let passed = match example_with_profile("dev", "hangar", "chaos", &["--bin", "hangar"], &all) {
+        Ok(code) => code == ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: the chaos sample failed: {e:#}");
+            false
+        }
+    };
+    eprintln!("xtask: chaos sample done in {:.0?}", started.elapsed());
+    passed
+}
+
+/// The README's demo, short: binaries already built, a control plane of its own (the test
+/// suite's is stopped), torn down at the end; whether it passed.
+async fn demo_ci() -> bool {
     let started = Instant::now();
     let opts = demo::Options {
         namespace: "hangar-demo".to_owned(),
@@ -564,13 +628,8 @@ async fn test(no_lint: bool, no_demo: bool, cargo_args: &[String]) -> Result<Exi
             false
         }
     };
-    eprintln!(
-        "xtask: tests {}, demo {} ({:.0?})",
-        if status.success() { "passed" } else { "FAILED" },
-        if demo { "passed" } else { "FAILED" },
-        started.elapsed()
-    );
-    Ok(exit_code(status.success() && demo))
+    eprintln!("xtask: demo done in {:.0?}", started.elapsed());
+    demo
 }
 
 fn exit_code(success: bool) -> ExitCode {

@@ -35,6 +35,9 @@ pub struct Faults {
     pub webhook_reorder_rate: f64,
     /// Extra delay of each delivery, uniformly random up to this many milliseconds.
     pub webhook_max_delay_ms: u64,
+    /// Extra delay before each REST answer, uniformly random up to this many milliseconds (a
+    /// slow GitHub).
+    pub rest_max_latency_ms: u64,
 }
 
 impl Default for Faults {
@@ -50,6 +53,7 @@ impl Default for Faults {
             webhook_duplicate_rate: 0.0,
             webhook_reorder_rate: 0.0,
             webhook_max_delay_ms: 0,
+            rest_max_latency_ms: 0,
         }
     }
 }

@@ -187,6 +187,11 @@ pub async fn github_layer(
     request: Request,
     next: Next,
 ) -> Response {
+    let latency_ms = sim.faults().rest_max_latency_ms;
+    if latency_ms > 0 {
+        let ms = sim.random_below(latency_ms + 1);
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    }
     let method = request.method().clone();
     let endpoint = format!("{method} {}", matched.as_str());
     let now = sim.now();

@@ -8,6 +8,12 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+/// The short sample `cargo xtask test` runs (`chaos --sample`): this seed, this many faults
+/// over this window draw every kind (a test below checks it).
+pub const SAMPLE_SEED: u64 = 6;
+pub const SAMPLE_FAULTS: usize = 50;
+pub const SAMPLE_WINDOW: Duration = Duration::from_secs(100);
+
 /// What kinds of fault exist; `--kinds` enables a subset by these names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -22,6 +28,8 @@ pub enum Kind {
     GithubServerErrors,
     /// ghsim answers a share of REST requests with a secondary rate limit (403).
     GithubSecondaryLimits,
+    /// ghsim answers every REST request after up to a few seconds (a slow GitHub).
+    GithubSlow,
     /// ghsim refuses `DELETE …/actions/runners/{id}` with 403 (a token that lost a permission).
     GithubForbidDeleteRunner,
     /// A share of webhook deliveries is never sent.
@@ -40,11 +48,21 @@ pub enum Kind {
     HraMaxReplicas,
     /// nodesim crashes a runner container (jobs it ran are counted apart).
     RunnerCrash,
+    /// The OOM killer ends a runner container (jobs it ran are counted apart).
+    RunnerOom,
+    /// A node stops for good and its Node object is deleted, as a removed cloud instance
+    /// (jobs on its pods are counted apart). The run starts a spare node per such fault.
+    NodeLost,
+    /// A user deletes a Runner (Hangar retires it: a busy one finishes its job first).
+    DeleteRunner,
+    /// A user applies a RunnerDeployment no controller can run (neither repository nor
+    /// organization): Hangar must report it and carry on.
+    InvalidSpec,
 }
 
 impl Kind {
     /// Every kind, in a fixed order (the order draws use).
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 19] = [
         Kind::KillLeader,
         Kind::TermLeader,
         Kind::KillFollower,
@@ -59,6 +77,11 @@ impl Kind {
         Kind::TemplateChange,
         Kind::HraMaxReplicas,
         Kind::RunnerCrash,
+        Kind::RunnerOom,
+        Kind::NodeLost,
+        Kind::DeleteRunner,
+        Kind::InvalidSpec,
+        Kind::GithubSlow,
     ];
 
     /// The kebab-case name `--kinds` takes.
@@ -78,6 +101,11 @@ impl Kind {
             Kind::TemplateChange => "template-change",
             Kind::HraMaxReplicas => "hra-max-replicas",
             Kind::RunnerCrash => "runner-crash",
+            Kind::RunnerOom => "runner-oom",
+            Kind::NodeLost => "node-lost",
+            Kind::DeleteRunner => "delete-runner",
+            Kind::InvalidSpec => "invalid-spec",
+            Kind::GithubSlow => "github-slow",
         }
     }
 
@@ -156,6 +184,23 @@ pub enum Fault {
     RunnerCrash {
         pick: u64,
     },
+    /// `pick` modulo the running runner pods (sorted by name) chooses the victim.
+    RunnerOom {
+        pick: u64,
+    },
+    /// `pick` modulo the live nodes (sorted by name) chooses the node.
+    NodeLost {
+        pick: u64,
+    },
+    /// `pick` modulo the Runners not being deleted (sorted by name) chooses the victim.
+    DeleteRunner {
+        pick: u64,
+    },
+    InvalidSpec,
+    GithubSlow {
+        max_latency_ms: u64,
+        window_ms: u64,
+    },
 }
 
 impl Fault {
@@ -176,6 +221,11 @@ impl Fault {
             Fault::TemplateChange { .. } => Kind::TemplateChange,
             Fault::HraMaxReplicas { .. } => Kind::HraMaxReplicas,
             Fault::RunnerCrash { .. } => Kind::RunnerCrash,
+            Fault::RunnerOom { .. } => Kind::RunnerOom,
+            Fault::NodeLost { .. } => Kind::NodeLost,
+            Fault::DeleteRunner { .. } => Kind::DeleteRunner,
+            Fault::InvalidSpec => Kind::InvalidSpec,
+            Fault::GithubSlow { .. } => Kind::GithubSlow,
         }
     }
 }
@@ -250,6 +300,14 @@ fn draw(rng: &mut fastrand::Rng, kind: Kind) -> Fault {
             max_replicas: rng.u32(1..=6),
         },
         Kind::RunnerCrash => Fault::RunnerCrash { pick: rng.u64(..) },
+        Kind::RunnerOom => Fault::RunnerOom { pick: rng.u64(..) },
+        Kind::NodeLost => Fault::NodeLost { pick: rng.u64(..) },
+        Kind::DeleteRunner => Fault::DeleteRunner { pick: rng.u64(..) },
+        Kind::InvalidSpec => Fault::InvalidSpec,
+        Kind::GithubSlow => Fault::GithubSlow {
+            max_latency_ms: rng.u64(500..=5_000),
+            window_ms,
+        },
     }
 }
 
@@ -258,11 +316,6 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
-
-    /// The seeds a short sample in `cargo xtask test` would run (50 faults each): together
-    /// they must draw every kind.
-    const SAMPLE_SEEDS: [u64; 2] = [1, 2];
-    const SAMPLE_FAULTS: usize = 50;
 
     const WINDOW: Duration = Duration::from_secs(300);
 
@@ -288,10 +341,10 @@ mod tests {
     }
 
     #[test]
-    fn the_sample_seeds_draw_every_kind() {
-        let drawn: BTreeSet<Kind> = SAMPLE_SEEDS
+    fn the_sample_draws_every_kind() {
+        const { assert!(SAMPLE_FAULTS >= 50) };
+        let drawn: BTreeSet<Kind> = schedule(SAMPLE_SEED, SAMPLE_FAULTS, SAMPLE_WINDOW, &Kind::ALL)
             .iter()
-            .flat_map(|&seed| schedule(seed, SAMPLE_FAULTS, WINDOW, &Kind::ALL))
             .map(|s| s.fault.kind())
             .collect();
         let all: BTreeSet<Kind> = Kind::ALL.into_iter().collect();
