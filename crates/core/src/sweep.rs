@@ -12,7 +12,10 @@
 //!    watched namespace (the caller's `live` names);
 //! 3. its name is one Hangar generates for an owner it knows at the runner's scope
 //!    ([`Owner::names`]: `<replicaset>-<5 characters>` for a RunnerReplicaSet's Runners,
-//!    `<set>-<hash>-0` for a RunnerSet's pods), and it carries all of that owner's labels;
+//!    `<deployment>-<hash>-<5 characters>` for the Runners of any RunnerReplicaSet a
+//!    RunnerDeployment ever had — so a rollout's old set, deleted before a change of leader,
+//!    still vouches through its deployment — and `<set>-<hash>-0` for a RunnerSet's pods), and
+//!    it carries all of that owner's labels;
 //! 4. it has looked like this, without interruption, for the grace period, measured from when
 //!    the sweep first saw it so (GitHub's runner object has no creation time).
 //!
@@ -51,6 +54,9 @@ pub fn stateful_set_prefix(set: &str) -> &str {
 pub enum OwnerKind {
     /// A RunnerReplicaSet: Runners (and their pods) `<set>-<5 random characters>`.
     ReplicaSet,
+    /// A RunnerDeployment: its RunnerReplicaSets are `<deployment>-<template hash>`, so the
+    /// Runners of every set it ever had are `<deployment>-<hash>-<5 random characters>`.
+    Deployment,
     /// A RunnerSet: StatefulSets `<set>-<hash>`, pods `<set>-<hash>-0`.
     RunnerSet,
 }
@@ -77,6 +83,10 @@ impl Owner {
                     .strip_prefix(prefix.as_str())
                     .is_some_and(|suffix| safe(suffix, GENERATED_SUFFIX..=GENERATED_SUFFIX))
             }
+            OwnerKind::Deployment => runner
+                .strip_prefix(self.name.as_str())
+                .and_then(|rest| rest.strip_prefix('-'))
+                .is_some_and(|rest| deployment_generated(runner.len(), rest)),
             OwnerKind::RunnerSet => runner
                 .strip_prefix(stateful_set_prefix(&self.name))
                 .and_then(|rest| rest.strip_prefix('-'))
@@ -91,6 +101,33 @@ impl Owner {
         self.labels
             .iter()
             .all(|want| labels.iter().any(|have| have.eq_ignore_ascii_case(want)))
+    }
+}
+
+/// Whether `rest`, what follows `<deployment>-` in a runner name `full_len` long, is
+/// `<hash>-<5 safe characters>`, with `<deployment>-<hash>-` possibly cut as the apiserver cuts
+/// a `generateName` prefix.
+fn deployment_generated(full_len: usize, rest: &str) -> bool {
+    if full_len > MAX_GENERATE_NAME_PREFIX + GENERATED_SUFFIX {
+        return false;
+    }
+    let Some(cut) = rest.len().checked_sub(GENERATED_SUFFIX) else {
+        return false;
+    };
+    if !rest.is_char_boundary(cut) {
+        return false;
+    }
+    let (hash_and_dash, suffix) = rest.split_at(cut);
+    if !safe(suffix, GENERATED_SUFFIX..=GENERATED_SUFFIX) {
+        return false;
+    }
+    match hash_and_dash.strip_suffix('-') {
+        Some(hash) if safe(hash, 1..=MAX_HASH) => true,
+        // Cut: the prefix filled the apiserver's limit and ends inside the hash (or its dash).
+        _ => {
+            full_len - GENERATED_SUFFIX == MAX_GENERATE_NAME_PREFIX
+                && safe(hash_and_dash.trim_end_matches('-'), 0..=MAX_HASH)
+        }
     }
 }
 
@@ -321,6 +358,44 @@ mod tests {
         let rs = owner(OwnerKind::ReplicaSet, &long, &[]);
         assert!(rs.names(&format!("{}x7k2q", &long[..58])));
         assert!(!rs.names(&format!("{long}-x7k2q")));
+    }
+
+    #[test]
+    fn deployment_runners_are_the_deployment_name_any_hash_and_five_safe_characters() {
+        let rd = owner(OwnerKind::Deployment, "ci", &[]);
+        for (name, ours) in [
+            ("ci-7c9fd-x7k2q", true),
+            ("ci-b-bbbbb", true),
+            ("ci-bcdfghjklm-x7k2q", true),
+            // Hash too long, missing, unsafe; suffix wrong; another deployment's runners.
+            ("ci-bcdfghjklmn-x7k2q", false),
+            ("ci--x7k2q", false),
+            ("ci-x7k2q", false),
+            ("ci-7c0fd-x7k2q", false),
+            ("ci-7c9fd-x7k2", false),
+            ("ci-7c9fd-x7k2qq", false),
+            ("ci-bcd-7c9fd-x7k2q", false),
+            ("cid-7c9fd-x7k2q", false),
+            ("ci-registration-only", false),
+            ("ci", false),
+            ("ci-7c9fd-x7k2é", false),
+        ] {
+            assert_eq!(rd.names(name), ours, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_long_deployment_name_is_cut_as_the_apiserver_cuts_generate_name() {
+        let long = "r".repeat(55);
+        let rd = owner(OwnerKind::Deployment, &long, &[]);
+        // `<55 r>-<hash>-` is cut to 58 characters: the dash and two characters of the hash.
+        assert!(rd.names(&format!("{long}-7cx7k2q")));
+        // Cut right after the deployment's dash.
+        let longer = "r".repeat(57);
+        assert!(owner(OwnerKind::Deployment, &longer, &[]).names(&format!("{longer}-x7k2q")));
+        // Longer than any generated name; cut short of the limit.
+        assert!(!rd.names(&format!("{long}-7c9fd-x7k2q")));
+        assert!(!rd.names(&format!("{}-7cx7k2q", "r".repeat(50))));
     }
 
     #[test]

@@ -87,12 +87,13 @@ pub enum Step {
         runner_id: u64,
     },
     /// The runner stopped for good without exiting cleanly, so its registration may be left
-    /// behind: call DELETE once and finish whatever GitHub answers. A stopped runner can take no
-    /// job, so nothing waits on the answer; a registration a failed call leaves is offline and
-    /// the leaked-registration sweep's ([`crate::sweep`]).
+    /// behind: look its ID up by name if the pod has none, call DELETE once, and finish
+    /// whatever GitHub answers. A stopped runner can take no job, so nothing waits on the
+    /// answer; a registration a failed call leaves is offline and the leaked-registration
+    /// sweep's ([`crate::sweep`]).
     RemoveLeftover {
-        /// GitHub runner ID.
-        runner_id: u64,
+        /// GitHub runner ID, when the pod records it.
+        runner_id: Option<u64>,
     },
 }
 
@@ -117,13 +118,19 @@ pub fn next_step(pod: &PodState, now: SystemTime) -> Step {
                 recheck_after: RETRY_DELAY,
             };
         }
+        if stopped && !pod.runner_exited_cleanly {
+            // Killed or crashed after it may have registered, before its ID was recorded.
+            return Step::RemoveLeftover { runner_id: None };
+        }
         return Step::Finish(Finished::NoRunnerId);
     };
     if stopped {
         if pod.runner_exited_cleanly {
             return Step::Finish(Finished::RunnerStopped);
         }
-        return Step::RemoveLeftover { runner_id };
+        return Step::RemoveLeftover {
+            runner_id: Some(runner_id),
+        };
     }
     // Not even after waiting for its job is a restart proof that the runner is done (ARC's
     // #1369 shortcut): a runner container that restarted registers again and may hold the next
@@ -330,6 +337,7 @@ mod tests {
         let pod = PodState {
             runner_id: None,
             runner_stopped: true,
+            runner_exited_cleanly: true,
             ..idle()
         };
         assert_eq!(next_step(&pod, at(1)), Step::Finish(Finished::NoRunnerId));
@@ -382,7 +390,19 @@ mod tests {
         ] {
             assert_eq!(
                 next_step(&pod, at(1)),
-                Step::RemoveLeftover { runner_id: 42 },
+                Step::RemoveLeftover {
+                    runner_id: Some(42)
+                },
+                "{pod:?}"
+            );
+            // Killed before its ID was recorded: looked up by name.
+            let pod = PodState {
+                runner_id: None,
+                ..pod
+            };
+            assert_eq!(
+                next_step(&pod, at(1)),
+                Step::RemoveLeftover { runner_id: None },
                 "{pod:?}"
             );
         }

@@ -2,8 +2,8 @@
 //! removes from GitHub the runners Hangar registered and then lost (a JIT configuration whose
 //! pod was never created), as [`hangar_core::sweep`] decides.
 //!
-//! One pass: *observe* the owners of generated runner names — RunnerReplicaSets (store) and
-//! RunnerSets (a LIST) — and remember them for [`hangar_core::sweep::remember_for`], so a set
+//! One pass: *observe* the owners of generated runner names — RunnerReplicaSets and
+//! RunnerDeployments (stores) and RunnerSets (a LIST) — and remember them for [`hangar_core::sweep::remember_for`], so a set
 //! a rollout deleted still vouches for its runners; list each of their scopes' runners
 //! (revalidating the cached list: an unchanged list is a free 304) with the credentials of the
 //! scope's owners; *then* read every live name — runner pods and Runners (stores),
@@ -139,7 +139,8 @@ impl Sweeper {
         Ok(())
     }
 
-    /// RunnerReplicaSets and RunnerSets in the watched namespaces, with valid scopes.
+    /// RunnerReplicaSets, RunnerDeployments and RunnerSets in the watched namespaces, with
+    /// valid scopes.
     async fn current_owners(&self) -> Result<Vec<((OwnerKind, String, String), Known)>, Error> {
         let mut owners: Vec<_> = self
             .ctx
@@ -155,6 +156,13 @@ impl Sweeper {
                 )
             })
             .collect();
+        owners.extend(self.ctx.stores.deployments.state().iter().filter_map(|rd| {
+            known(
+                OwnerKind::Deployment,
+                rd.as_ref(),
+                &rd.spec.template.spec.config,
+            )
+        }));
         let sets = crate::manager::api::<RunnerSet>(&self.ctx.client, self.namespace.as_deref())
             .list(&ListParams::default())
             .await

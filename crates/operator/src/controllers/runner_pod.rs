@@ -319,17 +319,26 @@ async fn unregister(
         }
         Step::RemoveLeftover { runner_id } => {
             let github = github_for_pod(pod, ctx, authority).await?;
-            match github.delete_runner(gh_scope, RunnerId(runner_id)).await {
-                Ok(()) => {
-                    ctx.runner_directory
-                        .removed(gh_scope, &pod.name_any(), &uid)
-                        .await;
-                    Finished::Removed
-                }
-                Err(e) => {
-                    tracing::debug!(pod = %object_name(pod), runner_id, error = %e,
-                                    "a stopped runner's registration was not removed");
-                    Finished::RunnerStopped
+            let runner_id = match runner_id {
+                Some(id) => Some(id),
+                None => listed_from_now(pod, ctx, gh_scope, github.as_ref()).await?,
+            };
+            match runner_id {
+                None => Finished::NoRunnerId,
+                Some(runner_id) => {
+                    match github.delete_runner(gh_scope, RunnerId(runner_id)).await {
+                        Ok(()) => {
+                            ctx.runner_directory
+                                .removed(gh_scope, &pod.name_any(), &uid)
+                                .await;
+                            Finished::Removed
+                        }
+                        Err(e) => {
+                            tracing::debug!(pod = %object_name(pod), runner_id, error = %e,
+                                        "a stopped runner's registration was not removed");
+                            Finished::RunnerStopped
+                        }
+                    }
                 }
             }
         }
