@@ -141,9 +141,8 @@ const SET: &str = "set";
 const LABELS: [&str; 4] = [EPH, PULL, PERSIST, SET];
 /// The owners with an autoscaler.
 const HRAS: [&str; 2] = [EPH, PULL];
-/// The sample's owners. The RunnerSet is left out while its runners still lose jobs under
-/// chaos (seed 2 of a 50-fault run): add [`SET`] once that fix is in.
-const SAMPLE_OWNERS: [&str; 3] = [EPH, PULL, PERSIST];
+/// The sample's owners: every kind.
+const SAMPLE_OWNERS: [&str; 4] = [EPH, PULL, PERSIST, SET];
 /// Runners each owner has online before the load starts.
 fn initial_runners(owner: &str) -> usize {
     match owner {
