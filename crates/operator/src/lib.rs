@@ -28,6 +28,8 @@ pub mod kube_client;
 pub mod leader;
 pub mod manager;
 pub mod metrics;
+pub mod pull;
+pub mod reservation_write;
 pub mod runner_directory;
 pub mod runner_pod;
 pub mod serve;

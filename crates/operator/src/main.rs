@@ -251,6 +251,12 @@ struct RunArgs {
     /// `hangar.dev/retirement-timeout`.
     #[arg(long, default_value = "1h", value_parser = parse_duration)]
     retirement_timeout: Duration,
+    /// How often the leader lists the queued jobs of each autoscaler that scales on webhooks
+    /// alone (a workflowJob trigger, no metrics, repository runners) and reserves runners for
+    /// jobs whose delivery was lost; `0` switches the pull off. Cost per repository: 2 run
+    /// lists per interval plus a job list per queued or in-progress run (304s are free).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    webhook_pull_interval: Duration,
     /// Also serve GitHub webhooks on this address (e.g. 0.0.0.0:8000), in this process.
     #[arg(long)]
     webhook_addr: Option<std::net::SocketAddr>,
@@ -496,6 +502,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         leaked_registration_sweep: args.leaked_registration_sweep_interval,
         leaked_registration_grace: args.leaked_registration_grace,
         retirement_timeout: args.retirement_timeout,
+        webhook_pull_interval: args.webhook_pull_interval,
         github_registry: Some(registry),
         ..Settings::default()
     };
@@ -682,6 +689,7 @@ mod tests {
         assert_eq!(args.log.log_format, "json");
         assert_eq!(args.leaked_registration_sweep_interval, Duration::ZERO);
         assert_eq!(args.leaked_registration_grace, Duration::from_secs(30 * 60));
+        assert_eq!(args.webhook_pull_interval, Duration::from_secs(5 * 60));
         let wrong = Cli::try_parse_from(["hangar", "run", "--log-format=xml"]).unwrap_err();
         assert!(wrong.to_string().contains("--log-format"), "{wrong}");
     }

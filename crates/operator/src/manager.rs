@@ -11,8 +11,9 @@
 //! process on the same stores, so a reservation it writes reaches the HRA controller's watch
 //! and the target is scaled at once.
 //!
-//! The leaked-registration sweep ([`crate::sweep`]) runs alongside the controllers, so, like
-//! them, only on the leader.
+//! The leaked-registration sweep ([`crate::sweep`]) and the pull recovery of lost webhook
+//! deliveries ([`crate::pull`]) run alongside the controllers, so, like them, only on the
+//! leader.
 
 use std::sync::Arc;
 
@@ -184,23 +185,28 @@ pub async fn run_with_webhook(
         namespace = ns.unwrap_or("<all>"),
         "caches synced; starting controllers"
     );
-    let webhook = match webhook {
-        Some((listener, config)) => {
-            let runner_sets =
-                spawn_store(api::<RunnerSet>(&client, ns), watcher::Config::default());
-            let _ = runner_sets.wait_until_ready().await;
-            let stores = WebhookStores {
-                hras: stores.hras.clone(),
-                deployments: stores.deployments.clone(),
-                runner_sets,
-            };
-            let server = WebhookServer::new(config, stores, Some(github.clone()), clock.clone());
+    // The webhook server and the pull recovery route jobs by the same table.
+    let routing = if webhook.is_some() || !settings.webhook_pull_interval.is_zero() {
+        let runner_sets = spawn_store(api::<RunnerSet>(&client, ns), watcher::Config::default());
+        let _ = runner_sets.wait_until_ready().await;
+        Some(WebhookStores {
+            hras: stores.hras.clone(),
+            deployments: stores.deployments.clone(),
+            runner_sets,
+        })
+    } else {
+        None
+    };
+    let webhook = match (webhook, &routing) {
+        (Some((listener, config)), Some(routing)) => {
+            let server =
+                WebhookServer::new(config, routing.clone(), Some(github.clone()), clock.clone());
             if let Some(exporter) = &settings.exporter {
                 server.set_metrics(exporter.metrics.clone());
             }
             Some(server.serve(listener, client.clone(), std::future::pending()))
         }
-        None => None,
+        _ => None,
     };
     let webhook = async move {
         if let Some(serve) = webhook
@@ -242,6 +248,11 @@ pub async fn run_with_webhook(
         ),
         controllers::runner_set::run(ctx.clone(), api(&client, ns), pods_for_runner_sets),
         crate::sweep::run(ctx.clone(), namespace.clone()),
+        async {
+            if let Some(routing) = routing {
+                crate::pull::run(ctx.clone(), routing).await;
+            }
+        },
     );
 }
 

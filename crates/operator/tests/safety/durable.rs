@@ -305,3 +305,97 @@ async fn a_delivery_in_flight_at_shutdown_is_answered_and_stored() {
         "answered {status} but the reservation was lost at shutdown"
     );
 }
+
+/// The pull interval of [`a_job_whose_delivery_was_lost_gets_a_runner_by_pull`].
+const PULL_INTERVAL: Duration = Duration::from_secs(2);
+/// How long a queued job may wait there for the pull to reserve its runner: the promised
+/// bound (one interval plus listing and writing), with ample slack for a shared machine.
+const PULL_BOUND: Duration = Duration::from_secs(30);
+
+#[tokio::test]
+async fn a_job_whose_delivery_was_lost_gets_a_runner_by_pull() {
+    use crate::support::{Harness, eventually, uncached};
+    use ghsim::webhooks::{ContentType, NewHook};
+    use k8s_openapi::api::core::v1::Pod;
+
+    crate::support::init_tracing();
+    let config = WebhookConfig::new(Some(Secret::new(SECRET)), false).unwrap();
+    // No response cache: the pull would otherwise see a listing up to its 60 s `max-age` old.
+    let (h, webhook_url) = Harness::start_with_webhook(
+        "durable-pull",
+        uncached(),
+        |settings| settings.webhook_pull_interval = PULL_INTERVAL,
+        config,
+    )
+    .await;
+    crds::apply_and_wait(&h.client, &hangar_api::crds())
+        .await
+        .unwrap();
+    h.sim.add_hook(NewHook {
+        url: webhook_url,
+        secret: Some(SECRET.to_owned()),
+        content_type: ContentType::Json,
+        events: vec!["workflow_job".to_owned()],
+        owner: None,
+    });
+    // Every delivery is lost: only the pull can see the job.
+    let faults = h
+        .sim
+        .faults()
+        .merged(json!({"webhook_drop_rate": 1.0}))
+        .unwrap();
+    h.sim.set_faults(faults);
+    h.apply(
+        &json!({
+            "apiVersion": "actions.summerwind.dev/v1alpha1",
+            "kind": "RunnerDeployment",
+            "metadata": {"name": "rd"},
+            "spec": {"replicas": 0, "template": {"spec": {"repository": "octo/app", "labels": ["linux"]}}}
+        })
+        .to_string(),
+    );
+    h.apply(
+        &json!({
+            "apiVersion": "actions.summerwind.dev/v1alpha1",
+            "kind": "HorizontalRunnerAutoscaler",
+            "metadata": {"name": HRA},
+            "spec": {
+                "scaleTargetRef": {"kind": "RunnerDeployment", "name": "rd"},
+                "minReplicas": 0, "maxReplicas": 3,
+                "scaleUpTriggers": [{"githubEvent": {"workflowJob": {}}, "duration": "30m"}]
+            }
+        })
+        .to_string(),
+    );
+    let jobs = h.submit_jobs(
+        1,
+        vec!["self-hosted".into(), "linux".into()],
+        Duration::from_secs(1),
+        "success",
+    );
+
+    let reservation = eventually("a reservation made by pull", PULL_BOUND, || async {
+        let hra = h.api::<HorizontalRunnerAutoscaler>().get(HRA).await.ok()?;
+        hra.spec
+            .capacity_reservations
+            .into_iter()
+            .flatten()
+            .find(|r| r.replicas == Some(1))
+    })
+    .await;
+    assert_eq!(
+        (reservation.job_id, reservation.delivery_id.as_deref()),
+        (Some(i64::try_from(jobs[0]).unwrap()), Some("pull")),
+    );
+    eventually("a runner pod for the job", PULL_BOUND, || async {
+        (!h.list::<Pod>().await.is_empty()).then_some(())
+    })
+    .await;
+    assert!(
+        h.sim
+            .deliveries()
+            .iter()
+            .any(|d| d.dropped && d.action.as_deref() == Some("queued")),
+        "the queued delivery was not dropped; the fault was not exercised"
+    );
+}
