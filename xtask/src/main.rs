@@ -95,6 +95,20 @@ enum Cmd {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// Chaos run: the local stack (private control plane, ghsim, nodesim, two `hangar run`
+    /// replicas with leader election and webhook servers) under a seeded schedule of faults,
+    /// then a drain and the invariants; writes bench/results/chaos-<seed>.json and exits
+    /// non-zero on a violation. Prints its seed first; extra arguments go to the run
+    /// (`-- --seed 7 --faults 50`, `-- --faults 1000` for a soak, `-- --dry-run`).
+    Chaos {
+        /// Cargo profile to build the run and `hangar` with: `release` for real runs, `dev`
+        /// while developing (builds faster, runs slower).
+        #[arg(long, default_value = "release")]
+        profile: String,
+        /// Arguments for the run.
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
     /// The floor under bench-webhooks: the Kubernetes API work an ideal ARC-compatible
     /// controller does per runner (Runner, pod, status, cleanup) at the same rate, without
     /// Hangar or GitHub (private control plane, nodesim); writes bench/results/floor.json.
@@ -218,6 +232,10 @@ async fn run(cmd: Cmd) -> Result<ExitCode> {
             build_binaries()?;
             release_example("hangar", "bench-webhooks", &["--bin", "hangar"], &args)
         }
+        Cmd::Chaos { profile, args } => {
+            build_binaries()?;
+            example_with_profile(&profile, "hangar", "chaos", &["--bin", "hangar"], &args)
+        }
         Cmd::BenchFloor { args } => release_example("hangar", "bench-floor", &[], &args),
         Cmd::BenchPods { args } => {
             let kubeconfig = up(&default_cluster_dir()).await?;
@@ -236,13 +254,25 @@ fn release_example(
     extra: &[&str],
     args: &[String],
 ) -> Result<ExitCode> {
+    example_with_profile("release", package, example, extra, args)
+}
+
+/// `cargo run --profile <profile> -p <package> --example <example> -- <args>`, after building
+/// `extra` targets of the package with the same profile (examples find `hangar` next to them).
+fn example_with_profile(
+    profile: &str,
+    package: &str,
+    example: &str,
+    extra: &[&str],
+    args: &[String],
+) -> Result<ExitCode> {
     let root = workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     if !extra.is_empty() {
         must(
             Command::new(&cargo)
                 .current_dir(&root)
-                .args(["build", "--release", "-p", package])
+                .args(["build", "--profile", profile, "-p", package])
                 .args(extra),
         )?;
     }
@@ -250,7 +280,8 @@ fn release_example(
         .current_dir(&root)
         .args([
             "run",
-            "--release",
+            "--profile",
+            profile,
             "-p",
             package,
             "--example",

@@ -20,6 +20,20 @@ pub const RELEASE: &str = "hangar";
 /// One permission: API group, resource (with subresource), verb.
 pub type Permission = (&'static str, &'static str, &'static str);
 
+/// What the Runner controller's metadata watch of credentials Secrets (`hangar run
+/// --watch-credential-secrets`, on unless the chart runs cluster-wide) adds to
+/// [`CONTROLLER_NEEDS`]: granted only in single-namespace mode, where it reaches the watched
+/// namespace's Secrets alone. Cluster-wide, a changed credentials Secret is picked up by the
+/// next GET instead (at most `credentials::RECHECK_AFTER` later).
+pub const CONTROLLER_SECRET_WATCH_NEEDS: &[Permission] =
+    &[("", "secrets", "list"), ("", "secrets", "watch")];
+
+/// [`CONTROLLER_NEEDS`] plus [`CONTROLLER_SECRET_WATCH_NEEDS`]: the controller's rights in the
+/// watched namespace with `scope.singleNamespace`.
+pub fn single_namespace_controller_needs() -> Vec<Permission> {
+    [CONTROLLER_NEEDS, CONTROLLER_SECRET_WATCH_NEEDS].concat()
+}
+
 /// What the controllers of `hangar run` call, from crates/operator/src (controllers/*.rs,
 /// manager.rs, context.rs): the chart must grant each of these and nothing else. A new API call
 /// in a controller adds a row here and a rule in templates/rbac.yaml.
@@ -107,11 +121,10 @@ pub const CONTROLLER_NEEDS: &[Permission] = &[
     ("", "pods", "create"),
     ("", "pods", "patch"),
     ("", "pods", "delete"),
-    // Registration Secrets (server-side apply) and githubAPICredentialsFrom Secrets (GET, and a
-    // metadata watch).
+    // Registration Secrets (server-side apply) and githubAPICredentialsFrom Secrets (GET by the
+    // name a resource gives). No list or watch: that would read every Secret of the cluster
+    // (see CONTROLLER_SECRET_WATCH_NEEDS).
     ("", "secrets", "get"),
-    ("", "secrets", "list"),
-    ("", "secrets", "watch"),
     ("", "secrets", "create"),
     ("", "secrets", "patch"),
     // RunnerSet runners (one StatefulSet each).

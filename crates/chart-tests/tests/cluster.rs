@@ -7,8 +7,9 @@
 use std::time::{Duration, Instant};
 
 use hangar_chart_tests::{
-    CONTROLLER_NEEDS, CONTROLLER_VOLUME_NEEDS, Permission, RELEASE, WEBHOOK_SERVER_NEEDS,
-    admission_needs, apply_rbac, documents, kinds_and_names, render, render_with, run_with_stdin,
+    CONTROLLER_NEEDS, CONTROLLER_SECRET_WATCH_NEEDS, CONTROLLER_VOLUME_NEEDS, Permission, RELEASE,
+    WEBHOOK_SERVER_NEEDS, admission_needs, apply_rbac, documents, kinds_and_names, render,
+    render_with, run_with_stdin, single_namespace_controller_needs,
 };
 use hangar_testkit::{TestCluster, TestNamespace};
 use k8s_openapi::api::authorization::v1::{
@@ -351,6 +352,12 @@ async fn controller_account_may_do_what_the_code_does_in_every_namespace_and_not
             }),
     );
     checks.extend(needs(CONTROLLER_VOLUME_NEEDS, Scope::Everywhere));
+    // Cluster-wide, listing or watching Secrets would read every Secret of the cluster.
+    for scope in [Scope::Everywhere, Scope::In("anywhere"), Scope::In(ns)] {
+        for (group, resource, verb) in CONTROLLER_SECRET_WATCH_NEEDS {
+            checks.push(denied(verb, group, resource, scope));
+        }
+    }
     checks.extend(never(Scope::In("anywhere")));
     checks.extend(never(Scope::In(ns)));
     checks.extend(never_cluster_scoped());
@@ -391,7 +398,8 @@ async fn single_namespace_mode_grants_nothing_outside_the_watched_namespace() {
     );
     let user = service_account(release.name(), RELEASE);
 
-    let mut checks = needs(CONTROLLER_NEEDS, Scope::In(watched.name()));
+    let watched_needs = single_namespace_controller_needs();
+    let mut checks = needs(&watched_needs, Scope::In(watched.name()));
     checks.extend(needs(CONTROLLER_VOLUME_NEEDS, Scope::Everywhere));
     // Everything the controller may do in the watched namespace it may do nowhere else: not
     // cluster-wide, not in its own namespace, not in a third one.
@@ -400,18 +408,14 @@ async fn single_namespace_mode_grants_nothing_outside_the_watched_namespace() {
         Scope::In(release.name()),
         Scope::In("elsewhere"),
     ] {
-        checks.extend(
-            CONTROLLER_NEEDS
-                .iter()
-                .map(|(group, resource, verb)| Check {
-                    verb,
-                    group,
-                    resource,
-                    name: None,
-                    scope,
-                    allowed: false,
-                }),
-        );
+        checks.extend(watched_needs.iter().map(|(group, resource, verb)| Check {
+            verb,
+            group,
+            resource,
+            name: None,
+            scope,
+            allowed: false,
+        }));
     }
     checks.extend(never(Scope::In(watched.name())));
     checks.extend(never_cluster_scoped());
@@ -527,8 +531,8 @@ async fn admission_webhooks_may_patch_only_their_own_configurations_and_certific
             allowed: true,
         };
         // Only the named objects: another configuration or Secret is out of reach (unless the
-        // controller's own rules grant the verb on every object of the kind, as get and list
-        // of Secrets).
+        // controller's own rules grant the verb on every object of the kind, as get of
+        // Secrets).
         let everyone = CONTROLLER_NEEDS
             .iter()
             .any(|(g, r, v)| (*g, *r, *v) == (group.as_str(), resource.as_str(), verb.as_str()));

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use ghsim::webhooks::{ContentType, NewHook};
 use ghsim::world::{JobStatus, SubmitJobs};
-use hangar_chart_tests::{RELEASE, apply_rbac, render, repo_root};
+use hangar_chart_tests::{RELEASE, apply_rbac, documents, of_kind, render, repo_root};
 use hangar_testkit::control_plane::free_port;
 use hangar_testkit::{TestCluster, TestNamespace};
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -100,7 +100,20 @@ async fn run_with_chart_rbac(mode: Mode) {
     if mode.leader_election {
         sets.push("replicaCount=2");
     }
-    let _rbac = apply_rbac(cluster, &render(release_ns, &sets));
+    let rendered = render(release_ns, &sets);
+    let _rbac = apply_rbac(cluster, &rendered);
+    // The flags the chart sets because of its RBAC, passed on as the Deployment would.
+    let chart_flags: Vec<String> =
+        of_kind(&documents(&rendered), "Deployment")[0]["spec"]["template"]["spec"]["containers"]
+            [0]["args"]
+            .as_sequence()
+            .expect("controller args")
+            .iter()
+            .filter_map(|a| a.as_str())
+            .filter(|a| a.starts_with("--watch-credential-secrets"))
+            .map(str::to_owned)
+            .collect();
+    assert_eq!(chart_flags.len(), 1, "{chart_flags:?}");
     let token = Api::<ServiceAccount>::namespaced(admin.clone(), release_ns)
         .create_token_request(
             RELEASE,
@@ -184,6 +197,7 @@ async fn run_with_chart_rbac(mode: Mode) {
         metrics_port,
         leader_election: mode.leader_election,
         log: &log,
+        chart_flags: &chart_flags,
     });
     let world = World {
         admin: admin.clone(),
@@ -231,10 +245,19 @@ async fn run_with_chart_rbac(mode: Mode) {
     });
     // Not ephemeral: the runner stays registered and idle after its job, so the scale-down
     // unregisters it at GitHub (DELETE) before its pod's finalizer is removed.
+    // Its own credentials Secret: read by GET of its name, which the chart grants everywhere,
+    // while only single-namespace mode may list Secrets.
+    world.apply(json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "pool-credentials"},
+        "stringData": {"github_token": TOKEN},
+    }));
     let mut runner_spec = json!({
         "repository": "octo/app",
         "ephemeral": false,
         "labels": ["chart-rbac"],
+        "githubAPICredentialsFrom": {"secretRef": {"name": "pool-credentials"}},
     });
     merge(&mut runner_spec, &pod_placement);
     world.apply(json!({
@@ -412,6 +435,8 @@ async fn run_with_chart_rbac(mode: Mode) {
 
 /// What `hangar run` is started with.
 struct ControllerArgs<'a> {
+    /// Flags the chart's Deployment sets to match its RBAC (`--watch-credential-secrets`).
+    chart_flags: &'a [String],
     kubeconfig: &'a Path,
     github: &'a str,
     namespace: &'a str,
@@ -440,6 +465,7 @@ impl Controller {
             .arg(format!("--webhook-addr=127.0.0.1:{}", args.webhook_port))
             .arg(format!("--metrics-addr=127.0.0.1:{}", args.metrics_port))
             .arg("--health-probe-bind-address=0")
+            .args(args.chart_flags)
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("KUBECONFIG", args.kubeconfig)

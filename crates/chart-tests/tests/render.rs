@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use hangar_chart_tests::{
     CONTROLLER_NEEDS, CONTROLLER_VOLUME_NEEDS, Permission, WEBHOOK_SERVER_NEEDS, admission_needs,
     chart_dir, documents, granted, helm, kinds_and_names, of_kind, output, render, repo_root,
-    str_at,
+    single_namespace_controller_needs, str_at,
 };
 use serde_yaml::Value;
 
@@ -100,6 +100,11 @@ fn default_values_render_a_cluster_wide_controller_and_nothing_optional() {
     assert_volume_role(&objects);
     let args = args(deployment(&objects, "controller"));
     assert_eq!(args[0], "run");
+    // The ClusterRole lists and watches no Secret, so neither does the controller.
+    assert!(
+        args.contains(&"--watch-credential-secrets=false".to_owned()),
+        "{args:?}"
+    );
     assert!(
         !args.iter().any(|a| a.starts_with("--watch-namespace")),
         "{args:?}"
@@ -157,11 +162,16 @@ fn single_namespace_mode_renders_only_roles_in_the_watched_namespace() {
     let roles = of_kind(&objects, "Role");
     assert_eq!(roles.len(), 1);
     assert_eq!(str_at(roles[0], &["metadata", "namespace"]), "ci");
-    assert_eq!(granted(roles[0]), expected(CONTROLLER_NEEDS));
+    assert_eq!(
+        granted(roles[0]),
+        expected(&single_namespace_controller_needs())
+    );
     let binding = of_kind(&objects, "RoleBinding")[0];
     assert_eq!(str_at(binding, &["metadata", "namespace"]), "ci");
     assert_eq!(str_at(&binding["subjects"][0], &["namespace"]), NS);
-    assert!(args(deployment(&objects, "controller")).contains(&"--watch-namespace=ci".to_owned()));
+    let controller = args(deployment(&objects, "controller"));
+    assert!(controller.contains(&"--watch-namespace=ci".to_owned()));
+    assert!(controller.contains(&"--watch-credential-secrets=true".to_owned()));
 
     // Without watchNamespace, the release namespace is watched (ARC's behaviour).
     let objects = documents(&render(NS, &["scope.singleNamespace=true"]));
@@ -465,6 +475,104 @@ fn values_reach_the_controller_flags() {
         "--health-probe-bind-address=:8081",
     ] {
         assert!(args.contains(&flag.to_owned()), "{flag} in {args:?}");
+    }
+}
+
+/// Every server limit and sweep flag of the binary is a value, rendered by default with the
+/// code's own default (so installing the chart changes nothing), and set from the value.
+#[test]
+fn server_limits_and_the_sweep_are_values_defaulting_to_the_codes_defaults() {
+    let on = [
+        "admissionWebHooks.enabled=true",
+        "githubWebhookServer.enabled=true",
+    ];
+    let objects = documents(&render(NS, &on));
+    let controller = args(deployment(&objects, "controller"));
+    let server = args(deployment(&objects, "github-webhook-server"));
+    let defaults = [
+        (
+            &controller,
+            format!(
+                "--metrics-max-connections={}",
+                hangar::metrics::DEFAULT_MAX_CONNECTIONS
+            ),
+        ),
+        (
+            &controller,
+            format!(
+                "--admission-max-connections={}",
+                hangar::admission::DEFAULT_MAX_CONNECTIONS
+            ),
+        ),
+        (
+            &controller,
+            format!(
+                "--admission-max-body-bytes={}",
+                hangar::admission::DEFAULT_MAX_BODY_BYTES
+            ),
+        ),
+        (&controller, "--http-header-read-timeout=10s".to_owned()),
+        (&controller, "--http-request-timeout=30s".to_owned()),
+        (
+            &controller,
+            "--leaked-registration-sweep-interval=10m".to_owned(),
+        ),
+        (&controller, "--leaked-registration-grace=30m".to_owned()),
+        (
+            &server,
+            format!(
+                "--webhook-max-connections={}",
+                hangar::webhook_server::DEFAULT_MAX_CONNECTIONS
+            ),
+        ),
+        (
+            &server,
+            format!(
+                "--webhook-max-body-bytes={}",
+                hangar::webhook_server::DEFAULT_MAX_BODY_BYTES
+            ),
+        ),
+        (&server, "--http-header-read-timeout=10s".to_owned()),
+        (&server, "--http-request-timeout=30s".to_owned()),
+    ];
+    for (args, flag) in &defaults {
+        assert!(args.contains(flag), "{flag} in {args:?}");
+    }
+    let set = [
+        "metrics.maxConnections=8",
+        "admissionWebHooks.maxConnections=9",
+        "admissionWebHooks.maxBodyBytes=100000",
+        "githubWebhookServer.maxConnections=11",
+        "githubWebhookServer.maxBodyBytes=2000000",
+        "http.headerReadTimeout=3s",
+        "http.requestTimeout=4s",
+        "leakedRegistrationSweepInterval=0",
+        "leakedRegistrationGrace=1h",
+    ];
+    let objects = documents(&render(NS, &[&on[..], &set[..]].concat()));
+    let controller = args(deployment(&objects, "controller"));
+    let server = args(deployment(&objects, "github-webhook-server"));
+    for flag in [
+        "--metrics-max-connections=8",
+        "--admission-max-connections=9",
+        "--admission-max-body-bytes=100000",
+        "--http-header-read-timeout=3s",
+        "--http-request-timeout=4s",
+        "--leaked-registration-sweep-interval=0",
+        "--leaked-registration-grace=1h",
+    ] {
+        assert!(
+            controller.contains(&flag.to_owned()),
+            "{flag} in {controller:?}"
+        );
+    }
+    for flag in [
+        "--webhook-max-connections=11",
+        "--webhook-max-body-bytes=2000000",
+        "--http-header-read-timeout=3s",
+        "--http-request-timeout=4s",
+    ] {
+        assert!(server.contains(&flag.to_owned()), "{flag} in {server:?}");
     }
 }
 

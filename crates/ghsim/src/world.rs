@@ -1196,6 +1196,12 @@ impl World {
         id
     }
 
+    /// Every registration and remove token issued so far, expired or not: what tests check
+    /// never reaches a log line, an Event or a status.
+    pub fn issued_runner_tokens(&self) -> Vec<String> {
+        self.runner_tokens.keys().cloned().collect()
+    }
+
     /// `POST …/generate-jitconfig`: registers an offline, ephemeral runner and returns its id
     /// and the encoded config (the same layout actions/runner reads: base64 JSON of base64
     /// files `.runner`, `.credentials`, `.credentials_rsaparams`).

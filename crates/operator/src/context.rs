@@ -57,6 +57,11 @@ pub struct Settings {
     /// and reserves runners for those whose delivery was lost (`--webhook-pull-interval`; see
     /// [`crate::pull`]); zero switches the pull off.
     pub webhook_pull_interval: Duration,
+    /// Watch the metadata of Secrets (`--watch-credential-secrets`), so a created or changed
+    /// `githubAPICredentialsFrom` Secret takes effect at once. Needs list and watch on Secrets,
+    /// which cluster-wide reads every Secret of the cluster; without it a change is picked up
+    /// by the next reconcile's GET, at most [`crate::credentials::RECHECK_AFTER`] later.
+    pub watch_credential_secrets: bool,
     /// Builds the clients of per-resource credentials (`githubAPICredentialsFrom`); should be
     /// the registry the controller-wide client came from, so equal credentials share a client.
     /// `None` refuses per-resource credentials.
@@ -81,6 +86,7 @@ impl Default for Settings {
             leaked_registration_grace: Duration::from_secs(30 * 60),
             retirement_timeout: hangar_core::retirement::DEFAULT_TIMEOUT,
             webhook_pull_interval: crate::pull::DEFAULT_INTERVAL,
+            watch_credential_secrets: true,
             github_registry: None,
             exporter: None,
         }

@@ -45,7 +45,7 @@ struct WebhookArgs {
     /// The secret configured on the GitHub webhook; deliveries must be signed with it
     /// (`X-Hub-Signature-256`).
     #[arg(long, env = "GITHUB_WEBHOOK_SECRET_TOKEN", hide_env_values = true)]
-    github_webhook_secret_token: Option<String>,
+    github_webhook_secret_token: Option<Secret>,
     /// Accept deliveries without a valid signature when no secret is set. Anyone who can reach
     /// the server can then scale your runners; for local experiments only.
     #[arg(long)]
@@ -69,9 +69,8 @@ struct WebhookArgs {
 
 impl WebhookArgs {
     fn config(&self, http: &HttpArgs) -> anyhow::Result<hangar::webhook_server::WebhookConfig> {
-        let secret = self.github_webhook_secret_token.clone().map(Secret::new);
         let mut config = hangar::webhook_server::WebhookConfig::new(
-            secret,
+            self.github_webhook_secret_token.clone(),
             self.insecure_accept_unsigned_webhooks,
         )?;
         config.batch_interval = self.webhook_batch_interval;
@@ -170,7 +169,7 @@ struct WebhookServerArgs {
     github_api_url: Option<String>,
     /// Personal access token, optional: without it every runner group counts as visible.
     #[arg(long, env = "GITHUB_TOKEN", hide_env_values = true)]
-    github_token: Option<String>,
+    github_token: Option<Secret>,
     #[command(flatten)]
     webhook: WebhookArgs,
     #[command(flatten)]
@@ -192,7 +191,7 @@ struct RunArgs {
     github_api_url: Option<String>,
     /// Personal access token (prefer the environment variable; flags show up in `ps`).
     #[arg(long, env = "GITHUB_TOKEN", hide_env_values = true)]
-    github_token: Option<String>,
+    github_token: Option<Secret>,
     /// GitHub App id (with the installation id and private key, instead of a token).
     #[arg(long, env = "GITHUB_APP_ID")]
     github_app_id: Option<String>,
@@ -201,7 +200,7 @@ struct RunArgs {
     github_app_installation_id: Option<String>,
     /// GitHub App private key: the PEM text, or a path to it.
     #[arg(long, env = "GITHUB_APP_PRIVATE_KEY", hide_env_values = true)]
-    github_app_private_key: Option<String>,
+    github_app_private_key: Option<Secret>,
     /// Only watch this namespace (default: all).
     #[arg(long)]
     watch_namespace: Option<String>,
@@ -233,6 +232,11 @@ struct RunArgs {
     /// any pod). Per Runner: annotation `hangar.dev/registration: jit`.
     #[arg(long)]
     jit: bool,
+    /// Watch Secrets' metadata so a changed githubAPICredentialsFrom Secret takes effect at
+    /// once. Needs list and watch on Secrets; with `false` only get is needed and a change
+    /// takes effect within 30 seconds of the next reconcile.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    watch_credential_secrets: bool,
     /// How long an autoscaler waits after a scale-out before scaling down, unless its
     /// scaleDownDelaySecondsAfterScaleOut says otherwise.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
@@ -408,7 +412,7 @@ async fn webhook_server(args: WebhookServerArgs) -> anyhow::Result<()> {
             }
             .context("invalid GitHub URL")?;
             let client = ClientRegistry::new(endpoint, ClientOptions::default())
-                .client(Credentials::Token(Secret::new(token.clone())))
+                .client(Credentials::Token(token.clone()))
                 .context("cannot build the GitHub client")?;
             Some(client as Arc<dyn hangar_github::GitHubApi>)
         }
@@ -503,6 +507,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         leaked_registration_grace: args.leaked_registration_grace,
         retirement_timeout: args.retirement_timeout,
         webhook_pull_interval: args.webhook_pull_interval,
+        watch_credential_secrets: args.watch_credential_secrets,
         github_registry: Some(registry),
         ..Settings::default()
     };
@@ -610,7 +615,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 fn controller_credentials(args: &RunArgs) -> anyhow::Result<Credentials> {
     let mut data: Vec<(&str, Vec<u8>)> = Vec::new();
     if let Some(token) = &args.github_token {
-        data.push(("github_token", token.clone().into_bytes()));
+        data.push(("github_token", token.expose().as_bytes().to_vec()));
     }
     if let Some(id) = &args.github_app_id {
         data.push(("github_app_id", id.clone().into_bytes()));
@@ -619,9 +624,11 @@ fn controller_credentials(args: &RunArgs) -> anyhow::Result<Credentials> {
         data.push(("github_app_installation_id", id.clone().into_bytes()));
     }
     if let Some(key) = &args.github_app_private_key {
+        let key = key.expose();
         let pem = if key.trim_start().starts_with("-----BEGIN") {
-            key.clone().into_bytes()
+            key.as_bytes().to_vec()
         } else {
+            // A path is not secret, but a mangled key would be: the message names neither.
             std::fs::read(key).with_context(|| {
                 "GITHUB_APP_PRIVATE_KEY is neither a PEM key nor a readable file".to_owned()
             })?
@@ -755,6 +762,39 @@ mod tests {
                 request_timeout: Duration::from_secs(5),
             }
         );
+    }
+
+    /// `RunArgs` is `Debug` (clap needs it, and a `{args:?}` is one careless line away): the
+    /// credentials it carries print redacted, from flags and from the environment alike.
+    #[test]
+    fn run_args_debug_never_shows_a_credential() {
+        let cli = Cli::try_parse_from([
+            "hangar",
+            "run",
+            "--github-token=ghp_flagsecret",
+            "--github-app-private-key=-----BEGIN RSA PRIVATE KEY-----\nkeysecret",
+            "--github-webhook-secret-token=hooksecret",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        let shown = format!("{args:?} {args:#?}");
+        for secret in ["ghp_flagsecret", "keysecret", "hooksecret"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(shown.contains("[redacted]"), "{shown}");
+        let cli = Cli::try_parse_from([
+            "hangar",
+            "webhook-server",
+            "--github-token=ghp_flagsecret",
+            "--github-webhook-secret-token=hooksecret",
+        ])
+        .unwrap();
+        let shown = format!("{:?}", cli.command);
+        for secret in ["ghp_flagsecret", "hooksecret"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
     }
 
     #[test]

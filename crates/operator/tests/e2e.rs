@@ -72,15 +72,8 @@ async fn scale_down_while_jobs_run_interrupts_no_job() {
     .await;
     e.apply(&rd.clone().replicas(0));
 
-    // Until everything is gone, no pod of a busy runner may be on its way out.
-    eventually(&e, "scale-down to finish", WAIT, || async {
-        e.assert_no_busy_runner_pod_deleting().await;
-        let gone = e.runners().await.is_empty()
-            && e.pods().await.is_empty()
-            && e.h.registered().is_empty();
-        gone.then_some(())
-    })
-    .await;
+    e.wait_all_gone_without_killing_busy_runners("scale-down to finish")
+        .await;
     assert!(e.all_succeeded(&jobs), "{:?}", e.jobs(&jobs));
     assert_eq!(e.h.interrupted(), 0, "scale-down interrupted a job");
     e.shutdown().await;

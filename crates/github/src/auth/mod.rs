@@ -97,12 +97,13 @@ pub enum CredentialsError {
         /// The key.
         key: &'static str,
     },
-    /// The installation id is not a number.
-    #[error("{KEY_APP_INSTALLATION_ID} must be a number, got {value:?}")]
-    InvalidInstallationId {
-        /// The value.
-        value: String,
-    },
+    /// The installation id is not a number. The value is not repeated: a Secret's field may
+    /// hold anything (a token pasted into the wrong key), and this message reaches logs, Events
+    /// and status conditions.
+    #[error(
+        "{KEY_APP_INSTALLATION_ID} must be a number (the installation's id in the App's settings)"
+    )]
+    InvalidInstallationId,
 }
 
 impl Credentials {
@@ -140,11 +141,10 @@ impl Credentials {
         }
         match (app_id, installation, key) {
             (Some(app), Some(installation), Some(key)) => {
-                let installation_id = installation.trim().parse().map_err(|_| {
-                    CredentialsError::InvalidInstallationId {
-                        value: installation.trim().to_owned(),
-                    }
-                })?;
+                let installation_id = installation
+                    .trim()
+                    .parse()
+                    .map_err(|_| CredentialsError::InvalidInstallationId)?;
                 Ok(Self::App(AppCredentials {
                     app: AppIdentifier::parse(&app),
                     installation_id,
@@ -288,10 +288,22 @@ mod tests {
             (KEY_APP_PRIVATE_KEY, "k"),
         ]))
         .unwrap_err();
-        assert!(matches!(
-            err,
-            CredentialsError::InvalidInstallationId { .. }
-        ));
+        assert!(matches!(err, CredentialsError::InvalidInstallationId));
+    }
+
+    /// A value in the wrong key (a token pasted as the installation id) must not come back in
+    /// an error, which ends up in logs, Events and status conditions.
+    #[test]
+    fn an_invalid_installation_id_is_named_not_echoed() {
+        let err = Credentials::from_secret_data(data(&[
+            (KEY_APP_ID, "12"),
+            (KEY_APP_INSTALLATION_ID, "ghp_pastedsecret"),
+            (KEY_APP_PRIVATE_KEY, "k"),
+        ]))
+        .unwrap_err();
+        let shown = format!("{err} {err:?}");
+        assert!(!shown.contains("pastedsecret"), "{shown}");
+        assert!(shown.contains(KEY_APP_INSTALLATION_ID), "{shown}");
     }
 
     #[test]

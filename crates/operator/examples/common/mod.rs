@@ -80,6 +80,7 @@ impl World {
 }
 
 /// Peak RSS (MiB) and CPU seconds (user + system) of process `pid`, from `/proc`.
+#[allow(dead_code)] // chaos measures no resources
 pub fn peak_rss_and_cpu(pid: u32) -> anyhow::Result<(f64, f64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let peak_kib: f64 = status
@@ -119,6 +120,7 @@ pub fn hangar_binary(given: Option<&Path>, xtask_command: &str) -> anyhow::Resul
 
 /// The apiserver's `apiserver_request_total`, summed by (verb, resource with subresource) —
 /// e.g. `("PATCH", "pods/status")`. Differences of two readings count what happened between.
+#[allow(dead_code)] // chaos counts no apiserver requests
 pub async fn apiserver_requests(
     client: &Client,
 ) -> anyhow::Result<std::collections::BTreeMap<(String, String), u64>> {
@@ -162,6 +164,7 @@ impl Controller {
     }
 
     /// Reads peak RSS (MiB) and CPU seconds from `/proc`, then stops the process.
+    #[allow(dead_code)] // chaos runs its replicas itself
     pub fn stop(&mut self) -> anyhow::Result<(f64, f64)> {
         let usage = peak_rss_and_cpu(self.child.id())?;
         self.child.kill()?;

@@ -82,11 +82,17 @@ pub async fn run(
     .default_backoff()
     .touched_objects();
     let mapper_ctx = ctx.clone();
-    Controller::for_stream(runners, ctx.stores.runners.clone())
-        .owns_stream(pods)
-        .watches_stream(secret_changes, move |secret: PartialObjectMeta<Secret>| {
+    let controller = Controller::for_stream(runners, ctx.stores.runners.clone()).owns_stream(pods);
+    // Without the watch (no right to list Secrets), the GET in `client_for` notices a changed
+    // Secret once its RECHECK_AFTER has passed, and a missing one is retried by error_policy.
+    let controller = if ctx.settings.watch_credential_secrets {
+        controller.watches_stream(secret_changes, move |secret: PartialObjectMeta<Secret>| {
             runners_using_secret(&mapper_ctx, &secret)
         })
+    } else {
+        controller
+    };
+    controller
         .run(super::instrumented("runner", reconcile), error_policy, ctx)
         .for_each(|_| async {})
         .await;

@@ -285,16 +285,7 @@ async fn unregister(
         }
     } else if id.is_none() && !stopped && scheduled {
         let github = github_for_pod(pod, ctx, authority).await?;
-        id = ctx
-            .runner_directory
-            .find_listed_after(
-                gh_scope,
-                &pod.name_any(),
-                tokio::time::Instant::now(),
-                || github.list_runners_revalidated(gh_scope),
-            )
-            .await
-            .map_err(github_err("list runners", &gh_scope.config_path()))?;
+        id = listed_from_now(pod, ctx, gh_scope, github.as_ref()).await?;
     }
     let state = PodState {
         runner_id: id,
@@ -347,16 +338,7 @@ async fn unregister(
                 }
                 AfterDelete::ConfirmByName => {
                     // Only a list taken after the 404 can tell a removed runner from a stale ID.
-                    let listed = ctx
-                        .runner_directory
-                        .find_listed_after(
-                            gh_scope,
-                            &pod.name_any(),
-                            tokio::time::Instant::now(),
-                            || github.list_runners_revalidated(gh_scope),
-                        )
-                        .await
-                        .map_err(github_err("list runners", &gh_scope.config_path()))?;
+                    let listed = listed_from_now(pod, ctx, gh_scope, github.as_ref()).await?;
                     let listed = listed.map_or(ListedByName::Absent, |runner_id| {
                         ListedByName::Present { runner_id }
                     });
@@ -506,6 +488,24 @@ fn owner_for_events(pod: &Pod) -> Option<k8s_openapi::api::core::v1::ObjectRefer
         uid: (kind == "Runner").then(|| controller.uid.clone()),
         ..Default::default()
     })
+}
+
+/// The runner ID of `pod` in a list of its scope taken from now on (never an older snapshot).
+async fn listed_from_now(
+    pod: &Pod,
+    ctx: &Context,
+    gh_scope: &hangar_github::Scope,
+    github: &dyn GitHubApi,
+) -> Result<Option<u64>, Error> {
+    ctx.runner_directory
+        .find_listed_after(
+            gh_scope,
+            &pod.name_any(),
+            tokio::time::Instant::now(),
+            || github.list_runners_revalidated(gh_scope),
+        )
+        .await
+        .map_err(github_err("list runners", &gh_scope.config_path()))
 }
 
 /// The runner ID of `pod`, from its scope's shared runner list (see

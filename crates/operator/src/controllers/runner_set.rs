@@ -19,6 +19,12 @@
 //! Status: replicas, readyReplicas, availableReplicas, updatedReplicas, desiredReplicas, the
 //! scale selector, and the conditions `Available` and `Progressing`.
 //!
+//! A set holds the finalizer `hangar.dev/retire-runners`. Deleted, it keeps running owner sync
+//! with 0 desired runners, so its StatefulSets are retired through unregister-before-delete
+//! (idle runners at once, busy ones after their job), and lets go once none is left or its
+//! retirement timeout has passed ([`super::retirement`]); meanwhile `Progressing` says
+//! `Retiring`. Until then the garbage collector leaves its StatefulSets alone.
+//!
 //! The pod template is the user's, completed as the Runner controller completes a runner pod
 //! ([`crate::runner_pod::build`]): the container named `runner` (added if absent) gets the
 //! runner environment, the `docker` sidecar is added or completed, and the pod carries the
@@ -70,7 +76,7 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::{
-    annotation, k8s_time, object_name, parse_time, pod_view, registration, rfc3339,
+    annotation, k8s_time, object_name, parse_time, pod_view, registration, retirement, rfc3339,
     runner_restarted, sets, wait_until_stored,
 };
 use crate::conditions::{self, Desired};
@@ -535,11 +541,23 @@ fn scope_of(set: &RunnerSet) -> Result<RunnerScope, Error> {
 /// Reconciles one RunnerSet.
 pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Result<Action, Error> {
     let ctx = &state.ctx;
-    if set.metadata.deletion_timestamp.is_some() {
+    let deleting = retirement::deleting_since(set.as_ref());
+    let holds = retirement::holds(set.as_ref(), finalizer::RETIRE_RUNNERS);
+    if deleting.is_some() && !holds {
         return Ok(Action::await_change());
     }
-    let scope = scope_of(&set)?;
     let ns = set.namespace().unwrap_or_default();
+    let sets_api: Api<RunnerSet> = Api::namespaced(ctx.client.clone(), &ns);
+    if deleting.is_none() && !holds {
+        retirement::set_finalizer(&sets_api, set.as_ref(), finalizer::RETIRE_RUNNERS, true).await?;
+    }
+    // A deleted set creates nothing, so it needs no scope: an invalid one must not keep it from
+    // retiring its runners.
+    let scope = match scope_of(&set) {
+        Ok(scope) => Some(scope),
+        Err(_) if deleting.is_some() => None,
+        Err(e) => return Err(e),
+    };
     let uid = set.uid().unwrap_or_default();
     let now = ctx.now();
     let owned: Vec<Arc<StatefulSet>> = state
@@ -557,7 +575,12 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
     let owners: Vec<OwnerView> = owned.iter().map(|s| owner_view(ctx, s, now)).collect();
 
     let input = owner_sync::Input {
-        desired: u32::try_from(set.spec.stateful_set.replicas.unwrap_or(1).max(0)).unwrap_or(0),
+        // A deleted set wants no runners: they retire as on a scale-down.
+        desired: if deleting.is_some() {
+            0
+        } else {
+            u32::try_from(set.spec.stateful_set.replicas.unwrap_or(1).max(0)).unwrap_or(0)
+        },
         desired_template_hash: desired_hash(&set),
         effective_time: set.spec.effective_time.as_ref().map(k8s_time),
         ephemeral: set.spec.config.ephemeral.unwrap_or(true),
@@ -566,10 +589,69 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
     };
     let plan = owner_sync::plan(&input);
     for action in &plan.actions {
-        apply(&set, &state, &scope, action, &input.desired_template_hash).await?;
+        apply(
+            &set,
+            &state,
+            scope.as_ref(),
+            action,
+            &input.desired_template_hash,
+        )
+        .await?;
     }
 
-    patch_status(&set, ctx, &owned, &input, &plan).await?;
+    let mut retiring = None;
+    if let Some(since) = deleting {
+        // Every StatefulSet counts, deleting ones too: its pod may still hold a job.
+        let left: Vec<String> = owned.iter().map(|s| s.name_any()).collect();
+        match retirement::step(set.as_ref(), since, left.len(), ctx) {
+            hangar_core::retirement::Step::Release => {
+                retirement::set_finalizer(
+                    &sets_api,
+                    set.as_ref(),
+                    finalizer::RETIRE_RUNNERS,
+                    false,
+                )
+                .await?;
+                return Ok(Action::await_change());
+            }
+            hangar_core::retirement::Step::Force => {
+                let timeout = retirement::timeout(set.as_ref(), ctx);
+                warn!(set = %object_name(set.as_ref()), "retirement timed out, forcing its runners out");
+                ctx.event(
+                    set.object_ref(&()),
+                    true,
+                    retirement::TIMED_OUT,
+                    retirement::forced_note(timeout, left.len(), "runner(s)"),
+                );
+                let sts_api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &ns);
+                retirement::force_children(&sts_api, &ns, &left).await?;
+                retirement::set_finalizer(
+                    &sets_api,
+                    set.as_ref(),
+                    finalizer::RETIRE_RUNNERS,
+                    false,
+                )
+                .await?;
+                return Ok(Action::await_change());
+            }
+            hangar_core::retirement::Step::Wait { force_at } => {
+                retiring = Some((
+                    retirement::waiting(left.len(), "runner(s)", force_at),
+                    force_at,
+                ));
+            }
+        }
+    }
+
+    patch_status(
+        &set,
+        ctx,
+        &owned,
+        &input,
+        &plan,
+        retiring.as_ref().map(|(c, _)| c),
+    )
+    .await?;
 
     let deleted = plan
         .actions
@@ -581,12 +663,18 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
         .collect();
     volumes::sync(&set, &state, &deleted).await?;
 
-    Ok(sets::requeue(
-        set.as_ref(),
-        &plan,
-        now,
-        ctx.settings.sync_period,
-    ))
+    Ok(match retiring {
+        // Decide again when the retirement timeout runs out, if nothing changes before.
+        Some((_, force_at)) => {
+            let left = force_at.duration_since(now).unwrap_or_default();
+            Action::requeue(
+                ctx.settings
+                    .sync_period
+                    .min(left + std::time::Duration::from_millis(100)),
+            )
+        }
+        None => sets::requeue(set.as_ref(), &plan, now, ctx.settings.sync_period),
+    })
 }
 
 /// A retiring StatefulSet's pods are stamped first, then the StatefulSet ("all my pods were
@@ -658,9 +746,10 @@ async fn patch_status(
     owned: &[Arc<StatefulSet>],
     input: &owner_sync::Input,
     plan: &owner_sync::Plan,
+    retiring: Option<&Desired>,
 ) -> Result<(), Error> {
     let counts = status_counts(ctx, owned, &input.desired_template_hash);
-    let retiring = owned
+    let retiring_count = owned
         .iter()
         .filter(|s| s.metadata.deletion_timestamp.is_none())
         .filter(|s| annotation(s.as_ref(), ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_some())
@@ -670,12 +759,14 @@ async fn patch_status(
         .as_ref()
         .and_then(|s| s.conditions.clone())
         .unwrap_or_default();
-    let new_conditions = conditions::merge(
-        &old_conditions,
-        &set_conditions(input.desired, counts.ready, retiring, plan),
-        set.metadata.generation,
-        ctx.now(),
-    );
+    let mut wanted = set_conditions(input.desired, counts.ready, retiring_count, plan);
+    if let Some(progress) = retiring {
+        // A deleted set says it is waiting for its runners, not how it scales.
+        wanted.retain(|c| c.kind != conditions::kind::PROGRESSING);
+        wanted.push(progress.clone());
+    }
+    let new_conditions =
+        conditions::merge(&old_conditions, &wanted, set.metadata.generation, ctx.now());
     let status = serde_json::json!({
         "replicas": counts.replicas,
         "readyReplicas": counts.ready,
@@ -721,7 +812,7 @@ pub fn set_conditions(
 async fn apply(
     set: &RunnerSet,
     state: &RunnerSetContext,
-    scope: &RunnerScope,
+    scope: Option<&RunnerScope>,
     action: &PlanAction,
     hash: &str,
 ) -> Result<(), Error> {
@@ -732,6 +823,10 @@ async fn apply(
     let now = rfc3339(ctx.now());
     match action {
         PlanAction::Create { count } => {
+            let scope = scope.ok_or_else(|| Error::InvalidSpec {
+                object: object_name(set),
+                reason: "no valid scope to register runners in".into(),
+            })?;
             let mode = ctx.settings.runner_set_registration;
             // Only the fallback mode registers here; with the webhook, pods register as they
             // are admitted.

@@ -8,6 +8,7 @@ mod support;
 mod durable;
 mod ownership;
 mod retire;
+mod secrets;
 mod servers;
 mod sweep;
 mod unregistration;

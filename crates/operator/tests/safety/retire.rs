@@ -1,6 +1,6 @@
 //! Point 1: deleting an owner retires its runners gracefully.
 //!
-//! `kubectl delete` of a RunnerDeployment or a Runner used to cascade through garbage
+//! `kubectl delete` of a RunnerDeployment, a Runner or a RunnerSet used to cascade through garbage
 //! collection: the runner pods got a deletion timestamp, the kubelet stopped their containers
 //! and busy runners died mid-job. Now each owner holds a finalizer while its runners go the
 //! unregister-before-delete way: idle runners at once, busy ones after their job, everything
@@ -8,8 +8,10 @@
 
 use std::time::Duration;
 
-use hangar_api::{Runner, RunnerDeployment, RunnerReplicaSet};
+use hangar_api::{Runner, RunnerDeployment, RunnerReplicaSet, RunnerSet};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::ResourceExt;
 use kube::api::DeleteParams;
 use serde_json::{Value, json};
 
@@ -31,13 +33,15 @@ where
     .await
 }
 
-/// Waits until the namespace has no Runner, RunnerReplicaSet, RunnerDeployment or pod left and
-/// GitHub no runner.
+/// Waits until the namespace has no Runner, RunnerReplicaSet, RunnerDeployment, RunnerSet,
+/// StatefulSet or pod left and GitHub no runner.
 async fn wait_all_gone(e: &E2e) {
     eventually(e, "every object and registration gone", WAIT, || async {
         let gone = e.h.list::<RunnerDeployment>().await.is_empty()
             && e.h.list::<RunnerReplicaSet>().await.is_empty()
             && e.h.list::<Runner>().await.is_empty()
+            && e.h.list::<RunnerSet>().await.is_empty()
+            && e.h.list::<StatefulSet>().await.is_empty()
             && e.h.list::<Pod>().await.is_empty()
             && e.h.registered().is_empty();
         gone.then_some(())
@@ -156,6 +160,116 @@ async fn a_busy_runner_is_killed_once_the_retirement_timeout_has_passed_and_an_e
 
     wait_all_gone(&e).await;
     let forced = events(&e, "RunnerDeployment", "bounded", "RetirementTimedOut").await;
+    assert!(
+        forced.iter().any(|m| m.contains("busy")),
+        "a Warning event says busy runners were killed: {forced:?}"
+    );
+    assert!(!e.all_succeeded(&[job]), "the job did not finish");
+    e.shutdown().await;
+}
+
+/// A RunnerSet of `replicas` runners labelled `label` for `octo/app`, placed on `e`'s nodes.
+fn runner_set(e: &E2e, name: &str, replicas: i32, label: &str) -> String {
+    let placement = e.nodes.placement();
+    let mut pod = json!({
+        "nodeSelector": placement.node_selector,
+        "tolerations": placement.tolerations,
+        "containers": [{"name": "runner"}],
+    });
+    if let Some(s) = &placement.scheduler_name {
+        pod["schedulerName"] = json!(s);
+    }
+    json!({
+        "apiVersion": "actions.summerwind.dev/v1alpha1",
+        "kind": "RunnerSet",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "repository": "octo/app",
+            "labels": [label],
+            "template": {"spec": pod},
+        },
+    })
+    .to_string()
+}
+
+/// Waits until `n` runner pods are registered and online; returns their names.
+async fn wait_registered_pods(e: &E2e, n: usize) -> std::collections::BTreeSet<String> {
+    eventually(e, &format!("{n} registered runner pods"), WAIT, || async {
+        let online = e.h.online();
+        let pods: std::collections::BTreeSet<String> = e
+            .pods()
+            .await
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| p.annotations().contains_key("actions-runner/id"))
+            .map(|p| p.name_any())
+            .filter(|n| online.contains(n))
+            .collect();
+        (pods.len() == n && e.h.registered() == pods).then_some(pods)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn deleting_a_runner_set_lets_its_busy_runner_finish_its_job() {
+    let e = E2e::start("retire-rs").await;
+    e.h.apply(&runner_set(&e, "retiring-set", 2, "retiring-set"));
+    let mut idle = wait_registered_pods(&e, 2).await;
+    let job = e.submit(1, "retiring-set", Duration::from_secs(8), false)[0];
+    let busy = eventually(&e, "one runner busy", WAIT, || async {
+        e.h.busy().into_iter().next()
+    })
+    .await;
+    idle.remove(&busy);
+
+    e.h.api::<RunnerSet>()
+        .delete("retiring-set", &DeleteParams::background())
+        .await
+        .unwrap();
+
+    // The idle runner goes at once; the busy one keeps its pod and finishes its job.
+    hold_until(&e, "the idle runner unregistered", || async {
+        let registered = e.h.registered();
+        idle.iter().all(|n| !registered.contains(n))
+    })
+    .await;
+    assert!(
+        e.h.busy().contains(&busy),
+        "the busy runner still runs its job\n{}",
+        e.describe().await
+    );
+    hold_until(&e, "the job completed", || async {
+        e.all_succeeded(&[job])
+    })
+    .await;
+    wait_all_gone(&e).await;
+    assert_eq!(e.h.interrupted(), 0, "no job was interrupted");
+    e.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_runner_set_forces_its_busy_runner_out_once_its_retirement_timeout_has_passed() {
+    let e = E2e::start("retire-rs-bound").await;
+    let mut set: Value =
+        serde_json::from_str(&runner_set(&e, "bounded-set", 1, "bounded-set")).unwrap();
+    set["metadata"]["annotations"] = json!({"hangar.dev/retirement-timeout": "2s"});
+    e.h.apply(&set.to_string());
+    wait_registered_pods(&e, 1).await;
+    // A job far longer than the test waits: only the forced deletion ends it.
+    let job = e.submit(1, "bounded-set", Duration::from_secs(600), false)[0];
+    eventually(&e, "the runner busy", WAIT, || async {
+        e.h.busy().into_iter().next()
+    })
+    .await;
+
+    e.h.api::<RunnerSet>()
+        .delete("bounded-set", &DeleteParams::background())
+        .await
+        .unwrap();
+
+    wait_all_gone(&e).await;
+    let forced = events(&e, "RunnerSet", "bounded-set", "RetirementTimedOut").await;
     assert!(
         forced.iter().any(|m| m.contains("busy")),
         "a Warning event says busy runners were killed: {forced:?}"

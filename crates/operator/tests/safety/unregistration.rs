@@ -116,14 +116,8 @@ async fn a_403_on_runner_removal_keeps_the_pod_and_tells_the_owner_which_permiss
         )
         .await
         .unwrap();
-    eventually(&e, "scale-down to finish", WAIT, || async {
-        e.assert_no_busy_runner_pod_deleting().await;
-        let gone = e.runners().await.is_empty()
-            && e.pods().await.is_empty()
-            && e.h.registered().is_empty();
-        gone.then_some(())
-    })
-    .await;
+    e.wait_all_gone_without_killing_busy_runners("scale-down to finish")
+        .await;
     assert!(e.all_succeeded(&jobs), "{:?}", e.jobs(&jobs));
     assert_eq!(e.h.interrupted(), 0, "a refused removal interrupted a job");
     e.shutdown().await;
@@ -155,14 +149,8 @@ async fn a_404_for_a_stale_runner_id_is_checked_by_name_before_the_pod_goes() {
         .unwrap();
     e.apply(&rd.clone().replicas(0));
 
-    eventually(&e, "scale-down to finish", WAIT, || async {
-        e.assert_no_busy_runner_pod_deleting().await;
-        let gone = e.runners().await.is_empty()
-            && e.pods().await.is_empty()
-            && e.h.registered().is_empty();
-        gone.then_some(())
-    })
-    .await;
+    e.wait_all_gone_without_killing_busy_runners("scale-down to finish")
+        .await;
     assert!(e.all_succeeded(&jobs), "{:?}", e.jobs(&jobs));
     assert_eq!(
         e.h.interrupted(),

@@ -130,6 +130,19 @@ impl E2e {
         }
     }
 
+    /// Waits until no Runner, pod or GitHub registration is left, failing at once if a busy
+    /// runner's pod is on its way out meanwhile: how every scale-down and deletion must end.
+    pub async fn wait_all_gone_without_killing_busy_runners(&self, what: &str) {
+        eventually(self, what, WAIT, || async {
+            self.assert_no_busy_runner_pod_deleting().await;
+            let gone = self.runners().await.is_empty()
+                && self.pods().await.is_empty()
+                && self.h.registered().is_empty();
+            gone.then_some(())
+        })
+        .await;
+    }
+
     /// What a failing test should print: Runners, pods and GitHub's runners.
     pub async fn describe(&self) -> String {
         let mut out = String::new();

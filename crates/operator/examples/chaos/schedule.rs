@@ -1,0 +1,320 @@
+//! The fault schedule: a pure function of (seed, count, window, kinds enabled) to a list of
+//! faults at offsets from the start of the fault window. Nothing here looks at the world, so a
+//! seed replays the same schedule on any machine; what a fault hits (which pod, which replica
+//! is the leader) is resolved when it fires, from its `pick`, and recorded in the results.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// What kinds of fault exist; `--kinds` enables a subset by these names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// SIGKILL the replica holding the leader Lease; restart it after a delay.
+    KillLeader,
+    /// SIGTERM the leader (it releases the Lease); restart it after a delay.
+    TermLeader,
+    /// SIGKILL the replica that does not lead (a webhook replica); restart it after a delay.
+    KillFollower,
+    /// ghsim answers a share of REST requests 502.
+    GithubServerErrors,
+    /// ghsim answers a share of REST requests with a secondary rate limit (403).
+    GithubSecondaryLimits,
+    /// ghsim refuses `DELETE …/actions/runners/{id}` with 403 (a token that lost a permission).
+    GithubForbidDeleteRunner,
+    /// A share of webhook deliveries is never sent.
+    WebhookDrop,
+    /// A share of deliveries is sent twice.
+    WebhookDuplicate,
+    /// A share of deliveries is held back and sent after the next one.
+    WebhookReorder,
+    /// Every delivery is delayed by up to a few seconds.
+    WebhookDelay,
+    /// A user deletes a runner pod.
+    DeleteRunnerPod,
+    /// A user changes an owner's pod template (a rollout).
+    TemplateChange,
+    /// A user changes an autoscaler's maxReplicas.
+    HraMaxReplicas,
+    /// nodesim crashes a runner container (jobs it ran are counted apart).
+    RunnerCrash,
+}
+
+impl Kind {
+    /// Every kind, in a fixed order (the order draws use).
+    pub const ALL: [Kind; 14] = [
+        Kind::KillLeader,
+        Kind::TermLeader,
+        Kind::KillFollower,
+        Kind::GithubServerErrors,
+        Kind::GithubSecondaryLimits,
+        Kind::GithubForbidDeleteRunner,
+        Kind::WebhookDrop,
+        Kind::WebhookDuplicate,
+        Kind::WebhookReorder,
+        Kind::WebhookDelay,
+        Kind::DeleteRunnerPod,
+        Kind::TemplateChange,
+        Kind::HraMaxReplicas,
+        Kind::RunnerCrash,
+    ];
+
+    /// The kebab-case name `--kinds` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::KillLeader => "kill-leader",
+            Kind::TermLeader => "term-leader",
+            Kind::KillFollower => "kill-follower",
+            Kind::GithubServerErrors => "github-server-errors",
+            Kind::GithubSecondaryLimits => "github-secondary-limits",
+            Kind::GithubForbidDeleteRunner => "github-forbid-delete-runner",
+            Kind::WebhookDrop => "webhook-drop",
+            Kind::WebhookDuplicate => "webhook-duplicate",
+            Kind::WebhookReorder => "webhook-reorder",
+            Kind::WebhookDelay => "webhook-delay",
+            Kind::DeleteRunnerPod => "delete-runner-pod",
+            Kind::TemplateChange => "template-change",
+            Kind::HraMaxReplicas => "hra-max-replicas",
+            Kind::RunnerCrash => "runner-crash",
+        }
+    }
+
+    /// The kind named `name`.
+    pub fn parse(name: &str) -> Result<Kind, String> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.name() == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
+                format!("no fault kind {name:?}; kinds: {}", names.join(", "))
+            })
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One fault with its parameters, all drawn from the seed.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Fault {
+    KillLeader {
+        restart_after_ms: u64,
+    },
+    TermLeader {
+        restart_after_ms: u64,
+    },
+    KillFollower {
+        restart_after_ms: u64,
+    },
+    GithubServerErrors {
+        rate: f64,
+        window_ms: u64,
+    },
+    GithubSecondaryLimits {
+        rate: f64,
+        window_ms: u64,
+    },
+    GithubForbidDeleteRunner {
+        window_ms: u64,
+    },
+    WebhookDrop {
+        rate: f64,
+        window_ms: u64,
+    },
+    WebhookDuplicate {
+        rate: f64,
+        window_ms: u64,
+    },
+    WebhookReorder {
+        rate: f64,
+        window_ms: u64,
+    },
+    WebhookDelay {
+        max_delay_ms: u64,
+        window_ms: u64,
+    },
+    /// `pick` modulo the runner pods present (sorted by name) chooses the victim.
+    DeleteRunnerPod {
+        pick: u64,
+    },
+    /// `owner` indexes the owners with templates; the rollout sets a template env var to `generation`.
+    TemplateChange {
+        owner: u64,
+    },
+    /// `hra` indexes the autoscalers.
+    HraMaxReplicas {
+        hra: u64,
+        max_replicas: u32,
+    },
+    /// `pick` modulo the running runner pods (sorted by name) chooses the victim.
+    RunnerCrash {
+        pick: u64,
+    },
+}
+
+impl Fault {
+    /// Its kind.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Fault::KillLeader { .. } => Kind::KillLeader,
+            Fault::TermLeader { .. } => Kind::TermLeader,
+            Fault::KillFollower { .. } => Kind::KillFollower,
+            Fault::GithubServerErrors { .. } => Kind::GithubServerErrors,
+            Fault::GithubSecondaryLimits { .. } => Kind::GithubSecondaryLimits,
+            Fault::GithubForbidDeleteRunner { .. } => Kind::GithubForbidDeleteRunner,
+            Fault::WebhookDrop { .. } => Kind::WebhookDrop,
+            Fault::WebhookDuplicate { .. } => Kind::WebhookDuplicate,
+            Fault::WebhookReorder { .. } => Kind::WebhookReorder,
+            Fault::WebhookDelay { .. } => Kind::WebhookDelay,
+            Fault::DeleteRunnerPod { .. } => Kind::DeleteRunnerPod,
+            Fault::TemplateChange { .. } => Kind::TemplateChange,
+            Fault::HraMaxReplicas { .. } => Kind::HraMaxReplicas,
+            Fault::RunnerCrash { .. } => Kind::RunnerCrash,
+        }
+    }
+}
+
+/// A fault and when it fires.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Scheduled {
+    /// Its position in the schedule: with the seed, what a violation report names.
+    pub index: usize,
+    /// From the start of the fault window.
+    pub at_ms: u64,
+    #[serde(flatten)]
+    pub fault: Fault,
+}
+
+/// `count` faults of the `kinds` given (in any order; duplicates count once) spread uniformly
+/// over `window`, sorted by time. Process faults restart after 1–20 s; GitHub fault windows
+/// last 2–20 s, so they overlap other faults but end well before the drain.
+pub fn schedule(seed: u64, count: usize, window: Duration, kinds: &[Kind]) -> Vec<Scheduled> {
+    let mut kinds: Vec<Kind> = kinds.to_vec();
+    kinds.sort();
+    kinds.dedup();
+    if kinds.is_empty() || count == 0 {
+        return Vec::new();
+    }
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let window_ms = (window.as_millis() as u64).max(1);
+    let mut faults: Vec<(u64, Fault)> = (0..count)
+        .map(|_| {
+            let at = rng.u64(0..window_ms);
+            let kind = kinds[rng.usize(0..kinds.len())];
+            (at, draw(&mut rng, kind))
+        })
+        .collect();
+    // Stable: equal offsets keep their draw order, so the order is a function of the seed too.
+    faults.sort_by_key(|(at, _)| *at);
+    faults
+        .into_iter()
+        .enumerate()
+        .map(|(index, (at_ms, fault))| Scheduled {
+            index,
+            at_ms,
+            fault,
+        })
+        .collect()
+}
+
+fn draw(rng: &mut fastrand::Rng, kind: Kind) -> Fault {
+    let restart_after_ms = rng.u64(1_000..=20_000);
+    let window_ms = rng.u64(2_000..=20_000);
+    // Rates of 10–50 %: high enough to hit the few requests a window sees, low enough that
+    // retries get through.
+    let rate = f64::from(rng.u32(10..=50)) / 100.0;
+    match kind {
+        Kind::KillLeader => Fault::KillLeader { restart_after_ms },
+        Kind::TermLeader => Fault::TermLeader { restart_after_ms },
+        Kind::KillFollower => Fault::KillFollower { restart_after_ms },
+        Kind::GithubServerErrors => Fault::GithubServerErrors { rate, window_ms },
+        Kind::GithubSecondaryLimits => Fault::GithubSecondaryLimits { rate, window_ms },
+        Kind::GithubForbidDeleteRunner => Fault::GithubForbidDeleteRunner { window_ms },
+        Kind::WebhookDrop => Fault::WebhookDrop { rate, window_ms },
+        Kind::WebhookDuplicate => Fault::WebhookDuplicate { rate, window_ms },
+        Kind::WebhookReorder => Fault::WebhookReorder { rate, window_ms },
+        Kind::WebhookDelay => Fault::WebhookDelay {
+            max_delay_ms: rng.u64(500..=5_000),
+            window_ms,
+        },
+        Kind::DeleteRunnerPod => Fault::DeleteRunnerPod { pick: rng.u64(..) },
+        Kind::TemplateChange => Fault::TemplateChange { owner: rng.u64(..) },
+        Kind::HraMaxReplicas => Fault::HraMaxReplicas {
+            hra: rng.u64(..),
+            max_replicas: rng.u32(1..=6),
+        },
+        Kind::RunnerCrash => Fault::RunnerCrash { pick: rng.u64(..) },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// The seeds a short sample in `cargo xtask test` would run (50 faults each): together
+    /// they must draw every kind.
+    const SAMPLE_SEEDS: [u64; 2] = [1, 2];
+    const SAMPLE_FAULTS: usize = 50;
+
+    const WINDOW: Duration = Duration::from_secs(300);
+
+    #[test]
+    fn a_seed_replays_the_same_schedule() {
+        for seed in [0, 1, 42, u64::MAX] {
+            let a = schedule(seed, 200, WINDOW, &Kind::ALL);
+            let b = schedule(seed, 200, WINDOW, &Kind::ALL);
+            assert_eq!(a, b, "seed {seed}");
+        }
+        // The kinds' order on the command line does not matter.
+        let mut reversed = Kind::ALL;
+        reversed.reverse();
+        assert_eq!(
+            schedule(7, 50, WINDOW, &Kind::ALL),
+            schedule(7, 50, WINDOW, &reversed)
+        );
+        // Different seeds differ (the test would pass vacuously with a constant RNG otherwise).
+        assert_ne!(
+            schedule(1, 50, WINDOW, &Kind::ALL),
+            schedule(2, 50, WINDOW, &Kind::ALL)
+        );
+    }
+
+    #[test]
+    fn the_sample_seeds_draw_every_kind() {
+        let drawn: BTreeSet<Kind> = SAMPLE_SEEDS
+            .iter()
+            .flat_map(|&seed| schedule(seed, SAMPLE_FAULTS, WINDOW, &Kind::ALL))
+            .map(|s| s.fault.kind())
+            .collect();
+        let all: BTreeSet<Kind> = Kind::ALL.into_iter().collect();
+        assert_eq!(drawn, all);
+    }
+
+    #[test]
+    fn schedules_are_sorted_within_the_window_and_only_of_enabled_kinds() {
+        let kinds = [Kind::KillLeader, Kind::WebhookDrop];
+        let s = schedule(3, 100, WINDOW, &kinds);
+        assert_eq!(s.len(), 100);
+        assert!(s.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
+        assert!(s.iter().all(|f| f.at_ms < WINDOW.as_millis() as u64));
+        assert!(s.iter().all(|f| kinds.contains(&f.fault.kind())));
+        assert!(s.iter().enumerate().all(|(i, f)| f.index == i));
+        assert!(schedule(3, 10, WINDOW, &[]).is_empty());
+    }
+
+    #[test]
+    fn kind_names_round_trip() {
+        for kind in Kind::ALL {
+            assert_eq!(Kind::parse(kind.name()), Ok(kind));
+        }
+        assert!(Kind::parse("nope").is_err());
+    }
+}
