@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
+use futures::FutureExt as _;
+use futures::future::{BoxFuture, Shared};
 use hangar::context::Settings;
 use hangar::runner_pod::PodDefaults;
 use hangar::serve::Limits;
@@ -358,26 +360,39 @@ fn block_on(future: impl std::future::Future<Output = anyhow::Result<()>>) -> Ex
     }
 }
 
-/// Resolves on SIGTERM or Ctrl-C.
-async fn terminated() {
+/// A future that resolves on SIGTERM or Ctrl-C, and so does every clone of it. The signal
+/// handlers are installed by this call, not by the first poll, so a signal that arrives while
+/// nothing awaits it (between a follower's wait and its leading) is not lost.
+fn termination() -> Shared<BoxFuture<'static, ()>> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(mut term), Ok(mut int)) => async move {
                 tokio::select! {
                     _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
+                    _ = int.recv() => {}
                 }
             }
-            Err(_) => {
+            .boxed()
+            .shared(),
+            _ => async {
                 let _ = tokio::signal::ctrl_c().await;
             }
+            .boxed()
+            .shared(),
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        .boxed()
+        .shared()
     }
 }
 
@@ -426,7 +441,7 @@ async fn webhook_server(args: WebhookServerArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", args.addr))?;
     // On SIGTERM the server stops accepting, answers what is in flight and writes what is
     // queued before exiting.
-    let shutdown = terminated();
+    let shutdown = termination();
     hangar::webhook_server::run_standalone(
         client,
         args.watch_namespace,
@@ -531,7 +546,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     )
     .await?;
 
+    // From here on SIGTERM and Ctrl-C are handled (before, they end the process at once, with
+    // nothing served yet): the webhook server stops accepting, answers the deliveries in
+    // flight once their reservations are stored, and the process exits.
+    let terminated = termination();
     let mut elector = None;
+    // With leader election the webhook server runs on every replica, outside the manager, until
+    // SIGTERM or until this replica exits for another reason (a lost lease).
+    let (exiting, exit) = tokio::sync::oneshot::channel::<()>();
+    let mut webhook_on_every_replica = None;
     if args.enable_leader_election {
         let namespace = args
             .leader_election_namespace
@@ -546,13 +569,22 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         let mut e = hangar::leader::Elector::start(client.clone(), config);
         // A follower is healthy and ready; its webhook server (active-active) already serves.
         exporter.set_ready(true);
-        let webhook_standalone = webhook.take().map(|(listener, config)| {
+        webhook_on_every_replica = webhook.take().map(|(listener, config)| {
             let client = client.clone();
             // The same instruments as the controllers this replica runs once it leads, so
             // delivery-to-pod latencies pair up on the leader.
             let metrics = exporter.metrics.clone();
             let github = github.clone() as Arc<dyn hangar_github::GitHubApi>;
             let namespace = args.watch_namespace.clone();
+            let shutdown = {
+                let terminated = terminated.clone();
+                async move {
+                    tokio::select! {
+                        () = terminated => {}
+                        _ = exit => {}
+                    }
+                }
+            };
             tokio::spawn(async move {
                 let result = hangar::webhook_server::run_standalone(
                     client,
@@ -561,7 +593,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                     listener,
                     config,
                     Some(metrics),
-                    std::future::pending(),
+                    shutdown,
                 )
                 .await;
                 if let Err(e) = result {
@@ -571,22 +603,29 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         });
         tokio::select! {
             () = e.acquired() => {}
-            () = terminated() => {
+            () = terminated.clone() => {
+                // A follower reconciles nothing: it only has its webhook server to drain.
                 e.release().await;
-                drop(webhook_standalone);
+                if let Some(server) = webhook_on_every_replica {
+                    let _ = server.await;
+                }
+                tracing::info!("stopped");
                 return Ok(());
             }
         }
         elector = Some(e);
     }
 
-    let manager = hangar::manager::run_with_webhook(
+    // Returns at SIGTERM once its webhook server (without leader election) has drained; the
+    // controllers stop where they are, which is safe: see `run_until`.
+    let manager = hangar::manager::run_until(
         client,
         github as Arc<_>,
         settings,
         args.watch_namespace,
         clock,
         webhook,
+        terminated,
     );
     let outcome = match elector.as_mut() {
         Some(e) => tokio::select! {
@@ -594,17 +633,19 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             () = e.lost() => Err(anyhow::anyhow!(
                 "lost the leader-election lease; exiting so a fresh replica can take over"
             )),
-            () = terminated() => Ok(()),
         },
-        None => tokio::select! {
-            () = manager => Ok(()),
-            () = terminated() => Ok(()),
-        },
+        None => {
+            manager.await;
+            Ok(())
+        }
     };
-    // Reconciles in flight are dropped mid-way; every reconcile recomputes from the cluster,
-    // so the next leader repairs anything half-done. Releasing the Lease lets it start now.
+    // The controllers have stopped: releasing the Lease lets the next leader start now.
     if let Some(e) = elector {
         e.release().await;
+    }
+    drop(exiting);
+    if let Some(server) = webhook_on_every_replica {
+        let _ = server.await;
     }
     tracing::info!("stopped");
     outcome

@@ -65,6 +65,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use futures::FutureExt as _;
 use hangar_api::horizontal_runner_autoscaler::ScaleTargetKind;
 use hangar_api::{HorizontalRunnerAutoscaler, RunnerConfig, RunnerDeployment, RunnerSet};
 use hangar_core::RunnerScope;
@@ -889,12 +890,20 @@ pub async fn run_standalone(
         deployments: spawn_store(api(&client, ns), Config::default()),
         runner_sets: spawn_store(api(&client, ns), Config::default()),
     };
-    for ready in [
-        stores.hras.wait_until_ready().await.is_ok(),
-        stores.deployments.wait_until_ready().await.is_ok(),
-        stores.runner_sets.wait_until_ready().await.is_ok(),
-    ] {
-        debug_assert!(ready);
+    let synced = async {
+        for ready in [
+            stores.hras.wait_until_ready().await.is_ok(),
+            stores.deployments.wait_until_ready().await.is_ok(),
+            stores.runner_sets.wait_until_ready().await.is_ok(),
+        ] {
+            debug_assert!(ready);
+        }
+    };
+    // Nothing is served before the stores sync: a shutdown then has nothing to finish.
+    let shutdown = shutdown.boxed().shared();
+    tokio::select! {
+        () = synced => {}
+        () = shutdown.clone() => return Ok(()),
     }
     let clock: Arc<dyn Clock> = Arc::new(crate::context::SystemClock);
     let server = WebhookServer::new(config, stores, github, clock);
