@@ -19,8 +19,9 @@
 //! run; at the default interval, 24 run lists an hour plus 12 per run that stays queued or in
 //! progress. Lists are revalidated with the ETag the last answer carried, and an unchanged
 //! list is a 304, which does not count against the rate limit. A job whose delivery was lost
-//! gets its reservation within one interval plus the time to list (plus the HRA controller's
-//! scale-up, which the write triggers at once).
+//! is seen by the next pass, which starts at most one interval after the job was queued, and
+//! is reserved by the end of that pass (its lists and one write per autoscaler); the HRA
+//! controller's scale-up follows at once, triggered by the write.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -56,16 +57,20 @@ pub enum PullError {
 /// Default interval between two passes.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5 * 60);
 
-/// Runs a pass at once (deliveries may have been lost while no leader ran) and then every
-/// `ctx.settings.webhook_pull_interval`; returns at once when that is zero.
+/// Runs a pass at once (deliveries may have been lost while no leader ran) and then one
+/// starting every `ctx.settings.webhook_pull_interval`, counted start to start so that the
+/// time a pass takes does not add to the bound; a pass that overruns the interval is followed
+/// at once by the next. Returns at once when the interval is zero.
 pub async fn run(ctx: Arc<Context>, stores: WebhookStores) {
-    let interval = ctx.settings.webhook_pull_interval;
-    if interval.is_zero() {
+    let period = ctx.settings.webhook_pull_interval;
+    if period.is_zero() {
         return;
     }
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        ticks.tick().await;
         pass(&ctx, &stores).await;
-        tokio::time::sleep(interval).await;
     }
 }
 
