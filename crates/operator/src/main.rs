@@ -367,33 +367,25 @@ fn termination() -> Shared<BoxFuture<'static, ()>> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match (
+        if let (Ok(mut term), Ok(mut int)) = (
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
         ) {
-            (Ok(mut term), Ok(mut int)) => async move {
+            return async move {
                 tokio::select! {
                     _ = term.recv() => {}
                     _ = int.recv() => {}
                 }
             }
             .boxed()
-            .shared(),
-            _ => async {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-            .boxed()
-            .shared(),
+            .shared();
         }
     }
-    #[cfg(not(unix))]
-    {
-        async {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-        .boxed()
-        .shared()
+    async {
+        let _ = tokio::signal::ctrl_c().await;
     }
+    .boxed()
+    .shared()
 }
 
 /// Binds the metrics and probe listeners (one server when both name the same address).
@@ -552,9 +544,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let terminated = termination();
     let mut elector = None;
     // With leader election the webhook server runs on every replica, outside the manager, until
-    // SIGTERM or until this replica exits for another reason (a lost lease).
-    let (exiting, exit) = tokio::sync::oneshot::channel::<()>();
+    // SIGTERM or until this replica exits for another reason (a lost lease): dropping
+    // `keep_serving` stops it.
+    let (keep_serving, stop_serving) = tokio::sync::oneshot::channel::<()>();
     let mut webhook_on_every_replica = None;
+    let mut stopped_following = false;
     if args.enable_leader_election {
         let namespace = args
             .leader_election_namespace
@@ -581,7 +575,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 async move {
                     tokio::select! {
                         () = terminated => {}
-                        _ = exit => {}
+                        _ = stop_serving => {}
                     }
                 }
             };
@@ -601,49 +595,47 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 }
             })
         });
-        tokio::select! {
-            () = e.acquired() => {}
-            () = terminated.clone() => {
-                // A follower reconciles nothing: it only has its webhook server to drain.
-                e.release().await;
-                if let Some(server) = webhook_on_every_replica {
-                    let _ = server.await;
-                }
-                tracing::info!("stopped");
-                return Ok(());
-            }
-        }
+        stopped_following = tokio::select! {
+            () = e.acquired() => false,
+            () = terminated.clone() => true,
+        };
         elector = Some(e);
     }
 
-    // Returns at SIGTERM once its webhook server (without leader election) has drained; the
-    // controllers stop where they are, which is safe: see `run_until`.
-    let manager = hangar::manager::run_until(
-        client,
-        github as Arc<_>,
-        settings,
-        args.watch_namespace,
-        clock,
-        webhook,
-        terminated,
-    );
-    let outcome = match elector.as_mut() {
-        Some(e) => tokio::select! {
-            () = manager => Ok(()),
-            () = e.lost() => Err(anyhow::anyhow!(
-                "lost the leader-election lease; exiting so a fresh replica can take over"
-            )),
-        },
-        None => {
-            manager.await;
-            Ok(())
+    let outcome = if stopped_following {
+        // A follower reconciles nothing: it only has its webhook server to drain.
+        Ok(())
+    } else {
+        // Returns at SIGTERM once its webhook server (without leader election) has drained;
+        // the controllers stop where they are, which is safe: see `run_until`.
+        let manager = hangar::manager::run_until(
+            client,
+            github as Arc<_>,
+            settings,
+            args.watch_namespace,
+            clock,
+            webhook,
+            terminated,
+        );
+        match elector.as_mut() {
+            Some(e) => tokio::select! {
+                () = manager => Ok(()),
+                () = e.lost() => Err(anyhow::anyhow!(
+                    "lost the leader-election lease; exiting so a fresh replica can take over"
+                )),
+            },
+            None => {
+                manager.await;
+                Ok(())
+            }
         }
     };
-    // The controllers have stopped: releasing the Lease lets the next leader start now.
+    // The controllers have stopped: releasing the Lease lets the next leader start now (a
+    // follower just stops campaigning).
     if let Some(e) = elector {
         e.release().await;
     }
-    drop(exiting);
+    drop(keep_serving);
     if let Some(server) = webhook_on_every_replica {
         let _ = server.await;
     }

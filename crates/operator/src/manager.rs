@@ -291,9 +291,9 @@ pub async fn run_until(
     };
     // At `shutdown` the controllers (and the sweep and the pull) are dropped where they are,
     // mid-reconcile perhaps. That is safe because it is no worse than the SIGKILL or node loss
-    // they must survive anyway: each reconcile reads the cluster and GitHub afresh and makes
-    // single-request writes (the reservations' by compare-and-swap), so whoever reconciles next
-    // finishes what was cut short. The webhook server alone has promises to keep, so it drains:
+    // they must survive anyway: each reconcile recomputes from the cluster and GitHub and its
+    // writes are idempotent (server-side apply, annotations, DELETE that tolerates 404, the
+    // reservations' compare-and-swap), so whoever reconciles next finishes what was cut short. The webhook server alone has promises to keep, so it drains:
     // it stops accepting, answers the deliveries in flight once their reservations are stored,
     // and writes what it queued.
     tokio::join!(webhook, async {

@@ -177,3 +177,19 @@ pub fn ceil_to_second(t: SystemTime) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(since.as_secs() + 1)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reservation_times_round_up_to_the_second() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_250);
+        assert_eq!(
+            ceil_to_second(t),
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_001)
+        );
+        let whole = SystemTime::UNIX_EPOCH + Duration::from_secs(5);
+        assert_eq!(ceil_to_second(whole), whole);
+    }
+}

@@ -33,8 +33,8 @@
 //! The batch writer applies each autoscaler's pending operations with
 //! [`crate::reservation_write::write_operations`] (a compare-and-swap on
 //! `spec.capacityReservations`, shared with the pull recovery; put back into the batcher when
-//! it fails), at most once per autoscaler per [`WebhookConfig::batch_interval`]. A lone delivery is written
-//! after a 20 ms pause that gathers a burst into one write. The spec change triggers the HRA
+//! it fails), at most once per autoscaler per [`WebhookConfig::batch_interval`]. A lone
+//! delivery is written after a 20 ms pause that gathers a burst into one write. The spec change triggers the HRA
 //! controller's watch, which scales the target in the same moment: that is the fast path from
 //! a queued job to a new runner pod.
 //!
@@ -82,7 +82,6 @@ use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 use crate::context::Clock;
-pub use crate::reservation_write::ceil_to_second;
 use crate::reservation_write::{Written, job_duration, write_operations};
 
 /// Field manager of the reservation writes.
@@ -582,7 +581,7 @@ impl WebhookServer {
 
     /// The autoscaler a job scales, if any.
     async fn select(&self, event: &WorkflowJobEvent) -> Option<HraKey> {
-        let candidates = self.candidates();
+        let candidates = candidates(&self.stores);
         let repo = &event.repository;
         let origin = JobOrigin {
             owner: &repo.owner.login,
@@ -604,11 +603,6 @@ impl WebhookServer {
             },
         )
         .map(|(candidate, _tier)| candidate.id.clone())
-    }
-
-    /// Autoscalers taking part in `workflow_job` scaling ([`candidates`]).
-    fn candidates(&self) -> Vec<TargetCandidate<HraKey>> {
-        candidates(&self.stores)
     }
 
     /// Names (lower case) of the runner groups visible to the job's repository, per tier, when
