@@ -62,7 +62,7 @@ pub const CONTROLLER_NEEDS: &[Permission] = &[
     ("actions.summerwind.dev", "runnersets", "list"),
     ("actions.summerwind.dev", "runnersets", "watch"),
     ("actions.summerwind.dev", "runnersets", "patch"),
-    // ... and expires capacity reservations in its own spec.
+    // ... and expires capacity reservations in its own spec (the pull recovery adds them).
     (
         "actions.summerwind.dev",
         "horizontalrunnerautoscalers",

@@ -478,10 +478,15 @@ fn values_reach_the_controller_flags() {
     }
 }
 
-/// Every server limit and sweep flag of the binary is a value, rendered by default with the
-/// code's own default (so installing the chart changes nothing), and set from the value.
+/// Every server limit, sweep and pull flag of the binary is a value, rendered by default with
+/// the code's own default (so installing the chart changes nothing), and set from the value.
 #[test]
-fn server_limits_and_the_sweep_are_values_defaulting_to_the_codes_defaults() {
+fn server_limits_the_sweep_and_the_pull_are_values_defaulting_to_the_codes_defaults() {
+    assert_eq!(
+        hangar::pull::DEFAULT_INTERVAL,
+        std::time::Duration::from_secs(5 * 60),
+        "the chart's webhookPullInterval (5m) no longer matches the code's default"
+    );
     let on = [
         "admissionWebHooks.enabled=true",
         "githubWebhookServer.enabled=true",
@@ -518,6 +523,7 @@ fn server_limits_and_the_sweep_are_values_defaulting_to_the_codes_defaults() {
             "--leaked-registration-sweep-interval=10m".to_owned(),
         ),
         (&controller, "--leaked-registration-grace=30m".to_owned()),
+        (&controller, "--webhook-pull-interval=5m".to_owned()),
         (
             &server,
             format!(
@@ -548,6 +554,7 @@ fn server_limits_and_the_sweep_are_values_defaulting_to_the_codes_defaults() {
         "http.requestTimeout=4s",
         "leakedRegistrationSweepInterval=0",
         "leakedRegistrationGrace=1h",
+        "webhookPullInterval=0",
     ];
     let objects = documents(&render(NS, &[&on[..], &set[..]].concat()));
     let controller = args(deployment(&objects, "controller"));
@@ -560,6 +567,7 @@ fn server_limits_and_the_sweep_are_values_defaulting_to_the_codes_defaults() {
         "--http-request-timeout=4s",
         "--leaked-registration-sweep-interval=0",
         "--leaked-registration-grace=1h",
+        "--webhook-pull-interval=0",
     ] {
         assert!(
             controller.contains(&flag.to_owned()),

@@ -53,6 +53,10 @@ pub struct Settings {
     /// `hangar.dev/retirement-timeout` annotation says otherwise (`--retirement-timeout`; see
     /// [`hangar_core::retirement`]).
     pub retirement_timeout: Duration,
+    /// How often the leader lists the queued jobs of autoscalers that scale on webhooks alone
+    /// and reserves runners for those whose delivery was lost (`--webhook-pull-interval`; see
+    /// [`crate::pull`]); zero switches the pull off.
+    pub webhook_pull_interval: Duration,
     /// Watch the metadata of Secrets (`--watch-credential-secrets`), so a created or changed
     /// `githubAPICredentialsFrom` Secret takes effect at once. Needs list and watch on Secrets,
     /// which cluster-wide reads every Secret of the cluster; without it a change is picked up
@@ -81,6 +85,7 @@ impl Default for Settings {
             leaked_registration_sweep: Duration::from_secs(10 * 60),
             leaked_registration_grace: Duration::from_secs(30 * 60),
             retirement_timeout: hangar_core::retirement::DEFAULT_TIMEOUT,
+            webhook_pull_interval: crate::pull::DEFAULT_INTERVAL,
             watch_credential_secrets: true,
             github_registry: None,
             exporter: None,

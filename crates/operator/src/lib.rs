@@ -10,7 +10,9 @@
 //! - [`metrics`]: Prometheus metrics and the health endpoints; [`kube_client`]: the Kubernetes
 //!   client whose every request is counted by status code.
 //! - [`credentials`]: per-resource GitHub credentials; [`conditions`]: status conditions.
-//! - [`webhook_server`]: GitHub `workflow_job` deliveries → capacity reservations on autoscalers.
+//! - [`webhook_server`]: GitHub `workflow_job` deliveries → capacity reservations on autoscalers;
+//!   [`pull`]: the leader's recovery of deliveries that were lost, by listing queued jobs;
+//!   [`reservation_write`]: the compare-and-swap write of reservations both share.
 //! - [`sweep`]: the leader's periodic removal of runner registrations Hangar created and lost.
 //! - [`admission`]: admission webhooks (RunnerSet pod token injection, validation) with
 //!   self-managed certificates.
@@ -28,6 +30,8 @@ pub mod kube_client;
 pub mod leader;
 pub mod manager;
 pub mod metrics;
+pub mod pull;
+pub mod reservation_write;
 pub mod runner_directory;
 pub mod runner_pod;
 pub mod serve;

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
+use futures::FutureExt as _;
+use futures::future::{BoxFuture, Shared};
 use hangar::context::Settings;
 use hangar::runner_pod::PodDefaults;
 use hangar::serve::Limits;
@@ -255,6 +257,12 @@ struct RunArgs {
     /// `hangar.dev/retirement-timeout`.
     #[arg(long, default_value = "1h", value_parser = parse_duration)]
     retirement_timeout: Duration,
+    /// How often the leader lists the queued jobs of each autoscaler that scales on webhooks
+    /// alone (a workflowJob trigger, no metrics, repository runners) and reserves runners for
+    /// jobs whose delivery was lost; `0` switches the pull off. Cost per repository: 2 run
+    /// lists per interval plus a job list per queued or in-progress run (304s are free).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    webhook_pull_interval: Duration,
     /// Also serve GitHub webhooks on this address (e.g. 0.0.0.0:8000), in this process.
     #[arg(long)]
     webhook_addr: Option<std::net::SocketAddr>,
@@ -352,27 +360,32 @@ fn block_on(future: impl std::future::Future<Output = anyhow::Result<()>>) -> Ex
     }
 }
 
-/// Resolves on SIGTERM or Ctrl-C.
-async fn terminated() {
+/// A future that resolves on SIGTERM or Ctrl-C, and so does every clone of it. The signal
+/// handlers are installed by this call, not by the first poll, so a signal that arrives while
+/// nothing awaits it (between a follower's wait and its leading) is not lost.
+fn termination() -> Shared<BoxFuture<'static, ()>> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
+        if let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            return async move {
                 tokio::select! {
                     _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
+                    _ = int.recv() => {}
                 }
             }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+            .boxed()
+            .shared();
         }
     }
-    #[cfg(not(unix))]
-    {
+    async {
         let _ = tokio::signal::ctrl_c().await;
     }
+    .boxed()
+    .shared()
 }
 
 /// Binds the metrics and probe listeners (one server when both name the same address).
@@ -420,7 +433,7 @@ async fn webhook_server(args: WebhookServerArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", args.addr))?;
     // On SIGTERM the server stops accepting, answers what is in flight and writes what is
     // queued before exiting.
-    let shutdown = terminated();
+    let shutdown = termination();
     hangar::webhook_server::run_standalone(
         client,
         args.watch_namespace,
@@ -500,6 +513,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         leaked_registration_sweep: args.leaked_registration_sweep_interval,
         leaked_registration_grace: args.leaked_registration_grace,
         retirement_timeout: args.retirement_timeout,
+        webhook_pull_interval: args.webhook_pull_interval,
         watch_credential_secrets: args.watch_credential_secrets,
         github_registry: Some(registry),
         ..Settings::default()
@@ -524,7 +538,17 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     )
     .await?;
 
+    // From here on SIGTERM and Ctrl-C are handled (before, they end the process at once, with
+    // nothing served yet): the webhook server stops accepting, answers the deliveries in
+    // flight once their reservations are stored, and the process exits.
+    let terminated = termination();
     let mut elector = None;
+    // With leader election the webhook server runs on every replica, outside the manager, until
+    // SIGTERM or until this replica exits for another reason (a lost lease): dropping
+    // `keep_serving` stops it.
+    let (keep_serving, stop_serving) = tokio::sync::oneshot::channel::<()>();
+    let mut webhook_on_every_replica = None;
+    let mut stopped_following = false;
     if args.enable_leader_election {
         let namespace = args
             .leader_election_namespace
@@ -539,13 +563,22 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         let mut e = hangar::leader::Elector::start(client.clone(), config);
         // A follower is healthy and ready; its webhook server (active-active) already serves.
         exporter.set_ready(true);
-        let webhook_standalone = webhook.take().map(|(listener, config)| {
+        webhook_on_every_replica = webhook.take().map(|(listener, config)| {
             let client = client.clone();
             // The same instruments as the controllers this replica runs once it leads, so
             // delivery-to-pod latencies pair up on the leader.
             let metrics = exporter.metrics.clone();
             let github = github.clone() as Arc<dyn hangar_github::GitHubApi>;
             let namespace = args.watch_namespace.clone();
+            let shutdown = {
+                let terminated = terminated.clone();
+                async move {
+                    tokio::select! {
+                        () = terminated => {}
+                        _ = stop_serving => {}
+                    }
+                }
+            };
             tokio::spawn(async move {
                 let result = hangar::webhook_server::run_standalone(
                     client,
@@ -554,7 +587,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                     listener,
                     config,
                     Some(metrics),
-                    std::future::pending(),
+                    shutdown,
                 )
                 .await;
                 if let Err(e) = result {
@@ -562,42 +595,49 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 }
             })
         });
-        tokio::select! {
-            () = e.acquired() => {}
-            () = terminated() => {
-                e.release().await;
-                drop(webhook_standalone);
-                return Ok(());
-            }
-        }
+        stopped_following = tokio::select! {
+            () = e.acquired() => false,
+            () = terminated.clone() => true,
+        };
         elector = Some(e);
     }
 
-    let manager = hangar::manager::run_with_webhook(
-        client,
-        github as Arc<_>,
-        settings,
-        args.watch_namespace,
-        clock,
-        webhook,
-    );
-    let outcome = match elector.as_mut() {
-        Some(e) => tokio::select! {
-            () = manager => Ok(()),
-            () = e.lost() => Err(anyhow::anyhow!(
-                "lost the leader-election lease; exiting so a fresh replica can take over"
-            )),
-            () = terminated() => Ok(()),
-        },
-        None => tokio::select! {
-            () = manager => Ok(()),
-            () = terminated() => Ok(()),
-        },
+    let outcome = if stopped_following {
+        // A follower reconciles nothing: it only has its webhook server to drain.
+        Ok(())
+    } else {
+        // Returns at SIGTERM once its webhook server (without leader election) has drained;
+        // the controllers stop where they are, which is safe: see `run_until`.
+        let manager = hangar::manager::run_until(
+            client,
+            github as Arc<_>,
+            settings,
+            args.watch_namespace,
+            clock,
+            webhook,
+            terminated,
+        );
+        match elector.as_mut() {
+            Some(e) => tokio::select! {
+                () = manager => Ok(()),
+                () = e.lost() => Err(anyhow::anyhow!(
+                    "lost the leader-election lease; exiting so a fresh replica can take over"
+                )),
+            },
+            None => {
+                manager.await;
+                Ok(())
+            }
+        }
     };
-    // Reconciles in flight are dropped mid-way; every reconcile recomputes from the cluster,
-    // so the next leader repairs anything half-done. Releasing the Lease lets it start now.
+    // The controllers have stopped: releasing the Lease lets the next leader start now (a
+    // follower just stops campaigning).
     if let Some(e) = elector {
         e.release().await;
+    }
+    drop(keep_serving);
+    if let Some(server) = webhook_on_every_replica {
+        let _ = server.await;
     }
     tracing::info!("stopped");
     outcome
@@ -689,6 +729,7 @@ mod tests {
         assert_eq!(args.log.log_format, "json");
         assert_eq!(args.leaked_registration_sweep_interval, Duration::ZERO);
         assert_eq!(args.leaked_registration_grace, Duration::from_secs(30 * 60));
+        assert_eq!(args.webhook_pull_interval, Duration::from_secs(5 * 60));
         let wrong = Cli::try_parse_from(["hangar", "run", "--log-format=xml"]).unwrap_err();
         assert!(wrong.to_string().contains("--log-format"), "{wrong}");
     }

@@ -11,12 +11,13 @@
 //! process on the same stores, so a reservation it writes reaches the HRA controller's watch
 //! and the target is scaled at once.
 //!
-//! The leaked-registration sweep ([`crate::sweep`]) runs alongside the controllers, so, like
-//! them, only on the leader.
+//! The leaked-registration sweep ([`crate::sweep`]) and the pull recovery of lost webhook
+//! deliveries ([`crate::pull`]) run alongside the controllers, so, like them, only on the
+//! leader.
 
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{FutureExt as _, StreamExt};
 use hangar_api::{
     HorizontalRunnerAutoscaler, Runner, RunnerDeployment, RunnerReplicaSet, RunnerSet, label,
 };
@@ -141,6 +142,32 @@ pub async fn run_with_webhook(
     clock: Arc<dyn Clock>,
     webhook: Option<(tokio::net::TcpListener, WebhookConfig)>,
 ) {
+    run_until(
+        client,
+        github,
+        settings,
+        namespace,
+        clock,
+        webhook,
+        std::future::pending(),
+    )
+    .await;
+}
+
+/// [`run_with_webhook`] until `shutdown` completes (`hangar run` passes SIGTERM): then the
+/// webhook server stops accepting, answers the deliveries in flight once their reservations
+/// are stored, and the manager returns; the controllers are stopped where they are. A shutdown
+/// before the caches have synced returns at once.
+pub async fn run_until(
+    client: Client,
+    github: Arc<dyn GitHubApi>,
+    settings: Settings,
+    namespace: Option<String>,
+    clock: Arc<dyn Clock>,
+    webhook: Option<(tokio::net::TcpListener, WebhookConfig)>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let shutdown = shutdown.boxed().shared();
     let ns = namespace.as_deref();
     let all = watcher::Config::default;
     // Who reacts to what: pods → Runner, runner-pod, RunnerReplicaSet and RunnerSet
@@ -171,37 +198,50 @@ pub async fn run_with_webhook(
         deployments,
         hras,
     };
-    for wait in [
-        stores.pods.wait_until_ready().await.is_ok(),
-        stores.runners.wait_until_ready().await.is_ok(),
-        stores.replica_sets.wait_until_ready().await.is_ok(),
-        stores.deployments.wait_until_ready().await.is_ok(),
-        stores.hras.wait_until_ready().await.is_ok(),
-    ] {
-        debug_assert!(wait);
+    // The webhook server and the pull recovery route jobs by the same table.
+    let runner_sets = (webhook.is_some() || !settings.webhook_pull_interval.is_zero())
+        .then(|| spawn_store(api::<RunnerSet>(&client, ns), watcher::Config::default()));
+    let synced = async {
+        for wait in [
+            stores.pods.wait_until_ready().await.is_ok(),
+            stores.runners.wait_until_ready().await.is_ok(),
+            stores.replica_sets.wait_until_ready().await.is_ok(),
+            stores.deployments.wait_until_ready().await.is_ok(),
+            stores.hras.wait_until_ready().await.is_ok(),
+        ] {
+            debug_assert!(wait);
+        }
+        if let Some(runner_sets) = &runner_sets {
+            let _ = runner_sets.wait_until_ready().await;
+        }
+    };
+    // Nothing is served or reconciled before the caches sync: a shutdown then has nothing to
+    // finish (a delivery waiting in the listener's backlog was never answered).
+    tokio::select! {
+        () = synced => {}
+        () = shutdown.clone() => return,
     }
     info!(
         namespace = ns.unwrap_or("<all>"),
         "caches synced; starting controllers"
     );
-    let webhook = match webhook {
-        Some((listener, config)) => {
-            let runner_sets =
-                spawn_store(api::<RunnerSet>(&client, ns), watcher::Config::default());
-            let _ = runner_sets.wait_until_ready().await;
-            let stores = WebhookStores {
-                hras: stores.hras.clone(),
-                deployments: stores.deployments.clone(),
-                runner_sets,
-            };
-            let server = WebhookServer::new(config, stores, Some(github.clone()), clock.clone());
+    let routing = runner_sets.map(|runner_sets| WebhookStores {
+        hras: stores.hras.clone(),
+        deployments: stores.deployments.clone(),
+        runner_sets,
+    });
+    let webhook = match (webhook, &routing) {
+        (Some((listener, config)), Some(routing)) => {
+            let server =
+                WebhookServer::new(config, routing.clone(), Some(github.clone()), clock.clone());
             if let Some(exporter) = &settings.exporter {
                 server.set_metrics(exporter.metrics.clone());
             }
-            Some(server.serve(listener, client.clone(), std::future::pending()))
+            Some(server.serve(listener, client.clone(), shutdown.clone()))
         }
-        None => None,
+        _ => None,
     };
+    // Resolves once the webhook server has drained after `shutdown` (at once without one).
     let webhook = async move {
         if let Some(serve) = webhook
             && let Err(e) = serve.await
@@ -219,30 +259,49 @@ pub async fn run_with_webhook(
     if let Some(exporter) = exporter {
         spawn_busy_refresh(exporter, ctx.clone());
     }
-    tokio::join!(
-        webhook,
-        controllers::hra::run(ctx.clone(), hras_for_hras),
-        controllers::runner::run(
-            ctx.clone(),
-            runners_for_runners,
-            pods_for_runners,
-            api(&client, ns),
-        ),
-        controllers::runner_pod::run(ctx.clone(), pods_for_pods),
-        controllers::runner_replica_set::run(
-            ctx.clone(),
-            sets_for_sets,
-            runners_for_sets,
-            pods_for_sets,
-        ),
-        controllers::runner_deployment::run(
-            ctx.clone(),
-            deployments_for_deployments,
-            sets_for_deployments,
-        ),
-        controllers::runner_set::run(ctx.clone(), api(&client, ns), pods_for_runner_sets),
-        crate::sweep::run(ctx.clone(), namespace.clone()),
-    );
+    let controllers = async {
+        tokio::join!(
+            controllers::hra::run(ctx.clone(), hras_for_hras),
+            controllers::runner::run(
+                ctx.clone(),
+                runners_for_runners,
+                pods_for_runners,
+                api(&client, ns),
+            ),
+            controllers::runner_pod::run(ctx.clone(), pods_for_pods),
+            controllers::runner_replica_set::run(
+                ctx.clone(),
+                sets_for_sets,
+                runners_for_sets,
+                pods_for_sets,
+            ),
+            controllers::runner_deployment::run(
+                ctx.clone(),
+                deployments_for_deployments,
+                sets_for_deployments,
+            ),
+            controllers::runner_set::run(ctx.clone(), api(&client, ns), pods_for_runner_sets),
+            crate::sweep::run(ctx.clone(), namespace.clone()),
+            async {
+                if let Some(routing) = routing {
+                    crate::pull::run(ctx.clone(), routing).await;
+                }
+            },
+        );
+    };
+    // At `shutdown` the controllers (and the sweep and the pull) are dropped where they are,
+    // mid-reconcile perhaps. That is safe because it is no worse than the SIGKILL or node loss
+    // they must survive anyway: each reconcile recomputes from the cluster and GitHub and its
+    // writes are idempotent (server-side apply, annotations, DELETE that tolerates 404, the
+    // reservations' compare-and-swap), so whoever reconciles next finishes what was cut short. The webhook server alone has promises to keep, so it drains:
+    // it stops accepting, answers the deliveries in flight once their reservations are stored,
+    // and writes what it queued.
+    tokio::join!(webhook, async {
+        tokio::select! {
+            _ = controllers => {}
+            () = shutdown.clone() => {}
+        }
+    });
 }
 
 /// Makes `/metrics` render from the caches (and the client registry), and reports ready.

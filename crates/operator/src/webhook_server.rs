@@ -31,11 +31,10 @@
 //!    operation may still be written; the stored job id makes the redelivery count nothing).
 //!
 //! The batch writer applies each autoscaler's pending operations with
-//! `apply_scale_operations` and writes `spec.capacityReservations` in one JSON patch that
-//! tests the list it read (a compare-and-swap on that field alone, so status writes never
-//! conflict; re-read and retried on conflict, put back into the batcher on other errors), at
-//! most once per autoscaler per [`WebhookConfig::batch_interval`]. A lone delivery is written
-//! after a 20 ms pause that gathers a burst into one write. The spec change triggers the HRA
+//! [`crate::reservation_write::write_operations`] (a compare-and-swap on
+//! `spec.capacityReservations`, shared with the pull recovery; put back into the batcher when
+//! it fails), at most once per autoscaler per [`WebhookConfig::batch_interval`]. A lone
+//! delivery is written after a 20 ms pause that gathers a burst into one write. The spec change triggers the HRA
 //! controller's watch, which scales the target in the same moment: that is the fast path from
 //! a queued job to a new runner pod.
 //!
@@ -53,10 +52,6 @@
 //! autoscaler's target until a runner pod is created for it; an `in_progress` or `completed`
 //! one forgets it, and an `in_progress` one for a job some autoscaler matches records GitHub's
 //! `started_at - created_at` once per job attempt. Both only when metrics are attached.
-//!
-//! Reservation times are rounded *up* to the whole second, because the API stores seconds and
-//! the target's `effectiveTime` must never look older than a runner created before it (see
-//! `hangar_core::owner_sync`'s recreation delay).
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -70,27 +65,24 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use futures::FutureExt as _;
 use hangar_api::horizontal_runner_autoscaler::ScaleTargetKind;
 use hangar_api::{HorizontalRunnerAutoscaler, RunnerConfig, RunnerDeployment, RunnerSet};
 use hangar_core::RunnerScope;
 use hangar_core::autoscaler::webhook::{GroupOwner, GroupRef};
 use hangar_core::autoscaler::{
     Batch, Batcher, DEFAULT_RESERVATION_DURATION, Dedup, JobKey, JobOp, JobOrigin, JobOutcome,
-    ScaleOp, Seen, TargetCandidate, TriggerView, apply_scale_operations, job_trigger_duration,
-    select_target, workflow_job_operation,
+    ScaleOp, Seen, TargetCandidate, select_target, workflow_job_operation,
 };
 use hangar_github::webhook::{WebhookError, WebhookEvent, WorkflowJobAction, WorkflowJobEvent};
 use hangar_github::{GitHubApi, Secret};
-use kube::api::PatchParams;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 use crate::context::Clock;
-use crate::controllers::hra::{
-    capacity_reservation, is_conflict, reservation_of, reservations_patch,
-};
+use crate::reservation_write::{Written, job_duration, write_operations};
 
 /// Field manager of the reservation writes.
 pub const MANAGER: &str = "hangar-webhook";
@@ -115,8 +107,6 @@ pub const DEFAULT_DEDUP_CAPACITY: usize = 100_000;
 const VISIBILITY_TIMEOUT: Duration = Duration::from_secs(4);
 /// How long the writer waits after being woken before taking due batches.
 const GATHER: Duration = Duration::from_millis(20);
-/// Writes of one batch tried before it is put back into the queue (conflicts only).
-const WRITE_ATTEMPTS: usize = 4;
 /// Default time a delivery waits for its reservation's write before it gets 503: with the
 /// runner-group lookup's 4 s, within GitHub's 10 s delivery timeout.
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -591,7 +581,7 @@ impl WebhookServer {
 
     /// The autoscaler a job scales, if any.
     async fn select(&self, event: &WorkflowJobEvent) -> Option<HraKey> {
-        let candidates = self.candidates();
+        let candidates = candidates(&self.stores);
         let repo = &event.repository;
         let origin = JobOrigin {
             owner: &repo.owner.login,
@@ -613,49 +603,6 @@ impl WebhookServer {
             },
         )
         .map(|(candidate, _tier)| candidate.id.clone())
-    }
-
-    /// Autoscalers taking part in `workflow_job` scaling, with their targets' scope, group and
-    /// labels, in namespace/name order.
-    fn candidates(&self) -> Vec<TargetCandidate<HraKey>> {
-        let mut hras = self.stores.hras.state();
-        hras.sort_by_key(|h| (h.namespace(), h.name_any()));
-        hras.iter()
-            .filter(|hra| job_duration(hra).is_some())
-            .filter_map(|hra| {
-                let ns = hra.namespace()?;
-                let config = self.target_config(hra, &ns)?;
-                let scope = RunnerScope::from_fields(
-                    config.enterprise.as_deref(),
-                    config.organization.as_deref(),
-                    config.repository.as_deref(),
-                )
-                .ok()?;
-                Some(TargetCandidate {
-                    id: (ns, hra.name_any()),
-                    scope,
-                    group: config.group.clone(),
-                    labels: config.labels.clone().unwrap_or_default(),
-                })
-            })
-            .collect()
-    }
-
-    fn target_config(&self, hra: &HorizontalRunnerAutoscaler, ns: &str) -> Option<RunnerConfig> {
-        let reference = hra.spec.scale_target_ref.as_ref()?;
-        let name = reference.name.as_deref()?;
-        match reference.kind.unwrap_or_default() {
-            ScaleTargetKind::RunnerDeployment => self
-                .stores
-                .deployments
-                .get(&ObjectRef::new(name).within(ns))
-                .map(|rd| rd.spec.template.spec.config.clone()),
-            ScaleTargetKind::RunnerSet => self
-                .stores
-                .runner_sets
-                .get(&ObjectRef::new(name).within(ns))
-                .map(|rs| rs.spec.config.clone()),
-        }
     }
 
     /// Names (lower case) of the runner groups visible to the job's repository, per tier, when
@@ -768,76 +715,47 @@ impl WebhookServer {
 
     /// Whether the batch's operations are stored (or have nothing left to apply to).
     async fn try_write(&self, client: &Client, batch: &Batch<HraKey, Queued>) -> bool {
-        let (ns, name) = batch.key.clone();
-        let api = Api::<HorizontalRunnerAutoscaler>::namespaced(client.clone(), &ns);
-        let mut cached = self.stores.hras.get(&ObjectRef::new(&name).within(&ns));
-        for _ in 0..WRITE_ATTEMPTS {
-            let hra = match cached.take() {
-                Some(hra) => hra,
-                None => match api.get_opt(&name).await {
-                    Ok(Some(hra)) => Arc::new(hra),
-                    Ok(None) => {
-                        debug!(autoscaler = %format!("{ns}/{name}"), "autoscaler gone; dropping its operations");
-                        return true;
-                    }
-                    Err(e) => {
-                        warn!(autoscaler = %format!("{ns}/{name}"), error = %e, "cannot read autoscaler; retrying");
-                        break;
-                    }
-                },
-            };
-            let now = ceil_to_second(self.clock.now());
-            let stored: Vec<_> = hra
-                .spec
-                .capacity_reservations
-                .iter()
-                .flatten()
-                .map(reservation_of)
-                .collect();
-            let max = hra.spec.max_replicas.and_then(|m| u32::try_from(m).ok());
-            let duration = job_duration(&hra).unwrap_or(DEFAULT_RESERVATION_DURATION);
-            let ops: Vec<JobOp> = batch.ops.iter().map(|q| q.op.clone()).collect();
-            let update = apply_scale_operations(&stored, &ops, now, max, duration);
-            if !update.changed() {
-                return true;
+        let (ns, name) = &batch.key;
+        let cached = self.stores.hras.get(&ObjectRef::new(name).within(ns));
+        let ops: Vec<JobOp> = batch.ops.iter().map(|q| q.op.clone()).collect();
+        let written = write_operations(
+            client,
+            ns,
+            name,
+            cached,
+            &ops,
+            || self.clock.now(),
+            MANAGER,
+            || {
+                self.stats.write_conflicts.fetch_add(1, Ordering::Relaxed);
+            },
+        )
+        .await;
+        match written {
+            Ok(Written::Stored(update)) => {
+                self.stats.writes.fetch_add(1, Ordering::Relaxed);
+                info!(
+                    autoscaler = %format!("{ns}/{name}"),
+                    added = update.added,
+                    removed = update.removed,
+                    expired = update.expired,
+                    extended = update.extended,
+                    duplicates = update.duplicates,
+                    reservations = update.reservations.len(),
+                    "capacity reservations updated"
+                );
+                true
             }
-            let reservations: Vec<_> = update
-                .reservations
-                .iter()
-                .map(capacity_reservation)
-                .collect();
-            let patch = reservations_patch(&hra, &reservations);
-            let params = PatchParams {
-                field_manager: Some(MANAGER.to_owned()),
-                ..PatchParams::default()
-            };
-            match api.patch(&name, &params, &patch).await {
-                Ok(_) => {
-                    self.stats.writes.fetch_add(1, Ordering::Relaxed);
-                    info!(
-                        autoscaler = %format!("{ns}/{name}"),
-                        added = update.added,
-                        removed = update.removed,
-                        expired = update.expired,
-                        extended = update.extended,
-                        duplicates = update.duplicates,
-                        reservations = update.reservations.len(),
-                        "capacity reservations updated"
-                    );
-                    return true;
-                }
-                Err(e) if is_conflict(&e) => {
-                    self.stats.write_conflicts.fetch_add(1, Ordering::Relaxed);
-                    continue; // re-read and retry
-                }
-                Err(kube::Error::Api(s)) if s.code == 404 => return true,
-                Err(e) => {
-                    warn!(autoscaler = %format!("{ns}/{name}"), error = %e, "cannot write capacity reservations; retrying");
-                    break;
-                }
+            Ok(Written::Unchanged) => true,
+            Ok(Written::Gone) => {
+                debug!(autoscaler = %format!("{ns}/{name}"), "autoscaler gone; dropping its operations");
+                true
+            }
+            Err(error) => {
+                warn!(%error, "cannot write capacity reservations; retrying");
+                false
             }
         }
-        false
     }
 
     fn lock_dedup(&self) -> std::sync::MutexGuard<'_, Dedup<SeenKey>> {
@@ -899,22 +817,50 @@ fn queue_time(job: &hangar_github::webhook::WorkflowJob) -> Option<Duration> {
     Duration::try_from(waited).ok()
 }
 
-/// The reservation lifetime of an autoscaler that takes part in `workflow_job` scaling.
-fn job_duration(hra: &HorizontalRunnerAutoscaler) -> Option<Duration> {
-    let triggers: Vec<TriggerView> = hra
-        .spec
-        .scale_up_triggers
-        .iter()
-        .flatten()
-        .map(|t| TriggerView {
-            workflow_job: t
-                .github_event
-                .as_ref()
-                .is_some_and(|e| e.workflow_job.is_some()),
-            duration: t.parsed_duration().and_then(Result::ok).map(Duration::from),
+/// Autoscalers taking part in `workflow_job` scaling, with their targets' scope, group and
+/// labels, in namespace/name order: the webhook's routing table, which the pull recovery
+/// routes by too.
+pub fn candidates(stores: &WebhookStores) -> Vec<TargetCandidate<HraKey>> {
+    let mut hras = stores.hras.state();
+    hras.sort_by_key(|h| (h.namespace(), h.name_any()));
+    hras.iter()
+        .filter(|hra| job_duration(hra).is_some())
+        .filter_map(|hra| {
+            let ns = hra.namespace()?;
+            let config = target_config(stores, hra, &ns)?;
+            let scope = RunnerScope::from_fields(
+                config.enterprise.as_deref(),
+                config.organization.as_deref(),
+                config.repository.as_deref(),
+            )
+            .ok()?;
+            Some(TargetCandidate {
+                id: (ns, hra.name_any()),
+                scope,
+                group: config.group.clone(),
+                labels: config.labels.clone().unwrap_or_default(),
+            })
         })
-        .collect();
-    job_trigger_duration(&triggers).ok()
+        .collect()
+}
+
+fn target_config(
+    stores: &WebhookStores,
+    hra: &HorizontalRunnerAutoscaler,
+    ns: &str,
+) -> Option<RunnerConfig> {
+    let reference = hra.spec.scale_target_ref.as_ref()?;
+    let name = reference.name.as_deref()?;
+    match reference.kind.unwrap_or_default() {
+        ScaleTargetKind::RunnerDeployment => stores
+            .deployments
+            .get(&ObjectRef::new(name).within(ns))
+            .map(|rd| rd.spec.template.spec.config.clone()),
+        ScaleTargetKind::RunnerSet => stores
+            .runner_sets
+            .get(&ObjectRef::new(name).within(ns))
+            .map(|rs| rs.spec.config.clone()),
+    }
 }
 
 /// The webhook server on its own (`hangar webhook-server`, or a `hangar run` follower): its own
@@ -938,12 +884,20 @@ pub async fn run_standalone(
         deployments: spawn_store(api(&client, ns), Config::default()),
         runner_sets: spawn_store(api(&client, ns), Config::default()),
     };
-    for ready in [
-        stores.hras.wait_until_ready().await.is_ok(),
-        stores.deployments.wait_until_ready().await.is_ok(),
-        stores.runner_sets.wait_until_ready().await.is_ok(),
-    ] {
-        debug_assert!(ready);
+    let synced = async {
+        for ready in [
+            stores.hras.wait_until_ready().await.is_ok(),
+            stores.deployments.wait_until_ready().await.is_ok(),
+            stores.runner_sets.wait_until_ready().await.is_ok(),
+        ] {
+            debug_assert!(ready);
+        }
+    };
+    // Nothing is served before the stores sync: a shutdown then has nothing to finish.
+    let shutdown = shutdown.boxed().shared();
+    tokio::select! {
+        () = synced => {}
+        () = shutdown.clone() => return Ok(()),
     }
     let clock: Arc<dyn Clock> = Arc::new(crate::context::SystemClock);
     let server = WebhookServer::new(config, stores, github, clock);
@@ -951,16 +905,6 @@ pub async fn run_standalone(
         server.set_metrics(metrics);
     }
     server.serve(listener, client, shutdown).await
-}
-
-/// `t` rounded up to a whole second.
-pub fn ceil_to_second(t: SystemTime) -> SystemTime {
-    let since = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    if since.subsec_nanos() == 0 {
-        t
-    } else {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(since.as_secs() + 1)
-    }
 }
 
 #[cfg(test)]

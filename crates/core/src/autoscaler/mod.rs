@@ -11,6 +11,7 @@
 //!   them;
 //! - [`webhook`]: which `workflow_job` deliveries scale, which autoscaler they scale, and
 //!   whether an autoscaler takes part;
+//! - [`pull`]: reservations for queued jobs whose delivery was lost, from GitHub's listing;
 //! - [`labels`]: the job-label rule both the webhook and the metric use;
 //! - [`dedup`] and [`batch`]: remembering deliveries and batching writes, with `now` injected.
 //!
@@ -26,6 +27,7 @@ pub mod dedup;
 pub mod desired;
 pub mod labels;
 pub mod metrics;
+pub mod pull;
 pub mod reservations;
 pub mod schedule;
 pub mod webhook;
@@ -40,6 +42,7 @@ pub use labels::{SELF_HOSTED, job_labels_match, label_eq};
 pub use metrics::{
     Evaluation, Metric, MetricError, MetricKind, Needed, Observations, Suggestion, suggest_replicas,
 };
+pub use pull::{PULL_DELIVERY, PullInput, QueuedJob, pull_operations};
 pub use reservations::{
     DEFAULT_RESERVATION_DURATION, JobKey, JobOp, MAX_TOMBSTONES, Reservation, ReservationUpdate,
     ScaleOp, apply_scale_operations, reserved_replicas,

@@ -455,17 +455,6 @@ fn url_encode(s: &str) -> String {
         .collect()
 }
 
-#[test]
-fn reservation_times_round_up_to_the_second() {
-    let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_250);
-    assert_eq!(
-        ceil_to_second(t),
-        SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_001)
-    );
-    let whole = SystemTime::UNIX_EPOCH + Duration::from_secs(5);
-    assert_eq!(ceil_to_second(whole), whole);
-}
-
 /// `workflow_job` `action` of job `job_id` (label `linux`), created at 10:00:00 and started
 /// `waited` seconds later.
 fn timed_job(action: &str, job_id: u64, waited: i64) -> Value {

@@ -3,8 +3,10 @@
 //! finishes the deliveries in flight; and the stored reservations, which name their job, are
 //! the deduplication that holds across replicas and restarts.
 //!
-//! Each test runs webhook servers as `hangar webhook-server` does ([`run_standalone`]), against
-//! the real control plane, and reads the autoscaler straight from the apiserver.
+//! The tests run webhook servers as `hangar webhook-server` does ([`run_standalone`]), the
+//! `hangar run` binary itself where its signal handling is what is tested, or the whole
+//! operator against the GitHub simulator for the pull recovery; all against the real control
+//! plane, reading the autoscaler straight from the apiserver.
 
 use std::time::Duration;
 
@@ -12,6 +14,7 @@ use hangar::webhook_server::{WebhookConfig, run_standalone};
 use hangar_api::HorizontalRunnerAutoscaler;
 use hangar_github::Secret;
 use hangar_testkit::{TestCluster, TestNamespace, crds};
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -304,4 +307,267 @@ async fn a_delivery_in_flight_at_shutdown_is_answered_and_stored() {
         1,
         "answered {status} but the reservation was lost at shutdown"
     );
+}
+
+/// The pull interval of [`a_job_whose_delivery_was_lost_gets_a_runner_by_pull`].
+const PULL_INTERVAL: Duration = Duration::from_secs(2);
+/// How long a queued job may wait there for the pull to reserve its runner: the promised
+/// bound (one interval plus listing and writing), with ample slack for a shared machine.
+const PULL_BOUND: Duration = Duration::from_secs(30);
+
+#[tokio::test]
+async fn a_job_whose_delivery_was_lost_gets_a_runner_by_pull() {
+    use crate::support::{Harness, eventually, uncached};
+    use ghsim::webhooks::{ContentType, NewHook};
+    use k8s_openapi::api::core::v1::Pod;
+
+    crate::support::init_tracing();
+    let config = WebhookConfig::new(Some(Secret::new(SECRET)), false).unwrap();
+    // No response cache: the pull would otherwise see a listing up to its 60 s `max-age` old.
+    let (h, webhook_url) = Harness::start_with_webhook(
+        "durable-pull",
+        uncached(),
+        |settings| settings.webhook_pull_interval = PULL_INTERVAL,
+        config,
+    )
+    .await;
+    crds::apply_and_wait(&h.client, &hangar_api::crds())
+        .await
+        .unwrap();
+    h.sim.add_hook(NewHook {
+        url: webhook_url,
+        secret: Some(SECRET.to_owned()),
+        content_type: ContentType::Json,
+        events: vec!["workflow_job".to_owned()],
+        owner: None,
+    });
+    // Every delivery is lost: only the pull can see the job.
+    let faults = h
+        .sim
+        .faults()
+        .merged(json!({"webhook_drop_rate": 1.0}))
+        .unwrap();
+    h.sim.set_faults(faults);
+    h.apply(
+        &json!({
+            "apiVersion": "actions.summerwind.dev/v1alpha1",
+            "kind": "RunnerDeployment",
+            "metadata": {"name": "rd"},
+            "spec": {"replicas": 0, "template": {"spec": {"repository": "octo/app", "labels": ["linux"]}}}
+        })
+        .to_string(),
+    );
+    h.apply(
+        &json!({
+            "apiVersion": "actions.summerwind.dev/v1alpha1",
+            "kind": "HorizontalRunnerAutoscaler",
+            "metadata": {"name": HRA},
+            "spec": {
+                "scaleTargetRef": {"kind": "RunnerDeployment", "name": "rd"},
+                "minReplicas": 0, "maxReplicas": 3,
+                "scaleUpTriggers": [{"githubEvent": {"workflowJob": {}}, "duration": "30m"}]
+            }
+        })
+        .to_string(),
+    );
+    let jobs = h.submit_jobs(
+        1,
+        vec!["self-hosted".into(), "linux".into()],
+        Duration::from_secs(1),
+        "success",
+    );
+
+    let reservation = eventually("a reservation made by pull", PULL_BOUND, || async {
+        let hra = h.api::<HorizontalRunnerAutoscaler>().get(HRA).await.ok()?;
+        hra.spec
+            .capacity_reservations
+            .into_iter()
+            .flatten()
+            .find(|r| r.replicas == Some(1))
+    })
+    .await;
+    assert_eq!(
+        (reservation.job_id, reservation.delivery_id.as_deref()),
+        (Some(i64::try_from(jobs[0]).unwrap()), Some("pull")),
+    );
+    eventually("a runner pod for the job", PULL_BOUND, || async {
+        (!h.list::<Pod>().await.is_empty()).then_some(())
+    })
+    .await;
+    assert!(
+        h.sim
+            .deliveries()
+            .iter()
+            .any(|d| d.dropped && d.action.as_deref() == Some("queued")),
+        "the queued delivery was not dropped; the fault was not exercised"
+    );
+}
+
+/// The leader-election Lease of the `hangar run` processes below.
+const LEASE: &str = "hangar-durable-test";
+
+/// `hangar run` as its own process (the binary this crate builds), serving webhooks on `addr`
+/// in namespace `ns`; its log goes to a file, shown when an assertion fails.
+struct HangarRun {
+    child: std::process::Child,
+    addr: String,
+    log: std::path::PathBuf,
+}
+
+impl HangarRun {
+    /// Starts it with `extra` flags and waits until its webhook server answers a first
+    /// delivery (job 1), so that a later delivery reaches a serving server.
+    async fn start(ns: &str, extra: &[&str]) -> Self {
+        let addr = {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            probe.local_addr().unwrap().to_string()
+        };
+        let log = std::env::temp_dir().join(format!("hangar-{ns}.log"));
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_hangar"))
+            .arg("run")
+            .arg(format!("--webhook-addr={addr}"))
+            .arg(format!("--watch-namespace={ns}"))
+            // No autoscaler here asks GitHub anything, and nothing may: an address nobody
+            // serves, no pull, no sweep.
+            .args([
+                "--github-url=http://127.0.0.1:9/",
+                "--github-api-url=http://127.0.0.1:9/",
+                "--webhook-pull-interval=0",
+                "--leaked-registration-sweep-interval=0",
+                "--metrics-addr=0",
+                "--health-probe-bind-address=0",
+            ])
+            .args(extra)
+            .env("KUBECONFIG", TestCluster::get().kubeconfig())
+            .env("GITHUB_TOKEN", "unused")
+            .env("GITHUB_WEBHOOK_SECRET_TOKEN", SECRET)
+            .env_remove("RUST_LOG")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let run = Self { child, addr, log };
+        let serving = async {
+            while tokio::net::TcpStream::connect(&run.addr).await.is_err() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            deliver(&run.addr, "d-1", &workflow_job("queued", 1)).await
+        };
+        let (status, body) = tokio::time::timeout(Duration::from_secs(60), serving)
+            .await
+            .unwrap_or_else(|_| panic!("no webhook server within 60 s\n{}", run.log()));
+        assert_eq!(status, 202, "{body}\n{}", run.log());
+        run
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn terminate(&self) {
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit; `None` when it still runs after `limit`.
+    async fn exited(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = tokio::time::Instant::now() + limit;
+        while tokio::time::Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+}
+
+impl Drop for HangarRun {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `hangar run` with `extra` flags, SIGTERMs it while a delivery (job 2) is in flight,
+/// and checks that the delivery is answered 202 with its reservation stored and that the
+/// process exits, successfully.
+async fn sigterm_drains(ns: &TestNamespace, client: &Client, extra: &[&str]) {
+    let mut run = HangarRun::start(ns.name(), extra).await;
+    let (stream, rest) = begin_delivery(&run.addr, "d-2", &workflow_job("queued", 2)).await;
+    // Ample time for the server to have read the headers: the request is then in flight.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    run.terminate();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (status, body) = finish_delivery(stream, &rest).await;
+    let exited = run.exited(Duration::from_secs(30)).await;
+    assert_eq!(
+        status,
+        202,
+        "the delivery in flight at SIGTERM was not finished: {body}\n{}",
+        run.log()
+    );
+    assert_eq!(
+        reserved(client, ns.name()).await,
+        2,
+        "answered {status} but the reservation was lost at SIGTERM"
+    );
+    let exited =
+        exited.unwrap_or_else(|| panic!("still running 30 s after SIGTERM\n{}", run.log()));
+    assert!(exited.success(), "{exited}\n{}", run.log());
+}
+
+#[tokio::test]
+async fn hangar_run_drains_its_webhook_server_on_sigterm() {
+    let (ns, client) = setup("durable-term", 10).await;
+    sigterm_drains(&ns, &client, &[]).await;
+}
+
+#[tokio::test]
+async fn a_leader_drains_its_webhook_server_on_sigterm() {
+    let (ns, client) = setup("durable-term-leader", 10).await;
+    let election = [
+        "--enable-leader-election".to_owned(),
+        format!("--leader-election-id={LEASE}"),
+        format!("--leader-election-namespace={}", ns.name()),
+    ];
+    let election: Vec<&str> = election.iter().map(String::as_str).collect();
+    sigterm_drains(&ns, &client, &election).await;
+    let lease = Api::<Lease>::namespaced(client.clone(), ns.name())
+        .get(LEASE)
+        .await
+        .unwrap();
+    assert!(
+        lease.spec.and_then(|s| s.holder_identity).is_none(),
+        "the leader did not release its Lease on SIGTERM"
+    );
+}
+
+#[tokio::test]
+async fn a_follower_drains_its_webhook_server_on_sigterm() {
+    let (ns, client) = setup("durable-term-follower", 10).await;
+    // Another replica holds the Lease for the whole test: this one stays a follower.
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": LEASE},
+        "spec": {
+            "holderIdentity": "another-replica",
+            "leaseDurationSeconds": 3600,
+            "renewTime": jiff::Timestamp::now().to_string(),
+        }
+    }))
+    .unwrap();
+    Api::<Lease>::namespaced(client.clone(), ns.name())
+        .create(&PostParams::default(), &lease)
+        .await
+        .unwrap();
+    let election = [
+        "--enable-leader-election".to_owned(),
+        format!("--leader-election-id={LEASE}"),
+        format!("--leader-election-namespace={}", ns.name()),
+    ];
+    let election: Vec<&str> = election.iter().map(String::as_str).collect();
+    sigterm_drains(&ns, &client, &election).await;
 }

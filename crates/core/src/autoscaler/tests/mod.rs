@@ -8,6 +8,7 @@ mod desired;
 mod labels;
 mod metrics;
 mod properties;
+mod pull;
 mod reservations;
 mod schedule;
 mod webhook;

@@ -1,0 +1,209 @@
+//! Pull recovery: every `--webhook-pull-interval` (default 5 min, `0` switches it off) the
+//! leader reserves runners for queued jobs whose `workflow_job` delivery was lost, as
+//! [`hangar_core::autoscaler::pull`] decides. GitHub does not redeliver by itself, so without
+//! this a lost `queued` delivery would leave its job waiting for a runner forever.
+//!
+//! Which autoscalers: those that scale on webhooks alone — a single `workflowJob` scale-up
+//! trigger and no `metrics` (a metric already counts queued jobs) — whose target's runners
+//! register at a repository. Organization and enterprise runners are not pulled: finding their
+//! queued jobs means listing every repository's runs.
+//!
+//! One pass, per such autoscaler: *observe* its repository's queued and in-progress runs (a
+//! run with one job done and one queued is in progress) and their jobs, through the caching
+//! GitHub client with the autoscaler's credentials, keeping the queued jobs; the webhook's
+//! routing table ([`crate::webhook_server::candidates`]); *decide* with `pull_operations`;
+//! *apply* the `+1`s with [`crate::reservation_write::write_operations`], the webhook writer's
+//! compare-and-swap, so a job the webhook recorded meanwhile counts once.
+//!
+//! API cost per repository and pass: 2 run lists plus one job list per queued or in-progress
+//! run; at the default interval, 24 run lists an hour plus 12 per run that stays queued or in
+//! progress. Lists are revalidated with the ETag the last answer carried, and an unchanged
+//! list is a 304, which does not count against the rate limit. A job whose delivery was lost
+//! is seen by the next pass, which starts at most one interval after the job was queued, and
+//! is reserved by the end of that pass (its lists and one write per autoscaler); the HRA
+//! controller's scale-up follows at once, triggered by the write.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use hangar_api::HorizontalRunnerAutoscaler;
+use hangar_core::RunnerScope;
+use hangar_core::autoscaler::{JobKey, JobOrigin, PullInput, QueuedJob, pull_operations};
+use hangar_github::{GitHubApi, RunStatus};
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
+use tracing::{debug, info, warn};
+
+use crate::context::Context;
+use crate::error::{Error, github_err};
+use crate::reservation_write::{WriteError, Written, job_duration, write_operations};
+use crate::webhook_server::{HraKey, WebhookStores, candidates};
+
+/// Field manager of the pull's reservation writes.
+pub const MANAGER: &str = "hangar-pull";
+
+/// Why one autoscaler's pull did nothing this pass (the next pass tries again).
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    /// Its credentials or GitHub's listing failed.
+    #[error("unable to list queued jobs: {0}")]
+    Observe(Error),
+    /// The reservations were not stored.
+    #[error("unable to store reservations: {0}")]
+    Write(WriteError),
+}
+
+/// Default interval between two passes.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5 * 60);
+
+/// Runs a pass at once (deliveries may have been lost while no leader ran) and then one
+/// starting every `ctx.settings.webhook_pull_interval`, counted start to start so that the
+/// time a pass takes does not add to the bound; a pass that overruns the interval is followed
+/// at once by the next. Returns at once when the interval is zero.
+pub async fn run(ctx: Arc<Context>, stores: WebhookStores) {
+    let period = ctx.settings.webhook_pull_interval;
+    if period.is_zero() {
+        return;
+    }
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        pass(&ctx, &stores).await;
+    }
+}
+
+/// One pass over every autoscaler that scales on webhooks alone.
+pub async fn pass(ctx: &Context, stores: &WebhookStores) {
+    let candidates = candidates(stores);
+    let mut hras = stores.hras.state();
+    hras.sort_by_key(|h| (h.namespace(), h.name_any()));
+    for hra in hras.iter().filter(|h| webhook_only(h)) {
+        let Some(ns) = hra.namespace() else { continue };
+        let key: HraKey = (ns, hra.name_any());
+        let Some(candidate) = candidates.iter().find(|c| c.id == key) else {
+            continue; // its target is missing or invalid: the HRA controller reports that
+        };
+        let RunnerScope::Repository { owner, name } = &candidate.scope else {
+            continue;
+        };
+        if let Err(error) = pull_one(ctx, stores, hra, &key, &candidates, owner, name).await {
+            warn!(autoscaler = %format!("{}/{}", key.0, key.1), %error, "pull of queued jobs failed");
+        }
+    }
+}
+
+/// Whether `hra` scales on `workflow_job` deliveries and nothing that pulls already.
+fn webhook_only(hra: &HorizontalRunnerAutoscaler) -> bool {
+    job_duration(hra).is_some() && hra.spec.metrics.as_ref().is_none_or(Vec::is_empty)
+}
+
+async fn pull_one(
+    ctx: &Context,
+    stores: &WebhookStores,
+    hra: &HorizontalRunnerAutoscaler,
+    key: &HraKey,
+    candidates: &[hangar_core::autoscaler::TargetCandidate<HraKey>],
+    owner: &str,
+    repo: &str,
+) -> Result<(), PullError> {
+    let Some(cap) = hra.spec.max_replicas.and_then(|m| u32::try_from(m).ok()) else {
+        return Ok(()); // invalid without it; the HRA controller reports that
+    };
+    let (ns, name) = key;
+    let github = ctx
+        .github_for(ns, hra.spec.github_api_credentials_from.as_ref())
+        .await
+        .map_err(PullError::Observe)?;
+    let queued = queued_jobs(&*github, owner, repo)
+        .await
+        .map_err(PullError::Observe)?;
+    let reservations: Vec<_> = hra
+        .spec
+        .capacity_reservations
+        .iter()
+        .flatten()
+        .map(crate::controllers::hra::reservation_of)
+        .collect();
+    let ops = pull_operations(&PullInput {
+        autoscaler: key,
+        candidates,
+        origin: JobOrigin {
+            owner,
+            repository: repo,
+            // Only the repository tier is pulled, which any owner's jobs reach.
+            owner_is_user: false,
+            enterprise: None,
+        },
+        queued: &queued,
+        reservations: &reservations,
+        cap,
+        now: ctx.now(),
+    });
+    debug!(autoscaler = %format!("{ns}/{name}"), queued = queued.len(), reserve = ops.len(), "pulled queued jobs");
+    if ops.is_empty() {
+        return Ok(());
+    }
+    let cached = stores.hras.get(&ObjectRef::new(name).within(ns));
+    let written = write_operations(
+        &ctx.client,
+        ns,
+        name,
+        cached,
+        &ops,
+        || ctx.now(),
+        MANAGER,
+        || {},
+    )
+    .await
+    .map_err(PullError::Write)?;
+    if let Written::Stored(update) = written {
+        let jobs: Vec<u64> = ops.iter().filter_map(|o| o.job).map(|j| j.id).collect();
+        info!(
+            autoscaler = %format!("{ns}/{name}"),
+            added = update.added,
+            ?jobs,
+            "reserved runners for queued jobs whose webhook delivery was lost"
+        );
+    }
+    Ok(())
+}
+
+/// The queued jobs of a repository's queued and in-progress runs. A run that moves between the
+/// two lists during the pass is listed once.
+async fn queued_jobs(
+    github: &dyn GitHubApi,
+    owner: &str,
+    repo: &str,
+) -> Result<Vec<QueuedJob>, Error> {
+    let scope = format!("{owner}/{repo}");
+    let mut run_ids = BTreeSet::new();
+    for status in [RunStatus::Queued, RunStatus::InProgress] {
+        let runs = github
+            .list_workflow_runs(owner, repo, status)
+            .await
+            .map_err(github_err("list workflow runs", &scope))?;
+        run_ids.extend(runs.into_iter().map(|r| r.id));
+    }
+    let mut queued = Vec::new();
+    for run_id in run_ids {
+        let jobs = github
+            .list_jobs(owner, repo, run_id)
+            .await
+            .map_err(github_err("list jobs", &scope))?;
+        queued.extend(
+            jobs.into_iter()
+                .filter(|j| j.status == RunStatus::Queued)
+                .map(|j| QueuedJob {
+                    job: JobKey {
+                        id: j.id,
+                        attempt: j.run_attempt.unwrap_or(1),
+                    },
+                    labels: j.labels,
+                    created_at: j.created_at.map(SystemTime::from),
+                }),
+        );
+    }
+    Ok(queued)
+}
