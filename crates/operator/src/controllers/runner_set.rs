@@ -77,7 +77,7 @@ use tracing::{info, warn};
 
 use super::{
     annotation, k8s_time, object_name, parse_time, pod_view, registration, retirement, rfc3339,
-    runner_restarted, sets, wait_until_stored,
+    sets, wait_until_stored,
 };
 use crate::conditions::{self, Desired};
 use crate::context::Context;
@@ -478,8 +478,7 @@ const CREDENTIAL_ENV: [&str; 2] = ["RUNNER_TOKEN", "ACTIONS_RUNNER_INPUT_JITCONF
 /// afresh by the pod webhook).
 fn stateful_pod_view(pod: &Pod) -> PodView {
     let mut view = pod_view(pod);
-    let never = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) == Some("Never");
-    view.runner_stopped |= !never && runner_restarted(pod);
+    view.runner_stopped |= retirement::restarted_after_exit(pod);
     if replaced_by_its_stateful_set(pod) {
         view.phase = hangar_core::owner_sync::PodPhase::Pending;
         view.runner_stopped = false;
@@ -623,6 +622,11 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
                     retirement::TIMED_OUT,
                     retirement::forced_note(timeout, left.len(), "runner(s)"),
                 );
+                // Their pods too: in a terminating namespace each is held by its own timeout.
+                let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+                for stateful_set in &left {
+                    retirement::mark_forced(&pods_api, &pod_name(stateful_set)).await?;
+                }
                 let sts_api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &ns);
                 retirement::force_children(&sts_api, &ns, &left).await?;
                 retirement::set_finalizer(
