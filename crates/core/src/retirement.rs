@@ -6,6 +6,10 @@
 //! left ([`Step::Release`]), but only for its retirement timeout, counted from its
 //! `deletionTimestamp`; after that the rest is forced ([`Step::Force`]) and busy runners die
 //! mid-job. A timeout of zero forces at once: the escape hatch for an owner that must go now.
+//!
+//! A namespace deletion deletes runner pods (and RunnerSet StatefulSets) directly, not through
+//! their owners: [`pod_deletion`] decides whether the admission guard lets such a delete
+//! through, by the same timeout counted from the namespace's `deletionTimestamp`.
 
 use std::time::{Duration, SystemTime};
 
