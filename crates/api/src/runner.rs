@@ -58,6 +58,11 @@ use crate::validation::{
         json_path = ".status.workflow.runID"
     ),
     printcolumn(
+        name = "Retiring",
+        type_ = "date",
+        json_path = ".metadata.deletionTimestamp"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"

@@ -70,6 +70,11 @@ use crate::runner::RunnerTemplate;
         json_path = ".status.availableReplicas"
     ),
     printcolumn(
+        name = "Progress",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Progressing\")].reason"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"

@@ -33,6 +33,11 @@ use crate::runner::RunnerTemplate;
     printcolumn(name = "Current", type_ = "number", json_path = ".status.replicas"),
     printcolumn(name = "Ready", type_ = "number", json_path = ".status.readyReplicas"),
     printcolumn(
+        name = "Progress",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Progressing\")].reason"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"

@@ -56,6 +56,11 @@ use crate::validation::{
         json_path = ".status.availableReplicas"
     ),
     printcolumn(
+        name = "Progress",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Progressing\")].reason"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"

@@ -211,7 +211,7 @@ fn names_scope_versions_and_subresources() {
 }
 
 #[test]
-fn printer_columns_match_arc() {
+fn printer_columns_match_arc_plus_retirement_progress() {
     let columns = |kind| -> Vec<(String, String)> {
         crd(kind).spec.versions[0]
             .additional_printer_columns
@@ -228,6 +228,11 @@ fn printer_columns_match_arc() {
             .collect()
     };
     let age = ("Age", ".metadata.creationTimestamp");
+    // Hangar's one addition to ARC's columns, before Age: how a deletion is getting on.
+    let progress = (
+        "Progress",
+        ".status.conditions[?(@.type==\"Progressing\")].reason",
+    );
     assert_eq!(
         columns("Runner"),
         expect(&[
@@ -240,6 +245,7 @@ fn printer_columns_match_arc() {
             ("Message", ".status.message"),
             ("WF Repo", ".status.workflow.repository"),
             ("WF Run", ".status.workflow.runID"),
+            ("Retiring", ".metadata.deletionTimestamp"),
             age,
         ])
     );
@@ -249,6 +255,7 @@ fn printer_columns_match_arc() {
             ("Desired", ".spec.replicas"),
             ("Current", ".status.replicas"),
             ("Ready", ".status.readyReplicas"),
+            progress,
             age
         ])
     );
@@ -264,6 +271,7 @@ fn printer_columns_match_arc() {
             ("Current", ".status.replicas"),
             ("Up-To-Date", ".status.updatedReplicas"),
             ("Available", ".status.availableReplicas"),
+            progress,
             age,
         ])
     );
@@ -274,6 +282,7 @@ fn printer_columns_match_arc() {
             ("Current", ".status.replicas"),
             ("Up-To-Date", ".status.updatedReplicas"),
             ("Available", ".status.availableReplicas"),
+            progress,
             age,
         ])
     );

@@ -189,8 +189,9 @@ pub const WEBHOOK_SERVER_NEEDS: &[Permission] = &[
 /// What the admission webhooks (`hangar run --admission-addr`; admission/rotation.rs and
 /// admission/configurations.rs) call beyond [`CONTROLLER_NEEDS`], for release [`RELEASE`] in
 /// `namespace`, in the form [`granted`] returns (`resource=name` where a rule names its
-/// objects): cluster-wide, get and patch of the chart's two webhook configurations (caBundle);
-/// in the release namespace, the certificate Secret, created once and then read, watched by
+/// objects): cluster-wide, get and patch of the chart's two webhook configurations (caBundle)
+/// and get of namespaces (the runner-pod deletion guard holds pods of terminating ones); in
+/// the release namespace, the certificate Secret, created once and then read, watched by
 /// name and replaced.
 pub fn admission_needs(namespace: &str) -> AdmissionNeeds {
     let triple = |g: &str, r: String, v: &str| (g.to_owned(), r, v.to_owned());
@@ -205,6 +206,7 @@ pub fn admission_needs(namespace: &str) -> AdmissionNeeds {
             cluster.push(triple(group, format!("{resource}={name}"), verb));
         }
     }
+    cluster.push(triple("", "namespaces".into(), "get"));
     let tls = format!("secrets={RELEASE}-webhook-tls");
     let mut release_namespace = vec![triple("", "secrets".into(), "create")];
     for verb in ["get", "list", "watch", "update"] {

@@ -6,6 +6,10 @@
 //! left ([`Step::Release`]), but only for its retirement timeout, counted from its
 //! `deletionTimestamp`; after that the rest is forced ([`Step::Force`]) and busy runners die
 //! mid-job. A timeout of zero forces at once: the escape hatch for an owner that must go now.
+//!
+//! A namespace deletion deletes runner pods (and RunnerSet StatefulSets) directly, not through
+//! their owners: [`pod_deletion`] decides whether the admission guard lets such a delete
+//! through, by the same timeout counted from the namespace's `deletionTimestamp`.
 
 use std::time::{Duration, SystemTime};
 
@@ -105,6 +109,64 @@ pub fn runner_step(
         },
         Step::Wait { force_at } => RunnerStep::Unregister { force_at },
         Step::Force => RunnerStep::Force,
+    }
+}
+
+/// The DELETE of a runner pod, as the runner-pod deletion guard (an admission webhook) sees it.
+///
+/// A namespace deletion deletes pods directly, not through their owners: without the guard a
+/// busy runner's pod would get its deletion timestamp, and the kubelet would kill the runner
+/// mid-job, while the Runner's (or RunnerSet's) finalizer only kept the owner object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PodDeletion {
+    /// The `deletionTimestamp` of the pod's namespace; `None` while it is not being deleted.
+    pub namespace_deleting_since: Option<SystemTime>,
+    /// The pod.
+    pub pod: RunnerPod,
+    /// The pod's retirement timeout (its `hangar.dev/retirement-timeout`, else the default).
+    pub timeout: Duration,
+    /// The current time.
+    pub now: SystemTime,
+}
+
+/// Whether a runner pod may be deleted now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodDeletionVerdict {
+    /// Deleting it kills no job, or it is not the namespace deletion asking.
+    Allow,
+    /// Its runner may be running a job: its owner's retirement unregisters it first. Refused
+    /// until `forced_at`; the namespace controller retries until then.
+    Refuse {
+        /// When the pod's retirement timeout runs out.
+        forced_at: SystemTime,
+    },
+}
+
+/// Decides whether a runner pod may be deleted. Pure.
+///
+/// Only deletes inside a terminating namespace are held: any other delete of a pod comes from
+/// its owner's retirement (or the garbage collector, held back by the owner's finalizer) or
+/// from someone deleting that one pod on purpose. A pod already being deleted, finished or
+/// unregistered holds no job, so it always goes. A pod's markers can only let it go sooner, so
+/// a tenant who writes them exposes nothing but its own runner.
+pub fn pod_deletion(d: &PodDeletion) -> PodDeletionVerdict {
+    let Some(since) = d.namespace_deleting_since else {
+        return PodDeletionVerdict::Allow;
+    };
+    if d.pod != RunnerPod::Alive {
+        return PodDeletionVerdict::Allow;
+    }
+    let observed = Observed {
+        deleting_since: since,
+        timeout: d.timeout,
+        now: d.now,
+        remaining: 1,
+    };
+    match step(&observed) {
+        Step::Wait { force_at } => PodDeletionVerdict::Refuse {
+            forced_at: force_at,
+        },
+        Step::Release | Step::Force => PodDeletionVerdict::Allow,
     }
 }
 
@@ -211,6 +273,52 @@ mod tests {
                 expected,
                 "{pod:?} at {now:?}"
             );
+        }
+    }
+
+    #[test]
+    fn a_runner_pod_in_a_terminating_namespace_is_held_while_its_runner_may_be_busy() {
+        use PodDeletionVerdict::{Allow, Refuse};
+        use RunnerPod::*;
+        let rows = [
+            // (namespace deleting since, pod, now, timeout, expected)
+            (None, Alive, t(10), HOUR, Allow),
+            (
+                Some(t(0)),
+                Alive,
+                t(10),
+                HOUR,
+                Refuse { forced_at: t(3600) },
+            ),
+            (
+                Some(t(0)),
+                Alive,
+                t(3599),
+                HOUR,
+                Refuse { forced_at: t(3600) },
+            ),
+            (Some(t(0)), Alive, t(3600), HOUR, Allow),
+            (Some(t(0)), Alive, t(10), Duration::ZERO, Allow),
+            (
+                Some(t(100)),
+                Alive,
+                t(0),
+                HOUR,
+                Refuse { forced_at: t(3700) },
+            ),
+            (Some(t(0)), Absent, t(10), HOUR, Allow),
+            (Some(t(0)), Deleting, t(10), HOUR, Allow),
+            (Some(t(0)), Finished, t(10), HOUR, Allow),
+            (Some(t(0)), Unregistered, t(10), HOUR, Allow),
+        ];
+        for (namespace_deleting_since, pod, now, timeout, expected) in rows {
+            let d = PodDeletion {
+                namespace_deleting_since,
+                pod,
+                timeout,
+                now,
+            };
+            assert_eq!(pod_deletion(&d), expected, "{d:?}");
         }
     }
 

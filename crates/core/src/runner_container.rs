@@ -11,7 +11,7 @@
 //!
 //! Two rules close this:
 //! - **The credential is taken back once a run has started** ([`should_spend`]): the controller
-//!   deletes the pod's registration Secret (the running process already read it), so the next
+//!   empties the pod's registration Secret (the running process already read it), so the next
 //!   run the kubelet tries cannot even be created (`CreateContainerConfigError`: the
 //!   `secretKeyRef` is not optional).
 //! - **Finished means no run can register again** ([`judge`]): a runner container that exited

@@ -484,6 +484,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             github.clone(),
             Some(registry.clone()),
             args.http.apply(args.admission.limits()),
+            args.retirement_timeout,
         )
         .await?
     {

@@ -94,14 +94,16 @@ impl AdmissionArgs {
         )
     }
 
-    /// Binds the listener and returns the server to spawn (serving within `limits`), or `None`
-    /// when not enabled.
+    /// Binds the listener and returns the server to spawn (serving within `limits`, holding
+    /// runner pods of terminating namespaces for `retirement_timeout`), or `None` when not
+    /// enabled.
     pub async fn start(
         &self,
         client: &kube::Client,
         github: Arc<dyn GitHubApi>,
         registry: Option<Arc<ClientRegistry>>,
         limits: Limits,
+        retirement_timeout: std::time::Duration,
     ) -> Result<Option<impl std::future::Future<Output = ()> + Send + 'static>, StartError> {
         let Some(addr) = self.admission_addr else {
             return Ok(None);
@@ -122,6 +124,7 @@ impl AdmissionArgs {
         let mut config = AdmissionConfig::new(registration, &self.webhook_service_namespace);
         config.tls_secret = self.webhook_tls_secret.clone();
         config.limits = limits;
+        config.retirement_timeout = retirement_timeout;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| StartError::Bind { addr, source })?;

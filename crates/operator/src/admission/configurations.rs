@@ -17,7 +17,9 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
     ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta,
+};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -197,38 +199,89 @@ pub fn mutating(reg: &Registration, ca_bundle: &[u8]) -> MutatingWebhookConfigur
     }
 }
 
-/// The ValidatingWebhookConfiguration: one webhook per kind, CREATE and UPDATE.
+/// Name of the runner-pod deletion guard's webhook ([`super::retire`]).
+pub const RUNNER_POD_DELETION_WEBHOOK: &str = "guard-runner-pod-deletion.hangar.dev";
+/// Name of the RunnerSet StatefulSet deletion guard's webhook ([`super::retire`]).
+pub const RUNNER_STATEFUL_SET_DELETION_WEBHOOK: &str =
+    "guard-runner-statefulset-deletion.hangar.dev";
+
+/// The ValidatingWebhookConfiguration: one webhook per kind (CREATE and UPDATE, failing
+/// closed), then the deletion guards (DELETE of pods labelled `actions-runner` and of
+/// StatefulSets labelled `runnerset-name`, failing open: Hangar being down must never block a
+/// delete).
 pub fn validating(reg: &Registration, ca_bundle: &[u8]) -> ValidatingWebhookConfiguration {
+    let mut webhooks: Vec<ValidatingWebhook> = VALIDATED
+        .iter()
+        .map(|(kind, resource, path)| ValidatingWebhook {
+            name: format!("validate.{}.actions.summerwind.dev", kind.to_lowercase()),
+            admission_review_versions: vec!["v1".into()],
+            client_config: reg.endpoint.client_config(path, ca_bundle),
+            failure_policy: Some("Fail".into()),
+            match_policy: Some("Equivalent".into()),
+            namespace_selector: reg.namespace_selector.clone(),
+            object_selector: None,
+            rules: Some(vec![RuleWithOperations {
+                api_groups: Some(vec![hangar_api::GROUP.into()]),
+                api_versions: Some(vec![hangar_api::VERSION.into()]),
+                operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
+                resources: Some(vec![(*resource).into()]),
+                scope: Some("Namespaced".into()),
+            }]),
+            side_effects: "None".into(),
+            timeout_seconds: Some(5),
+            match_conditions: None,
+        })
+        .collect();
+    for (name, path, group, resource, label) in [
+        (
+            RUNNER_POD_DELETION_WEBHOOK,
+            super::retire::POD_PATH,
+            "",
+            "pods",
+            hangar_api::label::ACTIONS_RUNNER,
+        ),
+        (
+            RUNNER_STATEFUL_SET_DELETION_WEBHOOK,
+            super::retire::STATEFUL_SET_PATH,
+            "apps",
+            "statefulsets",
+            hangar_api::label::RUNNERSET_NAME,
+        ),
+    ] {
+        webhooks.push(ValidatingWebhook {
+            name: name.into(),
+            admission_review_versions: vec!["v1".into()],
+            client_config: reg.endpoint.client_config(path, ca_bundle),
+            failure_policy: Some("Ignore".into()),
+            match_policy: Some("Equivalent".into()),
+            namespace_selector: reg.namespace_selector.clone(),
+            object_selector: Some(LabelSelector {
+                match_labels: None,
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: label.into(),
+                    operator: "Exists".into(),
+                    values: None,
+                }]),
+            }),
+            rules: Some(vec![RuleWithOperations {
+                api_groups: Some(vec![group.into()]),
+                api_versions: Some(vec!["v1".into()]),
+                operations: Some(vec!["DELETE".into()]),
+                resources: Some(vec![resource.into()]),
+                scope: Some("Namespaced".into()),
+            }]),
+            side_effects: "None".into(),
+            timeout_seconds: Some(5),
+            match_conditions: None,
+        });
+    }
     ValidatingWebhookConfiguration {
         metadata: ObjectMeta {
             name: Some(reg.validating_name.clone()),
             labels: Some(managed_by()),
             ..Default::default()
         },
-        webhooks: Some(
-            VALIDATED
-                .iter()
-                .map(|(kind, resource, path)| ValidatingWebhook {
-                    name: format!("validate.{}.actions.summerwind.dev", kind.to_lowercase()),
-                    admission_review_versions: vec!["v1".into()],
-                    client_config: reg.endpoint.client_config(path, ca_bundle),
-                    failure_policy: Some("Fail".into()),
-                    match_policy: Some("Equivalent".into()),
-                    namespace_selector: reg.namespace_selector.clone(),
-                    object_selector: None,
-                    rules: Some(vec![RuleWithOperations {
-                        api_groups: Some(vec![hangar_api::GROUP.into()]),
-                        api_versions: Some(vec![hangar_api::VERSION.into()]),
-                        operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
-                        resources: Some(vec![(*resource).into()]),
-                        scope: Some("Namespaced".into()),
-                    }]),
-                    side_effects: "None".into(),
-                    timeout_seconds: Some(5),
-                    match_conditions: None,
-                })
-                .collect(),
-        ),
+        webhooks: Some(webhooks),
     }
 }
 
@@ -407,7 +460,7 @@ mod tests {
     }
 
     #[test]
-    fn configurations_point_at_the_endpoint_and_fail_closed() {
+    fn configurations_point_at_the_endpoint_and_only_the_deletion_guard_fails_open() {
         let mut reg = Registration::new(Endpoint::Url("https://127.0.0.1:9443/".into()));
         reg.namespace_selector = Some(LabelSelector {
             match_labels: Some([("t".to_owned(), "x".to_owned())].into()),
@@ -427,8 +480,22 @@ mod tests {
         );
         let v = validating(&reg, b"");
         let hooks = v.webhooks.unwrap();
-        assert_eq!(hooks.len(), 4);
+        assert_eq!(hooks.len(), 6);
+        for (guard, name) in hooks[4..].iter().zip([
+            RUNNER_POD_DELETION_WEBHOOK,
+            RUNNER_STATEFUL_SET_DELETION_WEBHOOK,
+        ]) {
+            assert_eq!(guard.name, name);
+            // Hangar down must never block a delete.
+            assert_eq!(guard.failure_policy.as_deref(), Some("Ignore"));
+            assert_eq!(guard.namespace_selector, reg.namespace_selector);
+        }
         assert!(hooks.iter().all(|h| h.client_config.ca_bundle.is_none()));
+        assert!(
+            hooks[..4]
+                .iter()
+                .all(|h| h.failure_policy.as_deref() == Some("Fail"))
+        );
         assert_eq!(
             hooks[2].client_config.url.as_deref(),
             Some(

@@ -12,6 +12,9 @@
 //!   runnerdeployment,runnerset}`: the checks the CRD schema cannot express ([`validate`]).
 //!   On UPDATE an unchanged spec is always accepted, so objects stored before a rule existed
 //!   can still be edited (finalizers, labels) and deleted.
+//! - `POST /validate-runner-pod-deletion`, `POST /validate-runner-statefulset-deletion`: a
+//!   runner pod (or RunnerSet StatefulSet) of a terminating namespace is not deleted while its
+//!   runner may be running a job, until its retirement timeout ([`retire`]).
 //! - `GET /healthz`: 200 once a certificate is loaded.
 //!
 //! There is no defaulting webhook: ARC's defaulters for these kinds are empty, and Hangar
@@ -30,6 +33,7 @@ pub mod configurations;
 pub mod jit;
 pub mod pod;
 pub mod registration;
+pub mod retire;
 pub mod review;
 pub mod rotation;
 pub mod tls;
@@ -70,6 +74,9 @@ pub struct AdmissionConfig {
     pub github_timeout: Duration,
     /// Body, connection and time limits of the HTTPS server.
     pub limits: crate::serve::Limits,
+    /// How long a runner pod of a terminating namespace is held without its own
+    /// `hangar.dev/retirement-timeout` (`--retirement-timeout`).
+    pub retirement_timeout: Duration,
 }
 
 /// Default body limit: an AdmissionReview of an update carries the object twice, each up to
@@ -89,6 +96,7 @@ impl AdmissionConfig {
             cert_check_interval: Duration::from_secs(60),
             github_timeout: Duration::from_secs(10),
             limits: crate::serve::Limits::new(DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_BODY_BYTES),
+            retirement_timeout: hangar_core::retirement::DEFAULT_TIMEOUT,
         }
     }
 }
@@ -100,6 +108,7 @@ pub struct AdmissionState {
     registrations: Registrations,
     clock: Arc<dyn Clock>,
     cert: Arc<tls::ReloadableCert>,
+    retirement_timeout: Duration,
 }
 
 impl std::fmt::Debug for AdmissionState {
@@ -145,6 +154,7 @@ impl Admission {
                 client,
                 clock,
                 cert,
+                retirement_timeout: config.retirement_timeout,
             }),
             certs,
             interval: config.cert_check_interval,
@@ -176,6 +186,8 @@ impl Admission {
 fn router(state: Arc<AdmissionState>) -> Router {
     let mut router = Router::new()
         .route(configurations::POD_PATH, post(mutate_pod))
+        .route(retire::POD_PATH, post(guard_pod_deletion))
+        .route(retire::STATEFUL_SET_PATH, post(guard_stateful_set_deletion))
         .route("/healthz", get(healthz));
     for (kind, _, path) in configurations::VALIDATED {
         router = router.route(
@@ -246,6 +258,40 @@ pub fn validate_request(kind: &str, req: &AdmissionRequest) -> AdmissionResponse
             AdmissionResponse::deny(&req.uid, 422, v.message(kind, &name)).with_warnings(v.warnings)
         }
     }
+}
+
+async fn guard_pod_deletion(
+    State(state): State<Arc<AdmissionState>>,
+    Json(review): Json<AdmissionReview>,
+) -> axum::response::Response {
+    let Some(req) = review.request else {
+        return (StatusCode::BAD_REQUEST, "AdmissionReview without a request").into_response();
+    };
+    let response = retire::review_pod(
+        &state.client,
+        state.clock.as_ref(),
+        state.retirement_timeout,
+        &req,
+    )
+    .await;
+    Json(response.into_review()).into_response()
+}
+
+async fn guard_stateful_set_deletion(
+    State(state): State<Arc<AdmissionState>>,
+    Json(review): Json<AdmissionReview>,
+) -> axum::response::Response {
+    let Some(req) = review.request else {
+        return (StatusCode::BAD_REQUEST, "AdmissionReview without a request").into_response();
+    };
+    let response = retire::review_stateful_set(
+        &state.client,
+        state.clock.as_ref(),
+        state.retirement_timeout,
+        &req,
+    )
+    .await;
+    Json(response.into_review()).into_response()
 }
 
 async fn mutate_pod(

@@ -8,15 +8,23 @@
 //! deletion) deleting a child only starts the child's own retirement. The wait is bounded by
 //! [`timeout`]; when it runs out the owner hands a zero timeout on to its children
 //! ([`force_children`]), so each forces itself and says so in a Warning event.
+//!
+//! A namespace deletion deletes pods directly; the admission webhook of
+//! [`crate::admission::retire`] holds those deletes back while a pod's runner may be busy
+//! ([`runner_pod`] tells), until the pod's own [`timeout_or`] has passed. A forced pod is
+//! therefore annotated with a zero timeout before Hangar deletes it.
 
 use std::time::{Duration, SystemTime};
 
 use hangar_api::annotation;
+use hangar_core::owner_sync::PodPhase;
+use hangar_core::retirement::RunnerPod;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 use tracing::warn;
 
-use super::{k8s_time, object_name, rfc3339};
+use super::{k8s_time, object_name, pod_phase, rfc3339};
 use crate::conditions::{Desired, kind};
 use crate::context::Context;
 use crate::error::{Error, ignore_not_found, kube_err};
@@ -28,16 +36,47 @@ pub const TIMED_OUT: &str = "RetirementTimedOut";
 pub const RETIRING: &str = "Retiring";
 
 /// The owner's retirement timeout: its [`annotation::RETIREMENT_TIMEOUT`], else the
-/// controller's `--retirement-timeout`. A malformed annotation is logged and ignored: waiting
-/// the default is the safe reading.
+/// controller's `--retirement-timeout`.
 pub fn timeout(obj: &impl ResourceExt, ctx: &Context) -> Duration {
+    timeout_or(obj, ctx.settings.retirement_timeout)
+}
+
+/// The object's [`annotation::RETIREMENT_TIMEOUT`], else `default`. A malformed annotation is
+/// logged and ignored: waiting the default is the safe reading.
+pub fn timeout_or(obj: &impl ResourceExt, default: Duration) -> Duration {
     let Some(text) = super::annotation(obj, annotation::RETIREMENT_TIMEOUT) else {
-        return ctx.settings.retirement_timeout;
+        return default;
     };
     hangar_core::retirement::parse_timeout(text).unwrap_or_else(|error| {
         warn!(object = %object_name(obj), %error, "ignoring retirement timeout annotation");
-        ctx.settings.retirement_timeout
+        default
     })
+}
+
+/// Whether the runner of an existing `pod` may still be running a job, and if not, why.
+pub fn runner_pod(pod: &Pod) -> RunnerPod {
+    if pod.metadata.deletion_timestamp.is_some() {
+        RunnerPod::Deleting
+    } else if super::runner_stopped(pod)
+        || matches!(pod_phase(pod), PodPhase::Succeeded | PodPhase::Failed)
+    {
+        RunnerPod::Finished
+    } else if super::annotation(pod, annotation::UNREGISTRATION_COMPLETE_TIMESTAMP).is_some() {
+        RunnerPod::Unregistered
+    } else {
+        RunnerPod::Alive
+    }
+}
+
+/// Gives the pod `name` a zero retirement timeout, so that Hangar's forced delete of it passes
+/// the deletion guard of a terminating namespace.
+pub async fn mark_forced(pods: &Api<Pod>, name: &str) -> Result<(), Error> {
+    let ns = pods.namespace().unwrap_or_default().to_owned();
+    super::sets::stamp(pods, name, annotation::RETIREMENT_TIMEOUT, "0s")
+        .await
+        .map(drop)
+        .or_else(ignore_not_found)
+        .map_err(kube_err("force retirement of pod", format!("{ns}/{name}")))
 }
 
 /// The owner's `deletionTimestamp`, if it is being deleted.

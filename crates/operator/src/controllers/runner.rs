@@ -389,26 +389,9 @@ async fn retire(
             ))?
             .map(Arc::new),
     };
-    let state = match &pod {
-        None => RunnerPod::Absent,
-        Some(p) if p.metadata.deletion_timestamp.is_some() => RunnerPod::Deleting,
-        Some(p)
-            if super::runner_stopped(p)
-                || matches!(
-                    pod_phase(p),
-                    hangar_core::owner_sync::PodPhase::Succeeded
-                        | hangar_core::owner_sync::PodPhase::Failed
-                ) =>
-        {
-            RunnerPod::Finished
-        }
-        Some(p)
-            if super::annotation(p.as_ref(), ann::UNREGISTRATION_COMPLETE_TIMESTAMP).is_some() =>
-        {
-            RunnerPod::Unregistered
-        }
-        Some(_) => RunnerPod::Alive,
-    };
+    let state = pod
+        .as_deref()
+        .map_or(RunnerPod::Absent, retirement::runner_pod);
     let timeout = retirement::timeout(runner, ctx);
     let now = ctx.now();
     let delete_pod = || async {
@@ -466,6 +449,7 @@ async fn retire(
                 retirement::TIMED_OUT,
                 retirement::forced_note(timeout, 1, "runner"),
             );
+            retirement::mark_forced(&pods, &name).await?;
             delete_pod().await?;
         }
     }

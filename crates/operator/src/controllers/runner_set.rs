@@ -645,6 +645,11 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
                     retirement::TIMED_OUT,
                     retirement::forced_note(timeout, left.len(), "runner(s)"),
                 );
+                // Their pods too: in a terminating namespace each is held by its own timeout.
+                let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+                for stateful_set in &left {
+                    retirement::mark_forced(&pods_api, &pod_name(stateful_set)).await?;
+                }
                 let sts_api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &ns);
                 retirement::force_children(&sts_api, &ns, &left).await?;
                 retirement::set_finalizer(

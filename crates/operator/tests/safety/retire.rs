@@ -277,3 +277,100 @@ async fn a_runner_set_forces_its_busy_runner_out_once_its_retirement_timeout_has
     assert!(!e.all_succeeded(&[job]), "the job did not finish");
     e.shutdown().await;
 }
+
+/// Waits until the test's namespace is gone (the namespace controller retries with a back-off
+/// of up to a minute while content is left).
+async fn wait_namespace_gone(e: &E2e) {
+    use k8s_openapi::api::core::v1::Namespace;
+    let namespaces = kube::Api::<Namespace>::all(e.h.client.clone());
+    eventually(
+        e,
+        "the namespace gone",
+        Duration::from_secs(150),
+        || async {
+            namespaces
+                .get_opt(e.h.ns.name())
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_the_namespace_lets_a_busy_runner_finish_its_job() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let e = E2e::start("retire-ns").await;
+    let _admission = e.h.serve_admission().await;
+    e.apply(&Deployment::new("in-namespace", 2, "in-namespace"));
+    e.wait_running(2).await;
+    let (job, busy, idle) = one_busy(&e, "in-namespace", Duration::from_secs(10)).await;
+
+    kube::Api::<Namespace>::all(e.h.client.clone())
+        .delete(e.h.ns.name(), &DeleteParams::background())
+        .await
+        .unwrap();
+
+    // The namespace controller deletes pods itself; the busy one must keep running its job.
+    hold_until(&e, "the idle runner unregistered", || async {
+        let registered = e.h.registered();
+        idle.iter().all(|n| !registered.contains(n))
+    })
+    .await;
+    assert!(
+        e.h.busy().contains(&busy),
+        "the busy runner still runs its job\n{}",
+        e.describe().await
+    );
+    hold_until(&e, "the job completed", || async {
+        e.all_succeeded(&[job])
+    })
+    .await;
+    assert_eq!(e.h.interrupted(), 0, "no job was interrupted");
+    wait_namespace_gone(&e).await;
+    assert!(e.h.registered().is_empty(), "no runner left on GitHub");
+    e.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_the_namespace_lets_a_busy_runner_set_runner_finish_its_job() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let e = E2e::start("retire-ns-rs").await;
+    let _admission = e.h.serve_admission().await;
+    e.h.apply(&runner_set(&e, "in-namespace-set", 2, "in-namespace-set"));
+    let mut idle = wait_registered_pods(&e, 2).await;
+    let job = e.submit(1, "in-namespace-set", Duration::from_secs(10), false)[0];
+    let busy = eventually(&e, "one runner busy", WAIT, || async {
+        e.h.busy().into_iter().next()
+    })
+    .await;
+    idle.remove(&busy);
+
+    kube::Api::<Namespace>::all(e.h.client.clone())
+        .delete(e.h.ns.name(), &DeleteParams::background())
+        .await
+        .unwrap();
+
+    // The namespace controller deletes StatefulSets and pods itself; the busy runner's pod
+    // must keep running its job, and the idle one must still be unregistered.
+    hold_until(&e, "the idle runner unregistered", || async {
+        let registered = e.h.registered();
+        idle.iter().all(|n| !registered.contains(n))
+    })
+    .await;
+    assert!(
+        e.h.busy().contains(&busy),
+        "the busy runner still runs its job\n{}",
+        e.describe().await
+    );
+    hold_until(&e, "the job completed", || async {
+        e.all_succeeded(&[job])
+    })
+    .await;
+    assert_eq!(e.h.interrupted(), 0, "no job was interrupted");
+    wait_namespace_gone(&e).await;
+    assert!(e.h.registered().is_empty(), "no runner left on GitHub");
+    e.shutdown().await;
+}
