@@ -10,6 +10,8 @@
 //!   watched live and summed up (see `demo.rs`);
 //! - `bench-cluster`, `bench-lifecycle`, `bench-pods`, `bench-webhooks`, `bench-floor`:
 //!   benchmarks writing `bench/results/`;
+//! - `fuzz`: generated hostile input against the webhook, admission and CRD paths, counts in
+//!   `bench/results/fuzz.json`;
 //! - `test`: the README's test command — lint, then the whole test suite against a control plane
 //!   that lives exactly as long as the run, then the demo in its short CI form (`demo --ci`).
 
@@ -115,6 +117,17 @@ enum Cmd {
     /// Extra arguments go to the benchmark (`-- --rate 10`).
     BenchFloor {
         /// Arguments for the benchmark.
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// Hostile input, generated: mutated real webhook deliveries, admission reviews and CRD
+    /// objects through the real handlers in-process (release build, no cluster), checking no
+    /// panic, bounded allocation and the answer each class of input must get; writes
+    /// bench/results/fuzz.json and exits non-zero on a violation (the input goes to
+    /// target/fuzz/). Prints its seed first; extra arguments go to the run
+    /// (`-- --seed 7 --inputs 1000000 --target webhook|admission|crd|all`).
+    Fuzz {
+        /// Arguments for the run.
         #[arg(last = true)]
         args: Vec<String>,
     },
@@ -256,6 +269,7 @@ async fn run(cmd: Cmd) -> Result<ExitCode> {
             example_with_profile(&profile, "hangar", "chaos", &["--bin", "hangar"], &args)
         }
         Cmd::BenchFloor { args } => release_example("hangar", "bench-floor", &[], &args),
+        Cmd::Fuzz { args } => release_example("hangar", "fuzz", &[], &args),
         Cmd::BenchPods { args } => {
             let kubeconfig = up(&default_cluster_dir()).await?;
             let mut args = args;

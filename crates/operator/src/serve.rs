@@ -28,11 +28,11 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
 use axum::response::IntoResponse;
+use axum::{BoxError, Router};
 use http_body_util::Limited;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -132,9 +132,7 @@ pub async fn serve<T: Transport>(
     limits: Limits,
     shutdown: impl Future<Output = ()> + Send,
 ) {
-    // The body limit is applied here, for every route; axum's own default (2 MB) would be a
-    // second, different one.
-    let router = router.layer(DefaultBodyLimit::disable());
+    let router = prepare(router);
     let transport = Arc::new(transport);
     let slots = Arc::new(Semaphore::new(limits.max_connections as usize));
     let (stop, stopped) = watch::channel(false);
@@ -180,6 +178,12 @@ pub async fn serve<T: Transport>(
     if drained.is_err() {
         debug!("connections still open at shutdown were dropped");
     }
+}
+
+/// `router` as [`serve`] runs it, for [`answer`]: the body limit is [`answer`]'s, for every
+/// route; axum's own default (2 MB) would be a second, different one.
+pub fn prepare(router: Router) -> Router {
+    router.layer(DefaultBodyLimit::disable())
 }
 
 /// One accepted connection and what it holds: a slot under the cap, until it ends.
@@ -231,12 +235,18 @@ impl Connection {
     }
 }
 
-/// Answers one request through `router`, within `limits`.
-async fn answer(
+/// Answers one request through `router`, within `limits`: what every connection [`serve`]
+/// accepts runs, and what in-process callers (the hostile-input fuzz run) drive with a body of
+/// their own making.
+pub async fn answer<B>(
     router: Router,
     limits: Limits,
-    request: Request<Incoming>,
-) -> Result<Response<Body>, Infallible> {
+    request: Request<B>,
+) -> Result<Response<Body>, Infallible>
+where
+    B: HttpBody<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
     let max = limits.max_body_bytes;
     if let Some(declared) = declared_too_large(request.headers(), max) {
         debug!(declared, max, "refused a request body over the limit");

@@ -679,7 +679,7 @@ pub fn capacity_reservation(r: &Reservation) -> CapacityReservation {
 }
 
 /// One `spec.metrics` entry in the core's terms; the error names the entry and field.
-fn metric_of(index: usize, spec: &MetricSpec) -> Result<Metric, String> {
+pub fn metric_of(index: usize, spec: &MetricSpec) -> Result<Metric, String> {
     let kind = match spec.type_ {
         Some(MetricType::TotalNumberOfQueuedAndInProgressWorkflowRuns) => {
             MetricKind::TotalNumberOfQueuedAndInProgressWorkflowRuns
@@ -703,7 +703,7 @@ fn metric_of(index: usize, spec: &MetricSpec) -> Result<Metric, String> {
 }
 
 /// `spec.scheduledOverrides` in the core's terms.
-fn scheduled_overrides(overrides: &[ApiOverride]) -> Result<Vec<ScheduledOverride>, String> {
+pub fn scheduled_overrides(overrides: &[ApiOverride]) -> Result<Vec<ScheduledOverride>, String> {
     overrides
         .iter()
         .enumerate()
