@@ -186,8 +186,16 @@ impl Admission {
 fn router(state: Arc<AdmissionState>) -> Router {
     let mut router = Router::new()
         .route(configurations::POD_PATH, post(mutate_pod))
-        .route(retire::POD_PATH, post(guard_pod_deletion))
-        .route(retire::STATEFUL_SET_PATH, post(guard_stateful_set_deletion))
+        .route(
+            retire::POD_PATH,
+            post(|State(state), Json(review)| guard_deletion(retire::Guard::Pod, state, review)),
+        )
+        .route(
+            retire::STATEFUL_SET_PATH,
+            post(|State(state), Json(review)| {
+                guard_deletion(retire::Guard::StatefulSet, state, review)
+            }),
+        )
         .route("/healthz", get(healthz));
     for (kind, _, path) in configurations::VALIDATED {
         router = router.route(
@@ -260,31 +268,17 @@ pub fn validate_request(kind: &str, req: &AdmissionRequest) -> AdmissionResponse
     }
 }
 
-async fn guard_pod_deletion(
-    State(state): State<Arc<AdmissionState>>,
-    Json(review): Json<AdmissionReview>,
+/// A deletion guard's answer to `review` ([`retire::review`]).
+async fn guard_deletion(
+    guard: retire::Guard,
+    state: Arc<AdmissionState>,
+    review: AdmissionReview,
 ) -> axum::response::Response {
     let Some(req) = review.request else {
         return (StatusCode::BAD_REQUEST, "AdmissionReview without a request").into_response();
     };
-    let response = retire::review_pod(
-        &state.client,
-        state.clock.as_ref(),
-        state.retirement_timeout,
-        &req,
-    )
-    .await;
-    Json(response.into_review()).into_response()
-}
-
-async fn guard_stateful_set_deletion(
-    State(state): State<Arc<AdmissionState>>,
-    Json(review): Json<AdmissionReview>,
-) -> axum::response::Response {
-    let Some(req) = review.request else {
-        return (StatusCode::BAD_REQUEST, "AdmissionReview without a request").into_response();
-    };
-    let response = retire::review_stateful_set(
+    let response = retire::review(
+        guard,
         &state.client,
         state.clock.as_ref(),
         state.retirement_timeout,

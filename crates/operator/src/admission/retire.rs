@@ -42,8 +42,31 @@ pub const POD_PATH: &str = "/validate-runner-pod-deletion";
 /// retirement ever seeing them again.
 pub const STATEFUL_SET_PATH: &str = "/validate-runner-statefulset-deletion";
 
+/// What a deletion guard holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guard {
+    /// Runner pods ([`POD_PATH`]).
+    Pod,
+    /// RunnerSet StatefulSets ([`STATEFUL_SET_PATH`]).
+    StatefulSet,
+}
+
+/// Answers one DELETE of what `guard` holds.
+pub async fn review(
+    guard: Guard,
+    client: &kube::Client,
+    clock: &dyn Clock,
+    default_timeout: Duration,
+    req: &AdmissionRequest,
+) -> AdmissionResponse {
+    match guard {
+        Guard::Pod => review_pod(client, clock, default_timeout, req).await,
+        Guard::StatefulSet => review_stateful_set(client, clock, default_timeout, req).await,
+    }
+}
+
 /// Answers one DELETE of a runner pod.
-pub async fn review_pod(
+async fn review_pod(
     client: &kube::Client,
     clock: &dyn Clock,
     default_timeout: Duration,
@@ -61,7 +84,7 @@ pub async fn review_pod(
 }
 
 /// Answers one DELETE of a RunnerSet's StatefulSet: held as its pod `<name>-0` would be.
-pub async fn review_stateful_set(
+async fn review_stateful_set(
     client: &kube::Client,
     clock: &dyn Clock,
     default_timeout: Duration,

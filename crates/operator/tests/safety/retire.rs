@@ -69,14 +69,47 @@ async fn one_busy(
     label: &str,
     duration: Duration,
 ) -> (u64, String, std::collections::BTreeSet<String>) {
+    let runners = e.running().await;
+    one_busy_among(e, runners, label, duration).await
+}
+
+/// Submits a job of `duration` to `label` and waits until one of `runners` runs it: the job,
+/// the busy runner, the rest.
+async fn one_busy_among(
+    e: &E2e,
+    mut runners: std::collections::BTreeSet<String>,
+    label: &str,
+    duration: Duration,
+) -> (u64, String, std::collections::BTreeSet<String>) {
     let job = e.submit(1, label, duration, false)[0];
     let busy = eventually(e, "one runner busy", WAIT, || async {
         e.h.busy().into_iter().next()
     })
     .await;
-    let mut idle = e.running().await;
-    idle.remove(&busy);
-    (job, busy, idle)
+    runners.remove(&busy);
+    (job, busy, runners)
+}
+
+/// After an owner's (or its namespace's) delete: the `idle` runners are unregistered while
+/// `busy` keeps running `job`, which then completes; no job is interrupted.
+async fn idle_go_busy_finishes(
+    e: &E2e,
+    idle: &std::collections::BTreeSet<String>,
+    busy: &str,
+    job: u64,
+) {
+    hold_until(e, "the idle runner unregistered", || async {
+        let registered = e.h.registered();
+        idle.iter().all(|n| !registered.contains(n))
+    })
+    .await;
+    assert!(
+        e.h.busy().contains(busy),
+        "the busy runner still runs its job\n{}",
+        e.describe().await
+    );
+    hold_until(e, "the job completed", || async { e.all_succeeded(&[job]) }).await;
+    assert_eq!(e.h.interrupted(), 0, "no job was interrupted");
 }
 
 #[tokio::test]
@@ -93,22 +126,8 @@ async fn deleting_a_runner_deployment_lets_its_busy_runner_finish_its_job() {
         .unwrap();
 
     // The idle runner goes at once; the busy one keeps its pod and finishes its job.
-    hold_until(&e, "the idle runner unregistered", || async {
-        let registered = e.h.registered();
-        idle.iter().all(|n| !registered.contains(n))
-    })
-    .await;
-    assert!(
-        e.h.busy().contains(&busy),
-        "the busy runner still runs its job\n{}",
-        e.describe().await
-    );
-    hold_until(&e, "the job completed", || async {
-        e.all_succeeded(&[job])
-    })
-    .await;
+    idle_go_busy_finishes(&e, &idle, &busy, job).await;
     wait_all_gone(&e).await;
-    assert_eq!(e.h.interrupted(), 0, "no job was interrupted");
     e.shutdown().await;
 }
 
@@ -215,13 +234,9 @@ async fn wait_registered_pods(e: &E2e, n: usize) -> std::collections::BTreeSet<S
 async fn deleting_a_runner_set_lets_its_busy_runner_finish_its_job() {
     let e = E2e::start("retire-rs").await;
     e.h.apply(&runner_set(&e, "retiring-set", 2, "retiring-set"));
-    let mut idle = wait_registered_pods(&e, 2).await;
-    let job = e.submit(1, "retiring-set", Duration::from_secs(8), false)[0];
-    let busy = eventually(&e, "one runner busy", WAIT, || async {
-        e.h.busy().into_iter().next()
-    })
-    .await;
-    idle.remove(&busy);
+    let runners = wait_registered_pods(&e, 2).await;
+    let (job, busy, idle) =
+        one_busy_among(&e, runners, "retiring-set", Duration::from_secs(8)).await;
 
     e.h.api::<RunnerSet>()
         .delete("retiring-set", &DeleteParams::background())
@@ -229,22 +244,8 @@ async fn deleting_a_runner_set_lets_its_busy_runner_finish_its_job() {
         .unwrap();
 
     // The idle runner goes at once; the busy one keeps its pod and finishes its job.
-    hold_until(&e, "the idle runner unregistered", || async {
-        let registered = e.h.registered();
-        idle.iter().all(|n| !registered.contains(n))
-    })
-    .await;
-    assert!(
-        e.h.busy().contains(&busy),
-        "the busy runner still runs its job\n{}",
-        e.describe().await
-    );
-    hold_until(&e, "the job completed", || async {
-        e.all_succeeded(&[job])
-    })
-    .await;
+    idle_go_busy_finishes(&e, &idle, &busy, job).await;
     wait_all_gone(&e).await;
-    assert_eq!(e.h.interrupted(), 0, "no job was interrupted");
     e.shutdown().await;
 }
 
@@ -314,21 +315,7 @@ async fn deleting_the_namespace_lets_a_busy_runner_finish_its_job() {
         .unwrap();
 
     // The namespace controller deletes pods itself; the busy one must keep running its job.
-    hold_until(&e, "the idle runner unregistered", || async {
-        let registered = e.h.registered();
-        idle.iter().all(|n| !registered.contains(n))
-    })
-    .await;
-    assert!(
-        e.h.busy().contains(&busy),
-        "the busy runner still runs its job\n{}",
-        e.describe().await
-    );
-    hold_until(&e, "the job completed", || async {
-        e.all_succeeded(&[job])
-    })
-    .await;
-    assert_eq!(e.h.interrupted(), 0, "no job was interrupted");
+    idle_go_busy_finishes(&e, &idle, &busy, job).await;
     wait_namespace_gone(&e).await;
     assert!(e.h.registered().is_empty(), "no runner left on GitHub");
     e.shutdown().await;
@@ -340,13 +327,9 @@ async fn deleting_the_namespace_lets_a_busy_runner_set_runner_finish_its_job() {
     let e = E2e::start("retire-ns-rs").await;
     let _admission = e.h.serve_admission().await;
     e.h.apply(&runner_set(&e, "in-namespace-set", 2, "in-namespace-set"));
-    let mut idle = wait_registered_pods(&e, 2).await;
-    let job = e.submit(1, "in-namespace-set", Duration::from_secs(10), false)[0];
-    let busy = eventually(&e, "one runner busy", WAIT, || async {
-        e.h.busy().into_iter().next()
-    })
-    .await;
-    idle.remove(&busy);
+    let runners = wait_registered_pods(&e, 2).await;
+    let (job, busy, idle) =
+        one_busy_among(&e, runners, "in-namespace-set", Duration::from_secs(10)).await;
 
     kube::Api::<Namespace>::all(e.h.client.clone())
         .delete(e.h.ns.name(), &DeleteParams::background())
@@ -355,21 +338,7 @@ async fn deleting_the_namespace_lets_a_busy_runner_set_runner_finish_its_job() {
 
     // The namespace controller deletes StatefulSets and pods itself; the busy runner's pod
     // must keep running its job, and the idle one must still be unregistered.
-    hold_until(&e, "the idle runner unregistered", || async {
-        let registered = e.h.registered();
-        idle.iter().all(|n| !registered.contains(n))
-    })
-    .await;
-    assert!(
-        e.h.busy().contains(&busy),
-        "the busy runner still runs its job\n{}",
-        e.describe().await
-    );
-    hold_until(&e, "the job completed", || async {
-        e.all_succeeded(&[job])
-    })
-    .await;
-    assert_eq!(e.h.interrupted(), 0, "no job was interrupted");
+    idle_go_busy_finishes(&e, &idle, &busy, job).await;
     wait_namespace_gone(&e).await;
     assert!(e.h.registered().is_empty(), "no runner left on GitHub");
     e.shutdown().await;
