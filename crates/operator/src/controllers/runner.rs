@@ -434,6 +434,17 @@ async fn retire(
                     ),
                 );
             }
+            // Unchanged on later passes (the same deadline): no write then.
+            patch_status(
+                runner,
+                ctx,
+                Report {
+                    status: None,
+                    conditions: vec![retirement::waiting(1, "runner", force_at)],
+                    leave_status: false,
+                },
+            )
+            .await?;
             let left = force_at.duration_since(now).unwrap_or_default();
             return Ok(Action::requeue(
                 ctx.settings

@@ -144,13 +144,32 @@ async fn deleting_a_standalone_runner_lets_it_finish_its_job() {
     });
     e.h.apply(&runner.to_string());
     e.wait_running(1).await;
-    let (job, busy, _) = one_busy(&e, "standalone", Duration::from_secs(6)).await;
+    let (job, busy, _) = one_busy(&e, "standalone", Duration::from_secs(15)).await;
     assert_eq!(busy, "standalone");
 
     e.h.api::<Runner>()
         .delete("standalone", &DeleteParams::background())
         .await
         .unwrap();
+
+    // While it waits for its job, the Runner says so in its status.
+    let retiring =
+        eventually(
+            &e,
+            "the Runner's Progressing=Retiring condition",
+            WAIT,
+            || async {
+                let runner = e.h.api::<Runner>().get_opt("standalone").await.ok()??;
+                runner.status?.conditions?.into_iter().find(|c| {
+                    c.type_ == "Progressing" && c.status == "True" && c.reason == "Retiring"
+                })
+            },
+        )
+        .await;
+    assert!(
+        !e.all_succeeded(&[job]),
+        "the condition shows while the job runs: {retiring:?}"
+    );
 
     hold_until(&e, "the job completed", || async {
         e.all_succeeded(&[job])
