@@ -67,6 +67,12 @@ pub struct Component {
     pub pid: u32,
     /// The binary it runs, used to refuse signalling a recycled PID.
     pub binary: PathBuf,
+    /// The component's own program when `binary` is the watchdog's `sh` (tied lifetimes).
+    #[serde(default)]
+    pub program: Option<PathBuf>,
+    /// Its arguments, so that [`ControlPlane::start_apiserver`] can start it again as it was.
+    #[serde(default)]
+    pub args: Vec<String>,
 }
 
 /// What `<dir>/state.json` records.
@@ -80,6 +86,9 @@ pub struct State {
     pub components: Vec<Component>,
     /// Seconds from the start call until the apiserver was ready.
     pub ready_after_secs: f64,
+    /// The PID the components are tied to, if any (restarted components are tied to it too).
+    #[serde(default)]
+    pub tie_to_pid: Option<u32>,
 }
 
 /// A started control plane.
@@ -221,6 +230,8 @@ impl ControlPlane {
             name: name.to_owned(),
             pid: child.id(),
             binary: binary.to_owned(),
+            program: None,
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
         };
         state.components.push(component.clone());
         let path = dir.join("state.json");
@@ -237,6 +248,125 @@ impl ControlPlane {
         let _ = std::fs::remove_file(dir.join("state.json"));
         Ok(stopped)
     }
+}
+
+/// How [`ControlPlane::stop_apiserver`] ends the apiserver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// SIGTERM: a graceful shutdown (the apiserver drains its requests first).
+    Term,
+    /// SIGKILL: gone at once, as a crashed or OOM-killed apiserver.
+    Kill,
+}
+
+/// The name [`ControlPlane`] records the apiserver under.
+pub const APISERVER: &str = "kube-apiserver";
+
+impl ControlPlane {
+    /// Ends the recorded `kube-apiserver` of the control plane in `dir` with `signal` and
+    /// returns once it is gone (a SIGTERMed one that has not exited after 30 s is SIGKILLed).
+    /// etcd, the other components and the recorded state stay: [`ControlPlane::start_apiserver`]
+    /// starts it again on the same port with the same certificates and etcd.
+    pub fn stop_apiserver(dir: &Path, signal: Signal) -> Result<(), ControlPlaneError> {
+        let state = Self::read_state(dir)?;
+        let component = state
+            .components
+            .iter()
+            .find(|c| c.name == APISERVER)
+            .ok_or_else(|| ControlPlaneError::NotRunning(dir.to_owned()))?;
+        if !runs_binary(component.pid, &component.binary) {
+            return Ok(());
+        }
+        // Tied: the watchdog's child is the apiserver; signalling the watchdog would make it
+        // stop the apiserver gracefully whatever the signal.
+        let target = match &component.program {
+            Some(program) if component.binary != *program => child_running(component.pid, program),
+            _ => Some(component.pid),
+        };
+        let Some(target) = target else {
+            return Ok(());
+        };
+        let program = component
+            .program
+            .clone()
+            .unwrap_or(component.binary.clone());
+        let flag = match signal {
+            Signal::Term => "-TERM",
+            Signal::Kill => "-KILL",
+        };
+        let _ = Command::new("kill")
+            .arg(flag)
+            .arg(target.to_string())
+            .status();
+        let until = Instant::now() + Duration::from_secs(30);
+        while runs_binary(target, &program) {
+            if Instant::now() > until {
+                let _ = Command::new("kill")
+                    .arg("-KILL")
+                    .arg(target.to_string())
+                    .status();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // The watchdog notices its child is gone within a second and exits.
+        let until = Instant::now() + Duration::from_secs(5);
+        while runs_binary(component.pid, &component.binary) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// Starts the recorded `kube-apiserver` of the control plane in `dir` again, with the
+    /// arguments it was first started with (same port, certificates and etcd), if it is not
+    /// running, and waits up to `timeout` for `/readyz`. Its log is appended to.
+    pub async fn start_apiserver(dir: &Path, timeout: Duration) -> Result<(), ControlPlaneError> {
+        let mut state = Self::read_state(dir)?;
+        let position = state
+            .components
+            .iter()
+            .position(|c| c.name == APISERVER)
+            .ok_or_else(|| ControlPlaneError::NotRunning(dir.to_owned()))?;
+        let old = state.components[position].clone();
+        if !runs_binary(old.pid, &old.binary) {
+            let program = old.program.clone().unwrap_or(old.binary.clone());
+            let args: Vec<&str> = old.args.iter().map(String::as_str).collect();
+            let component =
+                spawn_component(dir, state.tie_to_pid, APISERVER, &program, &args, true)?;
+            state.components[position] = component;
+            let path = dir.join("state.json");
+            let json = serde_json::to_string_pretty(&state).unwrap_or_default();
+            std::fs::write(&path, json).map_err(io("write", &path))?;
+        }
+        let client = admin_client(&state.kubeconfig).await?;
+        wait_until(
+            APISERVER,
+            Instant::now() + timeout,
+            timeout,
+            &dir.join("logs").join(format!("{APISERVER}.log")),
+            || {
+                let client = client.clone();
+                async move { readyz(&client).await }
+            },
+        )
+        .await
+    }
+}
+
+/// The child of `parent` that runs `program`, if any.
+fn child_running(parent: u32, program: &Path) -> Option<u32> {
+    let entries = std::fs::read_dir("/proc").ok()?;
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|&pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // Field 4, the parent PID, is the second after the parenthesised command name.
+            let ppid = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
+            ppid == Some(parent) && runs_binary(pid, program)
+        })
 }
 
 struct Launcher {
@@ -399,6 +529,7 @@ impl Launcher {
             server,
             components: self.components.clone(),
             ready_after_secs,
+            tie_to_pid: self.tie_to_pid,
         };
         let path = self.dir.join("state.json");
         let json = serde_json::to_string_pretty(&state).unwrap_or_default();
@@ -411,46 +542,68 @@ impl Launcher {
     }
 
     fn spawn(&mut self, name: &str, binary: &Path, args: &[&str]) -> Result<(), ControlPlaneError> {
-        let log_path = self.log(name);
-        let log = std::fs::File::create(&log_path).map_err(io("create", &log_path))?;
-        let err_log = log.try_clone().map_err(io("open", &log_path))?;
-        let mut cmd = match self.tie_to_pid {
-            // The watchdog polls the tied process once a second; on its exit (or on our SIGTERM)
-            // it stops the component: SIGTERM, then SIGKILL after 10 s.
-            Some(parent) => {
-                let mut cmd = Command::new("sh");
-                cmd.arg("-c")
-                    .arg(WATCHDOG)
-                    .arg("hangar-watchdog")
-                    .arg(parent.to_string())
-                    .arg(binary);
-                cmd
-            }
-            None => Command::new(binary),
-        };
-        cmd.args(args)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(err_log);
-        // Own process group: a Ctrl-C in the starting terminal must not take the cluster down.
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        let child = cmd.spawn().map_err(io("start", binary))?;
-        let recorded = if self.tie_to_pid.is_some() {
-            PathBuf::from("sh")
-        } else {
-            binary.to_owned()
-        };
-        self.components.push(Component {
-            name: name.to_owned(),
-            pid: child.id(),
-            binary: recorded,
-        });
+        let component = spawn_component(&self.dir, self.tie_to_pid, name, binary, args, false)?;
+        self.components.push(component);
         Ok(())
     }
 
     fn stop_started(&self) {
         stop_components(&self.components);
     }
+}
+
+/// Starts one component (under the watchdog when `tie_to_pid` is set), logging to
+/// `<dir>/logs/<name>.log` (appended to when `append`, as a restart does).
+fn spawn_component(
+    dir: &Path,
+    tie_to_pid: Option<u32>,
+    name: &str,
+    binary: &Path,
+    args: &[&str],
+    append: bool,
+) -> Result<Component, ControlPlaneError> {
+    let log_path = dir.join("logs").join(format!("{name}.log"));
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(append)
+        .truncate(!append)
+        .open(&log_path)
+        .map_err(io("create", &log_path))?;
+    let err_log = log.try_clone().map_err(io("open", &log_path))?;
+    let mut cmd = match tie_to_pid {
+        // The watchdog polls the tied process once a second; on its exit (or on our SIGTERM)
+        // it stops the component: SIGTERM, then SIGKILL after 10 s.
+        Some(parent) => {
+            let mut cmd = Command::new("sh");
+            cmd.arg("-c")
+                .arg(WATCHDOG)
+                .arg("hangar-watchdog")
+                .arg(parent.to_string())
+                .arg(binary);
+            cmd
+        }
+        None => Command::new(binary),
+    };
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(err_log);
+    // Own process group: a Ctrl-C in the starting terminal must not take the cluster down.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let child = cmd.spawn().map_err(io("start", binary))?;
+    let recorded = if tie_to_pid.is_some() {
+        PathBuf::from("sh")
+    } else {
+        binary.to_owned()
+    };
+    Ok(Component {
+        name: name.to_owned(),
+        pid: child.id(),
+        binary: recorded,
+        program: Some(binary.to_owned()),
+        args: args.iter().map(|a| (*a).to_owned()).collect(),
+    })
 }
 
 const WATCHDOG: &str = r#"

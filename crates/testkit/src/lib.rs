@@ -8,7 +8,9 @@
 //!   ([`helm`]);
 //! - generates a throw-away PKI and kubeconfig ([`pki`]);
 //! - starts and stops a control plane, recording the PIDs it started so that it never stops
-//!   anything else ([`control_plane`]);
+//!   anything else, and restarts its apiserver on demand ([`control_plane`]);
+//! - puts a fault-injecting HTTPS proxy between clients and that apiserver: watch disconnects,
+//!   410 Gone, write conflicts ([`fault_proxy`]);
 //! - gives each test binary a cluster — the one named by `HANGAR_TEST_KUBECONFIG`, or one of its
 //!   own that dies with the test process ([`cluster`]) — and each test its own namespace
 //!   ([`namespace`]), with Hangar's CRDs installed ([`crds`]).
@@ -19,6 +21,7 @@ pub mod binaries;
 pub mod cluster;
 pub mod control_plane;
 pub mod crds;
+pub mod fault_proxy;
 pub mod helm;
 pub mod namespace;
 pub mod pki;
