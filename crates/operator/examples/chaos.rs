@@ -41,7 +41,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -51,7 +51,8 @@ use common::{CONTROLLER_PAT, NAMESPACE, RUNNER_PAT, World};
 use ghsim::webhooks::{ContentType, NewHook};
 use ghsim::world::{JobStatus, SubmitJobs};
 use hangar_api::{HorizontalRunnerAutoscaler, Runner, RunnerDeployment, RunnerSet};
-use hangar_testkit::control_plane::{ControlPlane, StartOptions, free_port};
+use hangar_testkit::control_plane::{ControlPlane, Signal, StartOptions, free_port};
+use hangar_testkit::fault_proxy::{self, FaultProxy};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
@@ -322,6 +323,8 @@ struct Observed {
     /// registration token seen in a Secret during the run.
     secrets: BTreeSet<String>,
     run_seconds: f64,
+    /// What the fault proxy in front of the apiserver did.
+    apiserver_proxy: fault_proxy::Counts,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -357,9 +360,18 @@ impl Run<'_> {
             SocketAddr::from(([127, 0, 0, 1], free_port()?)),
         ];
         let proxy = RoundRobin::start(webhooks.to_vec()).await?;
+        // The replicas reach the apiserver through the fault proxy; this harness (its checks
+        // and the faults it fires) talks to the apiserver directly.
+        let cluster = kubeconfig
+            .parent()
+            .context("the kubeconfig's directory")?
+            .to_owned();
+        let api_proxy = FaultProxy::start(kubeconfig, &cluster.join("pki"), self.seed).await?;
+        let via_proxy = cluster.join("kubeconfig-via-proxy");
+        api_proxy.rewrite_kubeconfig(kubeconfig, &via_proxy)?;
         let replicas = Arc::new(Mutex::new(Replicas {
             hangar: self.hangar.to_owned(),
-            kubeconfig: kubeconfig.to_owned(),
+            kubeconfig: via_proxy,
             github: github.url.to_string(),
             logs: self.logs.to_owned(),
             slots: REPLICAS
@@ -411,6 +423,10 @@ impl Run<'_> {
             github_faults: Arc::new(tokio::sync::Mutex::new(())),
             rollouts: AtomicUsize::new(0),
             lost_nodes: Mutex::new(BTreeSet::new()),
+            cluster,
+            api_faults: api_proxy.faults().clone(),
+            apiserver_down: Arc::new(AtomicBool::new(false)),
+            windows: Arc::new(ProxyWindows::default()),
         };
         let mut pending = JoinSet::new();
         let mut fired = Vec::new();
@@ -418,7 +434,7 @@ impl Run<'_> {
         for s in self.plan {
             tokio::time::sleep_until((t0 + Duration::from_millis(s.at_ms)).into()).await;
             let Hit { outcome, victims } = injector
-                .fire(s, &mut pending)
+                .fire_when_up(s, &mut pending)
                 .await
                 .unwrap_or_else(|e| Hit::none(format!("failed: {e:#}")));
             for pod in victims {
@@ -438,6 +454,7 @@ impl Run<'_> {
             done??;
         }
         github.sim.set_faults(ghsim::faults::Faults::default());
+        injector.api_faults.clear();
         {
             let mut r = replicas.lock().expect("replicas");
             for i in 0..REPLICAS.len() {
@@ -522,6 +539,7 @@ impl Run<'_> {
             reservations,
             secrets,
             run_seconds: started.elapsed().as_secs_f64(),
+            apiserver_proxy: api_proxy.faults().counts(),
         })
     }
 }
@@ -981,9 +999,53 @@ struct Injector<'a> {
     github_faults: Arc<tokio::sync::Mutex<()>>,
     rollouts: AtomicUsize,
     lost_nodes: Mutex<BTreeSet<String>>,
+    /// The control plane's directory (to stop and start its apiserver).
+    cluster: PathBuf,
+    /// The fault proxy between the replicas and the apiserver.
+    api_faults: fault_proxy::Faults,
+    /// Set while an `apiserver-restart` has the apiserver down.
+    apiserver_down: Arc<AtomicBool>,
+    windows: Arc<ProxyWindows>,
 }
 
+/// The latest window opened per proxy fault: a window's end switches the fault off only if no
+/// later window of that fault opened meanwhile.
+#[derive(Debug, Default)]
+struct ProxyWindows {
+    gone: AtomicU64,
+    conflicts: AtomicU64,
+}
+
+/// How long the harness waits for a restarted apiserver before firing a fault that needs it.
+const APISERVER_BACK_LIMIT: Duration = Duration::from_secs(60);
+
 impl Injector<'_> {
+    /// [`Injector::fire`], but a fault that fails while the apiserver is down (an
+    /// `apiserver-restart` in progress) is tried again once it is back, so the run's own calls
+    /// ride out the outage.
+    async fn fire_when_up(
+        &self,
+        s: &Scheduled,
+        pending: &mut JoinSet<anyhow::Result<()>>,
+    ) -> anyhow::Result<Hit> {
+        match self.fire(s, pending).await {
+            Err(e) if self.apiserver_down.load(Ordering::SeqCst) => {
+                let back = until_true(APISERVER_BACK_LIMIT, || {
+                    !self.apiserver_down.load(Ordering::SeqCst)
+                })
+                .await;
+                ensure!(
+                    back,
+                    "the apiserver was down for {APISERVER_BACK_LIMIT:?}: {e:#}"
+                );
+                let mut hit = self.fire(s, pending).await?;
+                hit.outcome = format!("{} (after the apiserver came back)", hit.outcome);
+                Ok(hit)
+            }
+            other => other,
+        }
+    }
+
     /// Fires `s`; restarts and window ends go to `pending`. Returns what it hit.
     async fn fire(
         &self,
@@ -1247,6 +1309,71 @@ impl Injector<'_> {
                         .with_context(|| format!("rolling out RunnerDeployment {name}"))?;
                 }
                 Ok(format!("rolled out {name} (CHAOS_ROLLOUT={generation})"))
+            }
+            Fault::ApiserverRestart { down_ms, kill } => {
+                if self.apiserver_down.swap(true, Ordering::SeqCst) {
+                    return Ok("skipped: the apiserver is already down".to_owned());
+                }
+                let signal = if *kill { Signal::Kill } else { Signal::Term };
+                let cluster = self.cluster.clone();
+                let stopped = tokio::task::spawn_blocking(move || {
+                    ControlPlane::stop_apiserver(&cluster, signal)
+                })
+                .await
+                .context("stopping the apiserver")?;
+                if let Err(e) = stopped {
+                    self.apiserver_down.store(false, Ordering::SeqCst);
+                    return Err(e).context("stopping the apiserver");
+                }
+                let (cluster, down, down_ms) =
+                    (self.cluster.clone(), self.apiserver_down.clone(), *down_ms);
+                pending.spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(down_ms)).await;
+                    let started =
+                        ControlPlane::start_apiserver(&cluster, Duration::from_secs(120)).await;
+                    down.store(false, Ordering::SeqCst);
+                    started.context("starting the apiserver again")
+                });
+                Ok(format!(
+                    "{signal:?} kube-apiserver, start it in {down_ms} ms"
+                ))
+            }
+            Fault::WatchDisconnect => {
+                let open = self.api_faults.counts().watches_open;
+                self.api_faults.disconnect_watches();
+                Ok(format!("ended {open} open watches"))
+            }
+            Fault::WatchGone { window_ms } => {
+                let generation = self.windows.gone.fetch_add(1, Ordering::SeqCst) + 1;
+                self.api_faults.set_watch_gone(true);
+                let (faults, windows, window_ms) =
+                    (self.api_faults.clone(), self.windows.clone(), *window_ms);
+                pending.spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(window_ms)).await;
+                    if windows.gone.load(Ordering::SeqCst) == generation {
+                        faults.set_watch_gone(false);
+                    }
+                    Ok(())
+                });
+                Ok(format!(
+                    "watches from a resourceVersion get 410 for {window_ms} ms"
+                ))
+            }
+            Fault::WriteConflicts { rate, window_ms } => {
+                let generation = self.windows.conflicts.fetch_add(1, Ordering::SeqCst) + 1;
+                self.api_faults.set_write_conflicts(*rate);
+                let (faults, windows, window_ms) =
+                    (self.api_faults.clone(), self.windows.clone(), *window_ms);
+                pending.spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(window_ms)).await;
+                    if windows.conflicts.load(Ordering::SeqCst) == generation {
+                        faults.set_write_conflicts(0.0);
+                    }
+                    Ok(())
+                });
+                Ok(format!(
+                    "{rate} of writes get 409 Conflict for {window_ms} ms"
+                ))
             }
             Fault::HraMaxReplicas { hra, max_replicas } => {
                 let hras: Vec<&str> = HRAS
@@ -1583,6 +1710,8 @@ struct Report {
     invariants: BTreeMap<&'static str, Invariant>,
     jobs: JobCounts,
     github_api: GitHubApi,
+    /// What the fault proxy between the replicas and the apiserver did.
+    apiserver_proxy: fault_proxy::Counts,
     leftover: Leftover,
     timings: Timings,
     schedule: Vec<Scheduled>,
@@ -1878,6 +2007,7 @@ fn report(run: &Run<'_>, o: Observed, total: Duration) -> Report {
             cost_per_hour: (cost_per_hour * 10.0).round() / 10.0,
             budget_per_hour: API_BUDGET_PER_HOUR,
         },
+        apiserver_proxy: o.apiserver_proxy,
         leftover: o.leftover,
         timings: Timings {
             run_seconds: o.run_seconds.round(),
@@ -1943,11 +2073,19 @@ fn summary(r: &Report) -> String {
             out.push_str(&format!("         {}\n", v.what));
         }
     }
+    let p = &r.apiserver_proxy;
     out.push_str(&format!(
-        "  GitHub API: {} calls by the controller, cost {:.0}/h (budget {:.0}/h)\n  replay: {}",
+        "  GitHub API: {} calls by the controller, cost {:.0}/h (budget {:.0}/h)\n  \
+         apiserver proxy: {} requests forwarded, {} watches cut, {} watches 410, {} writes 409, \
+         {} answered 503 (apiserver down)\n  replay: {}",
         r.github_api.controller_calls,
         r.github_api.cost_per_hour,
         r.github_api.budget_per_hour,
+        p.forwarded,
+        p.watches_cut,
+        p.gone,
+        p.conflicted,
+        p.unreachable,
         r.replay
     ));
     out

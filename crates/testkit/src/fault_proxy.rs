@@ -120,7 +120,7 @@ struct Shared {
 }
 
 /// What the proxy did so far.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Counts {
     /// Requests forwarded to the apiserver.
     pub forwarded: u64,

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 /// The short sample `cargo xtask test` runs (`chaos --sample`): this seed, this many faults
 /// over this window draw every kind (a test below checks it).
-pub const SAMPLE_SEED: u64 = 6;
+pub const SAMPLE_SEED: u64 = 17;
 pub const SAMPLE_FAULTS: usize = 50;
 pub const SAMPLE_WINDOW: Duration = Duration::from_secs(100);
 
@@ -58,11 +58,20 @@ pub enum Kind {
     /// A user applies a RunnerDeployment no controller can run (neither repository nor
     /// organization): Hangar must report it and carry on.
     InvalidSpec,
+    /// kube-apiserver is SIGKILLed or SIGTERMed and started again 1–8 s later (same port,
+    /// certificates and etcd).
+    ApiserverRestart,
+    /// The fault proxy ends every watch stream the replicas have open.
+    WatchDisconnect,
+    /// For a window, the replicas' new watches from a resourceVersion get 410 Expired.
+    WatchGone,
+    /// For a window, a share of the replicas' optimistic-concurrency writes get 409 Conflict.
+    WriteConflicts,
 }
 
 impl Kind {
     /// Every kind, in a fixed order (the order draws use).
-    pub const ALL: [Kind; 19] = [
+    pub const ALL: [Kind; 23] = [
         Kind::KillLeader,
         Kind::TermLeader,
         Kind::KillFollower,
@@ -82,6 +91,10 @@ impl Kind {
         Kind::DeleteRunner,
         Kind::InvalidSpec,
         Kind::GithubSlow,
+        Kind::ApiserverRestart,
+        Kind::WatchDisconnect,
+        Kind::WatchGone,
+        Kind::WriteConflicts,
     ];
 
     /// The kebab-case name `--kinds` takes.
@@ -106,6 +119,10 @@ impl Kind {
             Kind::DeleteRunner => "delete-runner",
             Kind::InvalidSpec => "invalid-spec",
             Kind::GithubSlow => "github-slow",
+            Kind::ApiserverRestart => "apiserver-restart",
+            Kind::WatchDisconnect => "watch-disconnect",
+            Kind::WatchGone => "watch-gone",
+            Kind::WriteConflicts => "write-conflicts",
         }
     }
 
@@ -201,6 +218,19 @@ pub enum Fault {
         max_latency_ms: u64,
         window_ms: u64,
     },
+    /// `kill`: SIGKILL, else SIGTERM.
+    ApiserverRestart {
+        down_ms: u64,
+        kill: bool,
+    },
+    WatchDisconnect,
+    WatchGone {
+        window_ms: u64,
+    },
+    WriteConflicts {
+        rate: f64,
+        window_ms: u64,
+    },
 }
 
 impl Fault {
@@ -226,6 +256,10 @@ impl Fault {
             Fault::DeleteRunner { .. } => Kind::DeleteRunner,
             Fault::InvalidSpec => Kind::InvalidSpec,
             Fault::GithubSlow { .. } => Kind::GithubSlow,
+            Fault::ApiserverRestart { .. } => Kind::ApiserverRestart,
+            Fault::WatchDisconnect => Kind::WatchDisconnect,
+            Fault::WatchGone { .. } => Kind::WatchGone,
+            Fault::WriteConflicts { .. } => Kind::WriteConflicts,
         }
     }
 }
@@ -242,8 +276,9 @@ pub struct Scheduled {
 }
 
 /// `count` faults of the `kinds` given (in any order; duplicates count once) spread uniformly
-/// over `window`, sorted by time. Process faults restart after 1–20 s; GitHub fault windows
-/// last 2–20 s, so they overlap other faults but end well before the drain.
+/// over `window`, sorted by time. Process faults restart after 1–20 s (the apiserver after
+/// 1–8 s); GitHub and apiserver-proxy fault windows last 2–20 s, so they overlap other faults
+/// but end well before the drain.
 pub fn schedule(seed: u64, count: usize, window: Duration, kinds: &[Kind]) -> Vec<Scheduled> {
     let mut kinds: Vec<Kind> = kinds.to_vec();
     kinds.sort();
@@ -308,6 +343,13 @@ fn draw(rng: &mut fastrand::Rng, kind: Kind) -> Fault {
             max_latency_ms: rng.u64(500..=5_000),
             window_ms,
         },
+        Kind::ApiserverRestart => Fault::ApiserverRestart {
+            down_ms: rng.u64(1_000..=8_000),
+            kill: rng.bool(),
+        },
+        Kind::WatchDisconnect => Fault::WatchDisconnect,
+        Kind::WatchGone => Fault::WatchGone { window_ms },
+        Kind::WriteConflicts => Fault::WriteConflicts { rate, window_ms },
     }
 }
 
