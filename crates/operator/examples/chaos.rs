@@ -8,7 +8,10 @@
 //! `hangar run` replicas with `--enable-leader-election`, `--webhook-addr` and a short
 //! leaked-registration sweep ([`SWEEP_INTERVAL`], [`SWEEP_GRACE`]), and a round-robin TCP proxy
 //! in this process that ghsim's `workflow_job` hook points at (two webhook replicas behind one
-//! address). Owners (`--owners`, default all): `eph` (ephemeral RunnerDeployment from zero, HRA
+//! address). The replicas reach kube-apiserver through [`FaultProxy`] (a copy of the admin
+//! kubeconfig with `server:` rewritten), which ends their watches, answers their watches 410
+//! Expired or their optimistic writes 409 Conflict on demand; this harness's own calls (its
+//! checks, the faults it fires, nodesim) go to the apiserver directly. Owners (`--owners`, default all): `eph` (ephemeral RunnerDeployment from zero, HRA
 //! with a webhook trigger), `pull` (ephemeral RunnerDeployment, HRA with the
 //! `PercentageRunnersBusy` pull metric), `persist` (persistent RunnerDeployment, 2 replicas) and
 //! `set` (RunnerSet, 1 replica); plus a runner a user registered by hand ([`FOREIGN_RUNNER`]).
@@ -17,7 +20,15 @@
 //! What breaks: [`schedule::schedule`] turns (seed, `--faults`, window, `--kinds`) into a
 //! list of faults at offsets; the same seed replays the same list. Which pod, Runner, node or
 //! replica a fault hits is resolved when it fires (from its `pick`, or from the Lease holder)
-//! and recorded.
+//! and recorded. Kinds: replica SIGKILL/SIGTERM (leader or follower); GitHub 502s, secondary
+//! limits, 403s on runner deletion and slow answers; webhook deliveries dropped, duplicated,
+//! reordered and delayed; a user deleting a runner pod or a Runner, rolling out a template,
+//! changing an autoscaler's bounds or applying an invalid RunnerDeployment; runner crashes and
+//! OOM kills; a lost node; kube-apiserver SIGKILLed or SIGTERMed and started again 1–8 s later
+//! (`apiserver-restart`: same port, certificates and etcd); and through the fault proxy, every
+//! open watch ended (`watch-disconnect`), a window of 410 Expired watches (`watch-gone`) and a
+//! window of 409 Conflict writes (`write-conflicts`). While the apiserver is down, a fault that
+//! fails is fired again once it is back; the load (ghsim only) never waits for it.
 //!
 //! What is checked, after the window ends (faults stop, every replica runs again) and the
 //! queued jobs drain (`--drain-limit`): jobs interrupted other than on a pod an injected runner
