@@ -282,15 +282,15 @@ impl Inner {
         }
     }
 
-    /// Runs `call` (paced) until it succeeds, the pod is gone, or retries run out. Returns
-    /// whether it succeeded.
+    /// Runs `call` (paced) until it succeeds, the pod is gone, or it has failed for
+    /// [`RETRY_FOR`]. Returns whether it succeeded.
     async fn retrying<T, F, Fut>(&self, write: &PodWrite, action: &str, call: F) -> bool
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = kube::Result<T>>,
     {
-        let mut delay = Duration::from_millis(100);
-        for attempt in 1..=6 {
+        let started = tokio::time::Instant::now();
+        for attempt in 1.. {
             self.limiter.acquire().await;
             match call().await {
                 Ok(_) => return true,
@@ -305,12 +305,14 @@ impl Inner {
                     return false;
                 }
                 Err(e) => {
+                    let Some(delay) = retry_after(attempt, started.elapsed()) else {
+                        break;
+                    };
                     tracing::debug!(
                         pod = %format!("{}/{}", write.namespace, write.name),
                         action, attempt, error = %e, "pod write failed; retrying"
                     );
                     tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
                 }
             }
         }
@@ -323,9 +325,46 @@ impl Inner {
     }
 }
 
+/// How long a pod write that keeps failing for transient reasons (the apiserver unreachable
+/// or overloaded) is retried: a kubelet's status manager never gives up on a pod it runs, and
+/// an apiserver restart takes several seconds.
+pub(crate) const RETRY_FOR: Duration = Duration::from_secs(60);
+
+/// The wait before attempt `attempt + 1` after attempt `attempt` (from 1) failed transiently,
+/// `failing_for` after the first attempt; `None` once the write has failed for [`RETRY_FOR`].
+fn retry_after(attempt: u32, failing_for: Duration) -> Option<Duration> {
+    if failing_for >= RETRY_FOR {
+        return None;
+    }
+    let doublings = attempt.saturating_sub(1).min(10);
+    Some((Duration::from_millis(100) * 2u32.pow(doublings)).min(Duration::from_secs(5)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transient_write_failures_are_retried_through_an_apiserver_restart() {
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        for (attempt, failing_for, want) in [
+            (1, ms(0), Some(ms(100))),
+            (2, ms(100), Some(ms(200))),
+            (6, s(3), Some(s(3) + ms(200))),
+            // An apiserver down for 8 s and slow to become ready: still retrying.
+            (8, s(12), Some(s(5))),
+            (20, s(59), Some(s(5))),
+            (u32::MAX, s(59), Some(s(5))),
+            (21, RETRY_FOR, None),
+        ] {
+            assert_eq!(
+                retry_after(attempt, failing_for),
+                want,
+                "attempt {attempt} after {failing_for:?}"
+            );
+        }
+    }
 
     #[tokio::test(start_paused = true)]
     async fn the_bucket_allows_a_burst_then_paces() {
