@@ -5,8 +5,9 @@
 //!
 //! What runs: a private control plane (kube-apiserver, etcd, controller-manager, scheduler),
 //! ghsim and nodesim (`--nodes`, plus a spare per `node-lost` fault) in this process, two
-//! `hangar run` replicas with `--enable-leader-election`, `--webhook-addr` and a short
-//! leaked-registration sweep ([`SWEEP_INTERVAL`], [`SWEEP_GRACE`]), and a round-robin TCP proxy
+//! `hangar run` replicas with `--enable-leader-election`, `--webhook-addr`, a short
+//! leaked-registration sweep ([`SWEEP_INTERVAL`], [`SWEEP_GRACE`]) and registration timeout
+//! ([`REGISTRATION_TIMEOUT`]), and a round-robin TCP proxy
 //! in this process that ghsim's `workflow_job` hook points at (two webhook replicas behind one
 //! address). Owners (`--owners`, default all): `eph` (ephemeral RunnerDeployment from zero, HRA
 //! with a webhook trigger), `pull` (ephemeral RunnerDeployment, HRA with the
@@ -22,8 +23,8 @@
 //! switches, for new pods on a node or of an owner; an owner a user deletes
 //! (`delete-runner-deployment`, `delete-runner-set`) is applied again with the spec it had,
 //! once Hangar let it go (its busy runners finish their jobs first). Runners that never
-//! registered hold their places until Hangar's registration timeout, which the drain then
-//! waits out.
+//! registered are replaced after the replicas' short registration timeout
+//! ([`REGISTRATION_TIMEOUT`]).
 //!
 //! What is checked, after the window ends (faults stop, every replica runs again) and the
 //! queued jobs drain (`--drain-limit`): jobs interrupted other than on a pod an injected runner
@@ -47,7 +48,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -57,7 +58,6 @@ use common::{CONTROLLER_PAT, NAMESPACE, RUNNER_PAT, World};
 use ghsim::webhooks::{ContentType, NewHook};
 use ghsim::world::{JobStatus, SubmitJobs};
 use hangar_api::{HorizontalRunnerAutoscaler, Runner, RunnerDeployment, RunnerSet};
-use hangar_core::owner_sync::REGISTRATION_TIMEOUT;
 use hangar_testkit::control_plane::{ControlPlane, StartOptions, free_port};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -135,6 +135,11 @@ const SCOPE_SECRET_PREFIX: &str = "hangar-registration-";
 /// removed before the final check (the defaults, 10m and 30m, never act within a run).
 const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 const SWEEP_GRACE: Duration = Duration::from_secs(30);
+/// The replicas' registration timeout: short, so runners that never register
+/// (`runner-never-registers`) are replaced within the drain (the default, 10m, never acts
+/// within a run), long enough that GitHub faults delaying Hangar's sight of a registration
+/// do not retire healthy runners.
+const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(90);
 /// A runner registered in `octo/app` by a user, not by Hangar: it must still be there at the
 /// end (Hangar removes only registrations it created). Never online, so it takes no job.
 const FOREIGN_RUNNER: &str = "user-laptop";
@@ -421,7 +426,6 @@ impl Run<'_> {
             rollouts: AtomicUsize::new(0),
             lost_nodes: Mutex::new(BTreeSet::new()),
             runner_faults,
-            stuck_runners: AtomicBool::new(false),
         };
         let mut pending = JoinSet::new();
         let mut fired = Vec::new();
@@ -460,12 +464,7 @@ impl Run<'_> {
         eprintln!("chaos: faults stopped after {:.0?}; draining", t0.elapsed());
 
         let drain_started = Instant::now();
-        let mut drain_limit = Duration::from_secs(self.args.drain_limit);
-        if injector.stuck_runners.load(Ordering::Relaxed) {
-            // Runners that never registered hold their places until Hangar's registration
-            // timeout replaces them: the drain waits that out too.
-            drain_limit = drain_limit.max(REGISTRATION_TIMEOUT + Duration::from_secs(120));
-        }
+        let drain_limit = Duration::from_secs(self.args.drain_limit);
         let drained = until_true(drain_limit, || {
             github.sim.read(|w, _| {
                 job_ids.iter().all(|id| {
@@ -1002,9 +1001,6 @@ struct Injector<'a> {
     lost_nodes: Mutex<BTreeSet<String>>,
     /// The simulated runners' fault switches (image pulls, registration).
     runner_faults: RunnerFaults,
-    /// A `runner-never-registers` fault was switched on: runners may be stuck until Hangar's
-    /// registration timeout, which the drain then waits out.
-    stuck_runners: AtomicBool,
 }
 
 impl Injector<'_> {
@@ -1317,10 +1313,7 @@ impl Injector<'_> {
                 };
                 let (fault, what) = match s.fault {
                     Fault::ImagePullFailure { .. } => (RunnerFault::ImagePull, "image pulls fail"),
-                    _ => {
-                        self.stuck_runners.store(true, Ordering::Relaxed);
-                        (RunnerFault::NeverRegisters, "runners never register")
-                    }
+                    _ => (RunnerFault::NeverRegisters, "runners never register"),
                 };
                 let id = self.runner_faults.add(fault, target);
                 let faults = self.runner_faults.clone();
@@ -1694,6 +1687,10 @@ impl Replicas {
             .arg(format!(
                 "--leaked-registration-grace={}s",
                 SWEEP_GRACE.as_secs()
+            ))
+            .arg(format!(
+                "--registration-timeout={}s",
+                REGISTRATION_TIMEOUT.as_secs()
             ))
             .env("KUBECONFIG", &self.kubeconfig)
             .env("GITHUB_TOKEN", CONTROLLER_PAT)
