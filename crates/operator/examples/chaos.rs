@@ -163,10 +163,10 @@ const HRAS: [&str; 3] = [EPH, PULL, PERSIST];
 const SAMPLE_OWNERS: [&str; 4] = [EPH, PULL, PERSIST, SET];
 /// Runners each owner has online before the load starts.
 fn initial_runners(owner: &str) -> usize {
+    // `persist`'s autoscaler starts at its minimum: idle runners are below its scale-down
+    // threshold and no scale-out has happened yet to delay a scale-down.
     match owner {
-        // `persist`'s autoscaler scales an idle set to its minReplicas, 1: starting with more,
-        // the set-up could wait for runners the autoscaler already retired.
-        PERSIST | PULL | SET => 1,
+        PULL | PERSIST | SET => 1,
         _ => 0,
     }
 }
