@@ -49,7 +49,7 @@ pub const RECREATION_DELAY_AFTER_SCALE: Duration = Duration::from_secs(10 * 60);
 pub const RELEASE_GRACE: Duration = Duration::from_secs(10);
 
 /// How long a Ready runner pod may go without a GitHub runner ID before it counts as failed to
-/// register (ARC's `registrationTimeout`).
+/// register (ARC's `registrationTimeout`): the default of `hangar run --registration-timeout`.
 pub const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
 /// A pod's phase, as Kubernetes reports it.
@@ -104,7 +104,7 @@ impl PodView {
         matches!(self.phase, PodPhase::Succeeded | PodPhase::Failed) || self.runner_stopped
     }
 
-    fn kind(&self, now: SystemTime) -> PodKind {
+    fn kind(&self, now: SystemTime, registration_timeout: Duration) -> PodKind {
         if self.is_stopped() {
             PodKind::Completed
         } else if self.runner_restarted {
@@ -115,7 +115,7 @@ impl PodView {
             let timed_out = !self.registered
                 && self
                     .ready_since
-                    .is_some_and(|t| elapsed(t, now) > REGISTRATION_TIMEOUT);
+                    .is_some_and(|t| elapsed(t, now) > registration_timeout);
             if timed_out {
                 PodKind::RegistrationTimedOut
             } else {
@@ -183,6 +183,9 @@ pub struct Input {
     pub owners: Vec<OwnerView>,
     /// The current time.
     pub now: SystemTime,
+    /// How long a Ready runner may go without registering ([`REGISTRATION_TIMEOUT`] unless
+    /// `hangar run --registration-timeout` says otherwise).
+    pub registration_timeout: Duration,
 }
 
 /// One thing for the driver to do.
@@ -233,7 +236,7 @@ pub enum RetireReason {
     ScaleDown,
     /// Its template is outdated and enough up-to-date runners run.
     Outdated,
-    /// Its runner was Ready for longer than [`REGISTRATION_TIMEOUT`] without registering; a
+    /// Its runner was Ready for longer than the registration timeout without registering; a
     /// fresh pod is more likely to succeed.
     RegistrationTimeout,
     /// Its runner container runs again after it exited ([`PodView::runner_restarted`]): the pod
@@ -346,7 +349,7 @@ pub fn plan(input: &Input) -> Plan {
                 .push(request_unregistration(owner, RetireReason::Restarted));
             continue;
         }
-        let mut counts = count(owner, now);
+        let mut counts = count(owner, now, input.registration_timeout);
         if !owner.pods.is_empty() && counts.completed as usize == owner.pods.len() {
             let finished_at = owner.pods.iter().filter_map(|p| p.finished_at).max();
             let current = owner.template_hash.as_deref() == Some(&input.desired_template_hash);
@@ -500,10 +503,10 @@ fn counts_of(owners: &[(&OwnerView, Counts)], owner: &OwnerView) -> Counts {
         .unwrap_or_default()
 }
 
-fn count(owner: &OwnerView, now: SystemTime) -> Counts {
+fn count(owner: &OwnerView, now: SystemTime, registration_timeout: Duration) -> Counts {
     let mut c = Counts::default();
     for pod in &owner.pods {
-        match pod.kind(now) {
+        match pod.kind(now, registration_timeout) {
             PodKind::Completed => c.completed += 1,
             // Retired before counting; were one counted, it may be busy.
             PodKind::Restarted | PodKind::Running => c.running += 1,

@@ -20,7 +20,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::owner_sync::{PodPhase, REGISTRATION_TIMEOUT};
+use crate::owner_sync::PodPhase;
 
 /// How often a waiting unregistration is re-checked (ARC's `DefaultUnregistrationRetryDelay`).
 pub const RETRY_DELAY: Duration = Duration::from_secs(60);
@@ -51,6 +51,10 @@ pub struct PodState {
     /// `runner-completion-wait-start-timestamp` is set: an ephemeral runner was found busy and we
     /// are waiting for it to finish its job.
     pub completion_wait_started: bool,
+    /// How long a started runner may take to register
+    /// ([`crate::owner_sync::REGISTRATION_TIMEOUT`] by default):
+    /// an unregistered pod is waited for that long before it is released without a delete.
+    pub registration_timeout: Duration,
 }
 
 /// Why unregistration is finished without (another) delete call.
@@ -111,7 +115,7 @@ pub fn next_step(pod: &PodState, now: SystemTime) -> Step {
         }
         let window_start = pod.ready_since.or(pod.started);
         let in_window = window_start
-            .is_none_or(|t| now.duration_since(t).unwrap_or_default() < REGISTRATION_TIMEOUT);
+            .is_none_or(|t| now.duration_since(t).unwrap_or_default() < pod.registration_timeout);
         if !stopped && in_window {
             // A runner that registers right now could be handed a job and then killed: wait.
             return Step::WaitForRegistration {
@@ -248,6 +252,7 @@ pub fn after_not_found(listed: ListedByName, deleted: u64) -> AfterNotFound {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::owner_sync::REGISTRATION_TIMEOUT;
 
     fn at(mins: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(5_000_000 + mins * 60)
@@ -264,7 +269,25 @@ mod tests {
             started: Some(at(0)),
             unregistration_complete: false,
             completion_wait_started: false,
+            registration_timeout: REGISTRATION_TIMEOUT,
         }
+    }
+
+    #[test]
+    fn a_shorter_registration_timeout_ends_the_wait_sooner() {
+        let pod = PodState {
+            runner_id: None,
+            ..idle()
+        };
+        assert!(matches!(
+            next_step(&pod, at(2)),
+            Step::WaitForRegistration { .. }
+        ));
+        let short = PodState {
+            registration_timeout: Duration::from_secs(60),
+            ..pod
+        };
+        assert_eq!(next_step(&short, at(2)), Step::Finish(Finished::NoRunnerId));
     }
 
     #[test]

@@ -38,6 +38,33 @@ pub struct Faults {
     /// Extra delay before each REST answer, uniformly random up to this many milliseconds (a
     /// slow GitHub).
     pub rest_max_latency_ms: u64,
+    /// Share of REST requests whose answer does not come within the client's timeout: ghsim
+    /// holds them for [`Faults::timeout_hold_ms`] before it runs the endpoint (a client that
+    /// gave up and closed the connection meanwhile has the request dropped unanswered).
+    pub timeout_rate: f64,
+    /// How long a timed-out request is held, milliseconds: by default 31 s, past the 30 s
+    /// request timeout of Hangar's GitHub client (`hangar_github::ClientOptions`).
+    pub timeout_hold_ms: u64,
+    /// Share of REST requests whose TCP connection is reset without an answer (served through
+    /// [`crate::serve`]; a router used without it answers them normally).
+    pub reset_rate: f64,
+    /// Share of REST requests answered `401 Bad credentials`, as for a revoked token.
+    pub bad_credentials_rate: f64,
+    /// Share of REST requests answered `404 Not Found`, as GitHub answers for what the
+    /// credential cannot see.
+    pub not_found_rate: f64,
+    /// The primary rate limit is exhausted for every credential until this time (Unix
+    /// seconds on ghsim's clock): requests are answered [`Faults::primary_exhausted_status`]
+    /// with `x-ratelimit-remaining: 0` and `x-ratelimit-reset` set to it.
+    pub primary_exhausted_until: Option<i64>,
+    /// The status of those answers: GitHub sends 403 or 429.
+    pub primary_exhausted_status: u16,
+    /// Share of deliveries sent again later, as GitHub's "redeliver" sends them (same
+    /// `X-GitHub-Delivery` GUID, recorded as a redelivery attempt).
+    pub webhook_redelivery_rate: f64,
+    /// The redelivery follows the delivery after a uniformly random delay up to this many
+    /// milliseconds.
+    pub webhook_redelivery_max_delay_ms: u64,
 }
 
 impl Default for Faults {
@@ -54,6 +81,15 @@ impl Default for Faults {
             webhook_reorder_rate: 0.0,
             webhook_max_delay_ms: 0,
             rest_max_latency_ms: 0,
+            timeout_rate: 0.0,
+            timeout_hold_ms: 31_000,
+            reset_rate: 0.0,
+            bad_credentials_rate: 0.0,
+            not_found_rate: 0.0,
+            primary_exhausted_until: None,
+            primary_exhausted_status: 403,
+            webhook_redelivery_rate: 0.0,
+            webhook_redelivery_max_delay_ms: 10_000,
         }
     }
 }
@@ -67,6 +103,9 @@ pub enum FaultsError {
     /// A rate outside 0..=1.
     #[error("{0} must be between 0 and 1")]
     Rate(&'static str),
+    /// A primary-limit status GitHub does not send.
+    #[error("primary_exhausted_status must be 403 or 429, not {0}")]
+    PrimaryStatus(u16),
 }
 
 impl Faults {
@@ -111,10 +150,18 @@ impl Faults {
             ("webhook_drop_rate", self.webhook_drop_rate),
             ("webhook_duplicate_rate", self.webhook_duplicate_rate),
             ("webhook_reorder_rate", self.webhook_reorder_rate),
+            ("timeout_rate", self.timeout_rate),
+            ("reset_rate", self.reset_rate),
+            ("bad_credentials_rate", self.bad_credentials_rate),
+            ("not_found_rate", self.not_found_rate),
+            ("webhook_redelivery_rate", self.webhook_redelivery_rate),
         ] {
             if !(0.0..=1.0).contains(&rate) {
                 return Err(FaultsError::Rate(name));
             }
+        }
+        if ![403, 429].contains(&self.primary_exhausted_status) {
+            return Err(FaultsError::PrimaryStatus(self.primary_exhausted_status));
         }
         Ok(())
     }
@@ -203,5 +250,12 @@ mod tests {
                 .merged(serde_json::json!({"typo_rate": 0.1}))
                 .is_err()
         );
+        for bad in [
+            serde_json::json!({"reset_rate": 1.5}),
+            serde_json::json!({"not_found_rate": -0.1}),
+            serde_json::json!({"primary_exhausted_status": 500}),
+        ] {
+            assert!(Faults::default().merged(bad.clone()).is_err(), "{bad}");
+        }
     }
 }

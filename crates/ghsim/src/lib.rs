@@ -35,6 +35,7 @@
 
 pub mod accounting;
 pub mod conformance;
+pub mod conn;
 pub mod control;
 pub mod faults;
 pub mod http;
@@ -79,7 +80,8 @@ pub async fn serve(
         sim.set_public_url(url);
     }
     let background = sim.start_background();
-    let result = axum::serve(listener, router(sim))
+    let service = router(sim).into_make_service_with_connect_info::<conn::Connection>();
+    let result = axum::serve(conn::ResettableListener(listener), service)
         .with_graceful_shutdown(shutdown)
         .await;
     for task in background {

@@ -2,8 +2,10 @@
 //!
 //! The layer ([`github_layer`]) does what api.github.com does around an endpoint:
 //! authenticate (`Bearer`/`token` PAT or installation token; App JWT on `/app/...`; basic auth
-//! with a PAT as password) or answer 401; inject faults (5xx, secondary limits); enforce the
-//! per-credential primary budget (403 with `x-ratelimit-remaining: 0`); then, on the way out,
+//! with a PAT as password) or answer 401; inject faults (latency, answers past the client's
+//! timeout, connection resets, 5xx, 401 `Bad credentials`, 404, an exhausted primary limit,
+//! secondary limits; see [`crate::faults::Faults`]); enforce the per-credential primary budget
+//! (403 with `x-ratelimit-remaining: 0`); then, on the way out,
 //! add `ETag` to 200 GETs and answer `If-None-Match` with 304 (not charged), add
 //! `Cache-Control: private, max-age=60, s-maxage=60`, `Vary` and the `x-ratelimit-*` headers,
 //! and count the call by endpoint template and credential.
@@ -14,7 +16,7 @@
 use std::collections::HashMap;
 
 use axum::body::Body;
-use axum::extract::{MatchedPath, OriginalUri, Path, Query, Request, State};
+use axum::extract::{ConnectInfo, MatchedPath, OriginalUri, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -26,6 +28,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::conn::Connection;
 use crate::http::{ApiError, PageQuery, json_response, paginate};
 use crate::render;
 use crate::sim::Sim;
@@ -187,10 +190,22 @@ pub async fn github_layer(
     request: Request,
     next: Next,
 ) -> Response {
-    let latency_ms = sim.faults().rest_max_latency_ms;
-    if latency_ms > 0 {
-        let ms = sim.random_below(latency_ms + 1);
+    let faults = sim.faults();
+    if faults.rest_max_latency_ms > 0 {
+        let ms = sim.random_below(faults.rest_max_latency_ms + 1);
         tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    }
+    if sim.roll(faults.timeout_rate) {
+        // The answer comes after the client gave up (if it did, hyper drops this request).
+        tokio::time::sleep(std::time::Duration::from_millis(faults.timeout_hold_ms)).await;
+    }
+    if sim.roll(faults.reset_rate)
+        && let Some(ConnectInfo(connection)) = request.extensions().get::<ConnectInfo<Connection>>()
+    {
+        connection.reset();
+        tracing::debug!(path = %matched.as_str(), "resetting the connection (fault)");
+        // Never sent: the connection fails before it is written.
+        return StatusCode::BAD_GATEWAY.into_response();
     }
     let method = request.method().clone();
     let endpoint = format!("{method} {}", matched.as_str());
@@ -221,12 +236,31 @@ pub async fn github_layer(
     let label = identity.label();
 
     // 2. Faults and the primary budget, before the endpoint runs.
-    let faults = sim.faults();
     let (limit, used, reset) = sim.update_quiet(|w| {
         let b = w.budget(&label, now);
         (b.limit, b.used, b.reset.as_second())
     });
-    let early = if faults.endpoint_fails(matched.as_str()) || sim.roll(faults.server_error_rate) {
+    let exhausted_until = faults
+        .primary_exhausted_until
+        .filter(|until| !free && now.as_second() < *until);
+    let rate_limited = |limit: u64, used: u64, reset: i64, status: StatusCode| {
+        let what = match &identity {
+            Identity::Installation { id, .. } => format!("installation ID {id}"),
+            _ => format!("user ID {}", label.len() as u64 + 1000),
+        };
+        let mut r =
+            ApiError::new(status, format!("API rate limit exceeded for {what}.")).into_response();
+        rate_headers(&mut r, limit, used, reset);
+        r
+    };
+    let early = if sim.roll(faults.bad_credentials_rate) {
+        // As for a token revoked a moment ago: no rate-limit headers, like any 401.
+        Some(ApiError::new(StatusCode::UNAUTHORIZED, "Bad credentials").into_response())
+    } else if let Some(until) = exhausted_until {
+        let status =
+            StatusCode::from_u16(faults.primary_exhausted_status).unwrap_or(StatusCode::FORBIDDEN);
+        Some(rate_limited(limit, limit, until, status))
+    } else if faults.endpoint_fails(matched.as_str()) || sim.roll(faults.server_error_rate) {
         Some(ApiError::new(StatusCode::BAD_GATEWAY, "Server Error").into_response())
     } else if faults.endpoint_forbidden(method.as_str(), matched.as_str()) {
         Some(
@@ -237,15 +271,10 @@ pub async fn github_layer(
             .into_response(),
         )
     } else if !free && used >= limit {
-        let what = match &identity {
-            Identity::Installation { id, .. } => format!("installation ID {id}"),
-            _ => format!("user ID {}", label.len() as u64 + 1000),
-        };
-        let mut r = ApiError::new(
-            StatusCode::FORBIDDEN,
-            format!("API rate limit exceeded for {what}."),
-        )
-        .into_response();
+        Some(rate_limited(limit, used, reset, StatusCode::FORBIDDEN))
+    } else if sim.roll(faults.not_found_rate) {
+        // What GitHub answers for what the credential cannot see (not charged here).
+        let mut r = ApiError::not_found().into_response();
         rate_headers(&mut r, limit, used, reset);
         Some(r)
     } else if !free && sim.roll(faults.secondary_limit_rate) {

@@ -6,7 +6,8 @@
 //! sent (JSON, or the url-encoded `payload=` form). A non-2xx answer or no answer within the
 //! timeout (10 s) is a failed delivery; failed deliveries are **not** retried automatically,
 //! only redelivered on request. Deliveries go out one at a time in event order unless faults
-//! drop, duplicate, delay or reorder them.
+//! drop, duplicate, delay or reorder them, or redeliver them later (the `webhook_redelivery_*`
+//! faults: what a user's or a script's "redeliver" does, same GUID).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -226,6 +227,19 @@ pub(crate) async fn run_worker(
             });
             tracing::debug!(guid = %out.guid, "dropping delivery (fault)");
             continue;
+        }
+        if sim.roll(faults.webhook_redelivery_rate) {
+            // Sent again later, as GitHub's "redeliver" does: same GUID, a redelivery attempt.
+            let delay = sim.random_below(faults.webhook_redelivery_max_delay_ms + 1);
+            let (sim2, http2) = (sim.clone(), http.clone());
+            let again = Outgoing {
+                redelivery: true,
+                ..out.clone()
+            };
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                send(&sim2, &http2, again, false).await;
+            });
         }
         let duplicate = sim.roll(faults.webhook_duplicate_rate);
         let delay = if faults.webhook_max_delay_ms > 0 {

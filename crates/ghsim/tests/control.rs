@@ -209,6 +209,136 @@ async fn faults_are_read_and_merged_at_run_time() {
     assert_eq!(bad.status(), 422);
 }
 
+async fn put_faults(gh: &ghsim::Running, patch: Value) {
+    let response = http()
+        .put(gh.url.join("_ghsim/faults").unwrap())
+        .json(&patch)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{patch}");
+}
+
+async fn with_runners_readable() -> (ManualClock, ghsim::Running) {
+    let clock = ManualClock::at_epoch_2026();
+    let gh = start(&clock).await;
+    gh.sim.update(|w, _| {
+        w.add_pat("ghp_ok", "ok");
+        w.add_org("acme", None);
+    });
+    (clock, gh)
+}
+
+#[tokio::test]
+async fn injected_401_and_404_have_githubs_bodies() {
+    let (_clock, gh) = with_runners_readable().await;
+    put_faults(&gh, json!({"bad_credentials_rate": 1.0})).await;
+    let (status, headers, body) = get(&gh, "orgs/acme/actions/runners", Some("ghp_ok")).await;
+    assert_eq!(status, 401);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest",
+               "status": "401"})
+    );
+    assert!(!headers.contains_key("x-ratelimit-remaining"));
+
+    put_faults(
+        &gh,
+        json!({"bad_credentials_rate": 0.0, "not_found_rate": 1.0}),
+    )
+    .await;
+    let (status, headers, body) = get(&gh, "orgs/acme/actions/runners", Some("ghp_ok")).await;
+    assert_eq!(status, 404);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({"message": "Not Found", "documentation_url": "https://docs.github.com/rest",
+               "status": "404"})
+    );
+    assert_eq!(headers["x-ratelimit-limit"], "5000");
+
+    put_faults(&gh, json!({"not_found_rate": 0.0})).await;
+    assert_eq!(
+        get(&gh, "orgs/acme/actions/runners", Some("ghp_ok"))
+            .await
+            .0,
+        200
+    );
+}
+
+#[tokio::test]
+async fn an_exhausted_primary_limit_answers_until_its_reset() {
+    let (clock, gh) = with_runners_readable().await;
+    let now = gh.sim.now().as_second();
+    put_faults(
+        &gh,
+        json!({"primary_exhausted_until": now + 30, "primary_exhausted_status": 429}),
+    )
+    .await;
+    let (status, headers, body) = get(&gh, "orgs/acme/actions/runners", Some("ghp_ok")).await;
+    assert_eq!(status, 429);
+    assert_eq!(headers["x-ratelimit-remaining"], "0");
+    assert_eq!(headers["x-ratelimit-used"], "5000");
+    assert_eq!(
+        headers["x-ratelimit-reset"],
+        (now + 30).to_string().as_str()
+    );
+    let message = serde_json::from_str::<Value>(&body).unwrap()["message"].clone();
+    assert!(
+        message
+            .as_str()
+            .unwrap()
+            .starts_with("API rate limit exceeded for user ID"),
+        "{message}"
+    );
+    // `/rate_limit` stays free and answers.
+    assert_eq!(get(&gh, "rate_limit", Some("ghp_ok")).await.0, 200);
+    clock.advance(Duration::from_secs(31));
+    let (status, headers, _) = get(&gh, "orgs/acme/actions/runners", Some("ghp_ok")).await;
+    assert_eq!(status, 200, "the window is over at its reset");
+    assert_ne!(headers["x-ratelimit-remaining"], "0");
+}
+
+#[tokio::test]
+async fn timed_out_requests_answer_after_the_clients_timeout() {
+    let (_clock, gh) = with_runners_readable().await;
+    put_faults(&gh, json!({"timeout_rate": 1.0, "timeout_hold_ms": 2000})).await;
+    let impatient = hangar_github::client::http_builder()
+        .unwrap()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let error = impatient
+        .get(gh.url.join("orgs/acme/actions/runners").unwrap())
+        .bearer_auth("ghp_ok")
+        .send()
+        .await
+        .unwrap_err();
+    assert!(error.is_timeout(), "{error:?}");
+    // The control API is not GitHub's: it answers at once.
+    assert_eq!(get(&gh, "_ghsim/faults", None).await.0, 200);
+}
+
+#[tokio::test]
+async fn reset_connections_get_no_answer() {
+    let (_clock, gh) = with_runners_readable().await;
+    put_faults(&gh, json!({"reset_rate": 1.0})).await;
+    let error = http()
+        .get(gh.url.join("orgs/acme/actions/runners").unwrap())
+        .bearer_auth("ghp_ok")
+        .send()
+        .await
+        .unwrap_err();
+    assert!(!error.is_timeout() && error.status().is_none(), "{error:?}");
+    put_faults(&gh, json!({"reset_rate": 0.0})).await;
+    assert_eq!(
+        get(&gh, "orgs/acme/actions/runners", Some("ghp_ok"))
+            .await
+            .0,
+        200,
+        "a new connection works"
+    );
+}
+
 #[tokio::test]
 async fn scenario_replays_on_the_simulated_clock() {
     let clock = ManualClock::at_epoch_2026();

@@ -270,6 +270,59 @@ async fn dropped_and_duplicated_deliveries() {
 }
 
 #[tokio::test]
+async fn redelivered_deliveries_come_again_later_with_the_same_id() {
+    let gh = start(Faults {
+        webhook_redelivery_rate: 1.0,
+        webhook_redelivery_max_delay_ms: 200,
+        ..Faults::default()
+    })
+    .await;
+    let (url, mut rx) = receiver().await;
+    gh.sim.add_hook(NewHook {
+        events: vec!["workflow_job".into()],
+        ..hook(&url, ContentType::Json)
+    });
+    // The hook's ping, and its redelivery.
+    let ping = received(&mut rx).await;
+    assert_eq!(received(&mut rx).await.id, ping.id);
+    let jobs = submit(&gh.sim, 1);
+    let first = received(&mut rx).await;
+    let again = received(&mut rx).await;
+    assert_eq!(first.id, again.id, "a redelivery keeps X-GitHub-Delivery");
+    for delivery in [&first, &again] {
+        let WebhookEvent::WorkflowJob(e) = &delivery.event else {
+            panic!("not a workflow_job")
+        };
+        assert_eq!(e.workflow_job.id, jobs[0]);
+    }
+    // The attempt is recorded once the receiver has answered.
+    let record = loop {
+        let log = gh.sim.deliveries();
+        let record = log
+            .into_iter()
+            .find(|d| first.id.as_deref() == Some(d.guid.as_str()))
+            .unwrap();
+        if record.attempts.len() == 2 {
+            break record;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        record
+            .attempts
+            .iter()
+            .map(|a| (a.redelivery, a.status))
+            .collect::<Vec<_>>(),
+        vec![(false, Some(200)), (true, Some(200))]
+    );
+    // The ping's and the job's.
+    assert_eq!(
+        ghsim::accounting::snapshot(&gh.sim).webhooks.redeliveries,
+        2
+    );
+}
+
+#[tokio::test]
 async fn reordered_deliveries_arrive_all_but_out_of_order() {
     let gh = start(Faults {
         webhook_reorder_rate: 1.0,

@@ -32,7 +32,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use tokio::sync::watch;
 
 pub use builtin::{NeverStarts, OnTerm, Scripted};
-pub use runner::{Registration, RunnerProgram};
+pub use runner::{PodMatch, Registration, RunnerFault, RunnerFaults, RunnerProgram};
 pub use select::{ContainerSelector, ProgramFactory, ProgramRule, Programs};
 pub use spec::{ProgramSpec, SpecError};
 

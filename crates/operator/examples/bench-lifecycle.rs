@@ -187,6 +187,7 @@ async fn run_on(
         client,
         github,
         nodes,
+        ..
     } = World::start(kubeconfig, args.nodes).await?;
 
     let lists_before = apiserver_lists(&client).await?;

@@ -170,6 +170,7 @@ async fn run_on(kubeconfig: &Path, hangar: &Path, args: &Args) -> anyhow::Result
         client,
         github,
         nodes,
+        ..
     } = World::start(kubeconfig, args.load.nodes).await?;
 
     let webhook_addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));

@@ -5,8 +5,9 @@
 //!
 //! What runs: a private control plane (kube-apiserver, etcd, controller-manager, scheduler),
 //! ghsim and nodesim (`--nodes`, plus a spare per `node-lost` fault) in this process, two
-//! `hangar run` replicas with `--enable-leader-election`, `--webhook-addr` and a short
-//! leaked-registration sweep ([`SWEEP_INTERVAL`], [`SWEEP_GRACE`]), and a round-robin TCP proxy
+//! `hangar run` replicas with `--enable-leader-election`, `--webhook-addr`, a short
+//! leaked-registration sweep ([`SWEEP_INTERVAL`], [`SWEEP_GRACE`]) and registration timeout
+//! ([`REGISTRATION_TIMEOUT`]), and a round-robin TCP proxy
 //! in this process that ghsim's `workflow_job` hook points at (two webhook replicas behind one
 //! address). The replicas reach kube-apiserver through [`FaultProxy`] (a copy of the admin
 //! kubeconfig with `server:` rewritten), which ends their watches, answers their watches 410
@@ -21,15 +22,18 @@
 //! What breaks: [`schedule::schedule`] turns (seed, `--faults`, window, `--kinds`) into a
 //! list of faults at offsets; the same seed replays the same list. Which pod, Runner, node or
 //! replica a fault hits is resolved when it fires (from its `pick`, or from the Lease holder)
-//! and recorded. Kinds: replica SIGKILL/SIGTERM (leader or follower); GitHub 502s, secondary
-//! limits, 403s on runner deletion and slow answers; webhook deliveries dropped, duplicated,
-//! reordered and delayed; a user deleting a runner pod or a Runner, rolling out a template,
-//! changing an autoscaler's bounds or applying an invalid RunnerDeployment; runner crashes and
-//! OOM kills; a lost node; kube-apiserver SIGKILLed or SIGTERMed and started again 1–8 s later
-//! (`apiserver-restart`: same port, certificates and etcd); and through the fault proxy, every
-//! open watch ended (`watch-disconnect`), a window of 410 Expired watches (`watch-gone`) and a
-//! window of 409 Conflict writes (`write-conflicts`). While the apiserver is down, a fault that
-//! fails is fired again once it is back; the load (ghsim only) never waits for it.
+//! and recorded. GitHub faults are windows of ghsim's fault settings; node faults
+//! (`image-pull-failure`, `runner-never-registers`) windows of the simulated runners' fault
+//! switches, for new pods on a node or of an owner; an owner a user deletes
+//! (`delete-runner-deployment`, `delete-runner-set`) is applied again with the spec it had,
+//! once Hangar let it go (its busy runners finish their jobs first). Runners that never
+//! registered are replaced after the replicas' short registration timeout
+//! ([`REGISTRATION_TIMEOUT`]). kube-apiserver is SIGKILLed or SIGTERMed and started again 1–8 s
+//! later (`apiserver-restart`: same port, certificates and etcd); through the fault proxy,
+//! every open watch is ended (`watch-disconnect`), and windows of 410 Expired watches
+//! (`watch-gone`) and 409 Conflict writes (`write-conflicts`) open. While the apiserver is
+//! down, a fault that fails is fired again once it is back; the load (ghsim only) never waits
+//! for it.
 //!
 //! What is checked, after the window ends (faults stop, every replica runs again) and the
 //! queued jobs drain (`--drain-limit`): jobs interrupted other than on a pod an injected runner
@@ -67,8 +71,9 @@ use hangar_testkit::control_plane::{ControlPlane, Signal, StartOptions, free_por
 use hangar_testkit::fault_proxy::{self, FaultProxy};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
+use nodesim::program::{PodMatch, RunnerFault, RunnerFaults};
 use schedule::{Fault, Kind, Scheduled};
 use serde::Serialize;
 use serde_json::json;
@@ -140,6 +145,11 @@ const SCOPE_SECRET_PREFIX: &str = "hangar-registration-";
 /// removed before the final check (the defaults, 10m and 30m, never act within a run).
 const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 const SWEEP_GRACE: Duration = Duration::from_secs(30);
+/// The replicas' registration timeout: short, so runners that never register
+/// (`runner-never-registers`) are replaced within the drain (the default, 10m, never acts
+/// within a run), long enough that GitHub faults delaying Hangar's sight of a registration
+/// do not retire healthy runners.
+const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(90);
 /// A runner registered in `octo/app` by a user, not by Hangar: it must still be there at the
 /// end (Hangar removes only registrations it created). Never online, so it takes no job.
 const FOREIGN_RUNNER: &str = "user-laptop";
@@ -164,8 +174,10 @@ const SAMPLE_OWNERS: [&str; 4] = [EPH, PULL, PERSIST, SET];
 /// (`persist` starts at its autoscaler's minReplicas: with no job running, the busy share
 /// scales a larger start down at once, so more would never be online together.)
 fn initial_runners(owner: &str) -> usize {
+    // `persist`'s autoscaler starts at its minimum: idle runners are below its scale-down
+    // threshold and no scale-out has happened yet to delay a scale-down.
     match owner {
-        PERSIST | PULL | SET => 1,
+        PULL | PERSIST | SET => 1,
         _ => 0,
     }
 }
@@ -371,6 +383,7 @@ impl Run<'_> {
             client,
             github,
             nodes,
+            runner_faults,
         } = World::start(kubeconfig, self.args.nodes + spare_nodes(self.plan)).await?;
         let webhooks = [
             SocketAddr::from(([127, 0, 0, 1], free_port()?)),
@@ -440,6 +453,7 @@ impl Run<'_> {
             github_faults: Arc::new(tokio::sync::Mutex::new(())),
             rollouts: AtomicUsize::new(0),
             lost_nodes: Mutex::new(BTreeSet::new()),
+            runner_faults,
             cluster,
             api_faults: api_proxy.faults().clone(),
             apiserver_down: Arc::new(AtomicBool::new(false)),
@@ -1017,6 +1031,9 @@ fn spare_nodes(plan: &[Scheduled]) -> usize {
 
 /// Name of the RunnerDeployment `InvalidSpec` applies.
 const INVALID: &str = "invalid";
+/// How long a deleted owner may take to go (its busy runners finishing their jobs) before
+/// the harness gives up applying it again, which ends the run with an error.
+const REAPPLY_LIMIT: Duration = Duration::from_secs(300);
 
 struct Injector<'a> {
     client: Client,
@@ -1028,6 +1045,8 @@ struct Injector<'a> {
     github_faults: Arc<tokio::sync::Mutex<()>>,
     rollouts: AtomicUsize,
     lost_nodes: Mutex<BTreeSet<String>>,
+    /// The simulated runners' fault switches (image pulls, registration).
+    runner_faults: RunnerFaults,
     /// The control plane's directory (to stop and start its apiserver).
     cluster: PathBuf,
     /// The fault proxy between the replicas and the apiserver.
@@ -1239,7 +1258,6 @@ impl Injector<'_> {
                 .await
             }
             Fault::GithubSecondaryLimits { rate, window_ms } => {
-                // A short retry-after: GitHub's minute would idle the run, not test more.
                 self.github_window(
                     "secondary_limit_rate",
                     json!(rate),
@@ -1311,6 +1329,121 @@ impl Injector<'_> {
                     json!(max_delay_ms),
                     json!(0),
                     *window_ms,
+                    pending,
+                )
+                .await
+            }
+            Fault::GithubTimeouts { rate, window_ms } => {
+                self.github_window("timeout_rate", json!(rate), json!(0.0), *window_ms, pending)
+                    .await
+            }
+            Fault::GithubResets { rate, window_ms } => {
+                self.github_window("reset_rate", json!(rate), json!(0.0), *window_ms, pending)
+                    .await
+            }
+            Fault::GithubBadCredentials { rate, window_ms } => {
+                self.github_window(
+                    "bad_credentials_rate",
+                    json!(rate),
+                    json!(0.0),
+                    *window_ms,
+                    pending,
+                )
+                .await
+            }
+            Fault::GithubNotFound { rate, window_ms } => {
+                self.github_window(
+                    "not_found_rate",
+                    json!(rate),
+                    json!(0.0),
+                    *window_ms,
+                    pending,
+                )
+                .await
+            }
+            Fault::GithubPrimaryLimit { status, window_ms } => {
+                // The budget resets when the window ends (GitHub's reset is whole seconds).
+                let until = self.sim.now().as_second() + window_ms.div_ceil(1000) as i64;
+                self.github_patch_window(
+                    json!({"primary_exhausted_until": until, "primary_exhausted_status": status}),
+                    json!({"primary_exhausted_until": null}),
+                    *window_ms,
+                    pending,
+                )
+                .await
+            }
+            Fault::WebhookRedeliver {
+                rate,
+                max_delay_ms,
+                window_ms,
+            } => {
+                self.github_patch_window(
+                    json!({
+                        "webhook_redelivery_rate": rate,
+                        "webhook_redelivery_max_delay_ms": max_delay_ms,
+                    }),
+                    json!({"webhook_redelivery_rate": 0.0}),
+                    *window_ms,
+                    pending,
+                )
+                .await
+            }
+            Fault::ImagePullFailure {
+                by_node,
+                pick,
+                window_ms,
+            }
+            | Fault::RunnerNeverRegisters {
+                by_node,
+                pick,
+                window_ms,
+            } => {
+                let Some((target, which)) = self.pod_target(*by_node, *pick) else {
+                    return Ok("skipped: no live node".to_owned());
+                };
+                let (fault, what) = match s.fault {
+                    Fault::ImagePullFailure { .. } => (RunnerFault::ImagePull, "image pulls fail"),
+                    _ => (RunnerFault::NeverRegisters, "runners never register"),
+                };
+                let id = self.runner_faults.add(fault, target);
+                let faults = self.runner_faults.clone();
+                let window = Duration::from_millis(*window_ms);
+                pending.spawn(async move {
+                    tokio::time::sleep(window).await;
+                    faults.remove(id);
+                    Ok(())
+                });
+                Ok(format!("{what} for new pods {which} for {window_ms} ms"))
+            }
+            Fault::DeleteRunnerDeployment {
+                owner,
+                reapply_after_ms,
+            } => {
+                let deployments: Vec<&'static str> = [EPH, PULL, PERSIST]
+                    .into_iter()
+                    .filter(|o| self.owners.contains(o))
+                    .collect();
+                let Some(&name) =
+                    deployments.get((*owner % deployments.len().max(1) as u64) as usize)
+                else {
+                    return Ok("skipped: no RunnerDeployment".to_owned());
+                };
+                self.delete_and_reapply(
+                    ApiResource::erase::<RunnerDeployment>(&()),
+                    name,
+                    *reapply_after_ms,
+                    pending,
+                )
+                .await
+            }
+            Fault::DeleteRunnerSet { reapply_after_ms } => {
+                if !self.owners.contains(&SET) {
+                    return Ok("skipped: no RunnerSet".to_owned());
+                }
+                self.delete_and_reapply(
+                    ApiResource::erase::<RunnerSet>(&()),
+                    SET,
+                    *reapply_after_ms,
                     pending,
                 )
                 .await
@@ -1489,17 +1622,34 @@ impl Injector<'_> {
         window_ms: u64,
         pending: &mut JoinSet<anyhow::Result<()>>,
     ) -> anyhow::Result<String> {
+        self.github_patch_window(json!({field: on}), json!({field: off}), window_ms, pending)
+            .await
+    }
+
+    /// Merges the fault fields of `on` into ghsim's now and those of `off` after `window_ms`.
+    async fn github_patch_window(
+        &self,
+        on: serde_json::Value,
+        off: serde_json::Value,
+        window_ms: u64,
+        pending: &mut JoinSet<anyhow::Result<()>>,
+    ) -> anyhow::Result<String> {
         let set = {
             let sim = self.sim.clone();
             let lock = self.github_faults.clone();
-            move |value: serde_json::Value| {
+            move |patch: serde_json::Value| {
                 let (sim, lock) = (sim.clone(), lock.clone());
                 async move {
                     let _one_at_a_time = lock.lock().await;
+                    let mut patch = patch;
+                    if let Some(fields) = patch.as_object_mut() {
+                        // A short retry-after: GitHub's minute would idle the run, not test more.
+                        fields.insert("secondary_retry_after_secs".to_owned(), json!(5));
+                    }
                     let merged = sim
                         .faults()
-                        .merged(json!({field: value, "secondary_retry_after_secs": 5}))
-                        .with_context(|| format!("setting ghsim fault {field}"))?;
+                        .merged(patch.clone())
+                        .with_context(|| format!("setting ghsim faults {patch}"))?;
                     sim.set_faults(merged);
                     anyhow::Ok(())
                 }
@@ -1511,7 +1661,93 @@ impl Injector<'_> {
             tokio::time::sleep(Duration::from_millis(window_ms)).await;
             reset(off).await
         });
-        Ok(format!("{field} = {on} for {window_ms} ms"))
+        let fields: Vec<String> = on
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| format!("{k} = {v}"))
+            .collect();
+        Ok(format!("{} for {window_ms} ms", fields.join(", ")))
+    }
+
+    /// The runner pods a node fault targets: those on a live node (`by_node`) or those of an
+    /// owner (Hangar names an owner's pods `<owner>-…`), from `pick`; with a description.
+    fn pod_target(&self, by_node: bool, pick: u64) -> Option<(PodMatch, String)> {
+        if by_node {
+            let lost = self.lost_nodes.lock().expect("lost nodes");
+            let mut live: Vec<String> = self
+                .nodes
+                .node_names()
+                .into_iter()
+                .filter(|n| !lost.contains(n))
+                .collect();
+            live.sort();
+            let node = pick_from(&live, pick)?.clone();
+            Some((PodMatch::Node(node.clone()), format!("on node {node}")))
+        } else {
+            let owner = self.owners[(pick % self.owners.len() as u64) as usize];
+            Some((
+                PodMatch::NamePrefix(format!("{owner}-")),
+                format!("of owner {owner}"),
+            ))
+        }
+    }
+
+    /// Deletes the owner `name` (of resource `resource`) as a user would, and applies it again
+    /// with the spec it had after `after_ms`, once the deleted one is gone (Hangar keeps it
+    /// while its busy runners finish their jobs).
+    async fn delete_and_reapply(
+        &self,
+        resource: ApiResource,
+        name: &'static str,
+        after_ms: u64,
+        pending: &mut JoinSet<anyhow::Result<()>>,
+    ) -> anyhow::Result<String> {
+        let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), NAMESPACE, &resource);
+        let kind = resource.kind.clone();
+        let Some(current) = api
+            .get_opt(name)
+            .await
+            .with_context(|| format!("reading {kind} {name}"))?
+        else {
+            return Ok(format!("skipped: {kind} {name} is gone"));
+        };
+        if current.metadata.deletion_timestamp.is_some() {
+            return Ok(format!("skipped: {kind} {name} is being deleted"));
+        }
+        let again = json!({
+            "apiVersion": resource.api_version,
+            "kind": kind,
+            "metadata": {"name": name},
+            "spec": current.data.get("spec").cloned().unwrap_or_default(),
+        });
+        api.delete(name, &DeleteParams::default())
+            .await
+            .with_context(|| format!("deleting {kind} {name}"))?;
+        let what = format!("{kind} {name}");
+        pending.spawn(async move {
+            tokio::time::sleep(Duration::from_millis(after_ms)).await;
+            let deadline = Instant::now() + REAPPLY_LIMIT;
+            while api.get_opt(name).await?.is_some() {
+                ensure!(
+                    Instant::now() < deadline,
+                    "deleted {what} still there after {REAPPLY_LIMIT:?}: its runners did not retire"
+                );
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            api.patch(
+                name,
+                &PatchParams::apply("chaos").force(),
+                &Patch::Apply(&again),
+            )
+            .await
+            .with_context(|| format!("applying {what} again"))?;
+            eprintln!("chaos: applied {what} again");
+            Ok(())
+        });
+        Ok(format!(
+            "deleted {kind} {name}; applying it again in {after_ms} ms"
+        ))
     }
 
     /// Runner pods in the namespace not being deleted (only those whose runner container
@@ -1607,6 +1843,10 @@ impl Replicas {
             .arg(format!(
                 "--leaked-registration-grace={}s",
                 SWEEP_GRACE.as_secs()
+            ))
+            .arg(format!(
+                "--registration-timeout={}s",
+                REGISTRATION_TIMEOUT.as_secs()
             ))
             .env("KUBECONFIG", &self.kubeconfig)
             .env("GITHUB_TOKEN", CONTROLLER_PAT)

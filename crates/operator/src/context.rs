@@ -53,6 +53,9 @@ pub struct Settings {
     /// `hangar.dev/retirement-timeout` annotation says otherwise (`--retirement-timeout`; see
     /// [`hangar_core::retirement`]).
     pub retirement_timeout: Duration,
+    /// How long a Ready runner pod may go without registering before it is replaced
+    /// (`--registration-timeout`; [`hangar_core::owner_sync::REGISTRATION_TIMEOUT`] by default).
+    pub registration_timeout: Duration,
     /// How often the leader lists the queued jobs of autoscalers that scale on webhooks alone
     /// and reserves runners for those whose delivery was lost (`--webhook-pull-interval`; see
     /// [`crate::pull`]); zero switches the pull off.
@@ -85,6 +88,7 @@ impl Default for Settings {
             leaked_registration_sweep: Duration::from_secs(10 * 60),
             leaked_registration_grace: Duration::from_secs(30 * 60),
             retirement_timeout: hangar_core::retirement::DEFAULT_TIMEOUT,
+            registration_timeout: hangar_core::owner_sync::REGISTRATION_TIMEOUT,
             webhook_pull_interval: crate::pull::DEFAULT_INTERVAL,
             watch_credential_secrets: true,
             github_registry: None,

@@ -257,6 +257,11 @@ struct RunArgs {
     /// `hangar.dev/retirement-timeout`.
     #[arg(long, default_value = "1h", value_parser = parse_duration)]
     retirement_timeout: Duration,
+    /// How long a Ready runner pod may go without registering with GitHub before it is
+    /// replaced (ARC's fixed 10 minutes); also how long the unregistration of such a pod waits
+    /// for it to register.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    registration_timeout: Duration,
     /// How often the leader lists the queued jobs of each autoscaler that scales on webhooks
     /// alone (a workflowJob trigger, no metrics, repository runners) and reserves runners for
     /// jobs whose delivery was lost; `0` switches the pull off. Cost per repository: 2 run
@@ -514,6 +519,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         leaked_registration_sweep: args.leaked_registration_sweep_interval,
         leaked_registration_grace: args.leaked_registration_grace,
         retirement_timeout: args.retirement_timeout,
+        registration_timeout: args.registration_timeout,
         webhook_pull_interval: args.webhook_pull_interval,
         watch_credential_secrets: args.watch_credential_secrets,
         github_registry: Some(registry),

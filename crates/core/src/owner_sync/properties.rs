@@ -94,6 +94,7 @@ prop_compose! {
             ephemeral,
             owners,
             now: t(now),
+            registration_timeout: REGISTRATION_TIMEOUT,
         }
     }
 }

@@ -54,6 +54,7 @@ fn input(desired: u32, owners: Vec<OwnerView>, now_min: u64) -> Input {
         ephemeral: true,
         owners,
         now: t(now_min),
+        registration_timeout: REGISTRATION_TIMEOUT,
     }
 }
 
@@ -420,6 +421,21 @@ fn registration_timeout_retires_and_does_not_count_as_running() {
     let plan = plan(&input(1, vec![stuck], 11));
     assert_eq!(plan.counts.registration_timed_out, 1);
     assert_eq!(plan.actions[0], Action::Create { count: 1 });
+    assert_eq!(
+        retired(&plan),
+        vec![("stuck".into(), RetireReason::RegistrationTimeout)]
+    );
+}
+
+#[test]
+fn a_shorter_registration_timeout_retires_sooner() {
+    let mut stuck = running("stuck", 0);
+    stuck.pods[0].registered = false; // Ready since minute 0, never got a runner ID
+    let mut short = input(1, vec![stuck], 2);
+    assert_eq!(plan(&short).counts.running, 1, "the default is 10 minutes");
+    short.registration_timeout = Duration::from_secs(60);
+    let plan = plan(&short);
+    assert_eq!(plan.counts.registration_timed_out, 1);
     assert_eq!(
         retired(&plan),
         vec![("stuck".into(), RetireReason::RegistrationTimeout)]

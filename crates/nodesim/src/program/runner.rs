@@ -79,7 +79,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 use url::Url;
 
 use super::spec::{ProgramSpec, SpecError};
-use super::{ContainerContext, ContainerIo, ContainerProgram, Exit};
+use super::{ContainerContext, ContainerIo, ContainerProgram, Exit, StartFailure};
 
 /// The runner container's name in ARC's pod shape.
 pub const RUNNER_CONTAINER: &str = "runner";
@@ -129,6 +129,8 @@ pub struct RunnerProgram {
     /// A GitHub credential (PAT) to mint remove tokens with when ghsim refuses the
     /// registration token for removal.
     remove_credential: Option<Secret>,
+    /// Faults switched on and off at run time (shared by every clone).
+    faults: RunnerFaults,
 }
 
 impl std::fmt::Debug for RunnerProgram {
@@ -142,6 +144,7 @@ impl std::fmt::Debug for RunnerProgram {
             .field("poll_wait", &self.poll_wait)
             .field("heartbeat", &self.heartbeat)
             .field("remove_credential", &self.remove_credential.is_some())
+            .field("faults", &self.faults)
             .finish()
     }
 }
@@ -165,7 +168,13 @@ impl RunnerProgram {
             poll_wait: Duration::from_secs(50),
             heartbeat: Duration::from_secs(30),
             remove_credential: None,
+            faults: RunnerFaults::default(),
         }
+    }
+
+    /// The run-time fault switches of this program and all its clones.
+    pub fn faults(&self) -> &RunnerFaults {
+        &self.faults
     }
 
     /// Sets the registration behaviour.
@@ -385,6 +394,19 @@ impl RunnerEnv {
 
 #[async_trait]
 impl ContainerProgram for RunnerProgram {
+    async fn prepare(&self, ctx: &ContainerContext) -> Result<(), StartFailure> {
+        // Only a new container pulls: a restarted one has its image already.
+        if ctx.restart_count == 0 && self.faults.applies(RunnerFault::ImagePull, ctx) {
+            let image = ctx.container.image.as_deref().unwrap_or_default();
+            return Err(StartFailure::image_pull(format!(
+                "rpc error: code = Unknown desc = failed to pull and unpack image \"{image}\": \
+                 failed to resolve reference \"{image}\": unexpected status from HEAD request: \
+                 503 Service Unavailable"
+            )));
+        }
+        Ok(())
+    }
+
     async fn run(&self, ctx: ContainerContext, io: ContainerIo) -> Exit {
         let env = match RunnerEnv::read(|name| ctx.env_var(name)) {
             Ok(env) => env,
@@ -396,8 +418,12 @@ impl ContainerProgram for RunnerProgram {
         let graceful_stop_timeout = env
             .graceful_stop_timeout
             .unwrap_or(self.graceful_stop_timeout);
+        // Decided when the container starts: a runner whose `config.sh` hangs stays stuck.
+        let never_registers = self.registration == Registration::Never
+            || self.faults.applies(RunnerFault::NeverRegisters, &ctx);
         let runner = Runner {
             program: self,
+            never_registers,
             pod: format!("{}/{}", ctx.namespace(), ctx.pod_name()),
             env,
             io: &io,
@@ -410,6 +436,8 @@ impl ContainerProgram for RunnerProgram {
 /// One run of the runner process.
 struct Runner<'a> {
     program: &'a RunnerProgram,
+    /// `config.sh` hangs ([`Registration::Never`] or [`RunnerFault::NeverRegisters`]).
+    never_registers: bool,
     pod: String,
     env: RunnerEnv,
     io: &'a ContainerIo,
@@ -512,7 +540,7 @@ impl Runner<'_> {
         let base = Url::parse(&self.env.github_url);
         for attempt in 1..=self.program.attempts {
             sleep(self.program.registration_delay).await;
-            if self.program.registration == Registration::Never {
+            if self.never_registers {
                 return pending().await;
             }
             let result = match &base {
@@ -716,3 +744,74 @@ pub(crate) fn factory(
 #[cfg(test)]
 #[path = "runner_tests.rs"]
 mod tests;
+
+/// A fault [`RunnerFaults`] switches on for some runner pods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunnerFault {
+    /// New runner containers fail to pull their image: `ErrImagePull`, then
+    /// `ImagePullBackOff`, retried with the kubelet's back-off until the fault is removed.
+    ImagePull,
+    /// Runner containers started meanwhile run but never register (`config.sh` hangs), as
+    /// [`Registration::Never`]; they stay stuck after the fault is removed.
+    NeverRegisters,
+}
+
+/// Which runner pods a [`RunnerFault`] applies to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PodMatch {
+    /// Pods on this node.
+    Node(String),
+    /// Pods whose name starts with this (an owner's pods: Hangar names them `<owner>-…`).
+    NamePrefix(String),
+}
+
+impl PodMatch {
+    fn matches(&self, ctx: &ContainerContext) -> bool {
+        match self {
+            PodMatch::Node(node) => ctx.node_name == *node,
+            PodMatch::NamePrefix(prefix) => ctx.pod_name().starts_with(prefix.as_str()),
+        }
+    }
+}
+
+/// Run-time fault switches of a [`RunnerProgram`]: each [`RunnerFaults::add`] holds until its
+/// [`RunnerFaults::remove`], so overlapping faults end independently. Cheap to clone; clones
+/// share the switches.
+#[derive(Clone, Debug, Default)]
+pub struct RunnerFaults(Arc<std::sync::Mutex<FaultTable>>);
+
+#[derive(Debug, Default)]
+struct FaultTable {
+    next: u64,
+    active: Vec<(u64, RunnerFault, PodMatch)>,
+}
+
+impl RunnerFaults {
+    /// Switches `fault` on for the pods `target` matches; returns the id to remove it with.
+    pub fn add(&self, fault: RunnerFault, target: PodMatch) -> u64 {
+        let mut table = self.0.lock().expect("runner faults");
+        table.next += 1;
+        let id = table.next;
+        table.active.push((id, fault, target));
+        id
+    }
+
+    /// Switches off the fault `id` returned by [`RunnerFaults::add`] (no-op if gone).
+    pub fn remove(&self, id: u64) {
+        self.0
+            .lock()
+            .expect("runner faults")
+            .active
+            .retain(|(i, _, _)| *i != id);
+    }
+
+    /// Whether `fault` is on for the container `ctx` runs in.
+    pub fn applies(&self, fault: RunnerFault, ctx: &ContainerContext) -> bool {
+        self.0
+            .lock()
+            .expect("runner faults")
+            .active
+            .iter()
+            .any(|(_, f, target)| *f == fault && target.matches(ctx))
+    }
+}

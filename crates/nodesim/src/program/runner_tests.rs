@@ -437,6 +437,76 @@ async fn a_never_registering_runner_keeps_running_and_slow_ones_take_their_delay
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_image_pull_fault_fails_new_matching_containers_until_removed() {
+    let gh = github().await;
+    let program = RunnerProgram::new();
+    let mut ctx = context(&repo_env(&gh, "pull-1", true));
+    ctx.container.image = Some("summerwind/actions-runner:latest".into());
+    let other_owner = program.faults().add(
+        RunnerFault::ImagePull,
+        PodMatch::NamePrefix("other-".into()),
+    );
+    assert_eq!(program.prepare(&ctx).await, Ok(()), "another owner's pods");
+    let id = program.faults().add(
+        RunnerFault::ImagePull,
+        PodMatch::NamePrefix("runner-".into()),
+    );
+    let failure = program.prepare(&ctx).await.unwrap_err();
+    assert_eq!(failure.reason, "ErrImagePull");
+    assert_eq!(failure.backoff_reason.as_deref(), Some("ImagePullBackOff"));
+    assert!(
+        failure
+            .message
+            .contains("failed to pull and unpack image \"summerwind/actions-runner:latest\""),
+        "{}",
+        failure.message
+    );
+    // A restarted container has its image: it does not pull again.
+    let restarted = ContainerContext {
+        restart_count: 1,
+        ..ctx.clone()
+    };
+    assert_eq!(program.prepare(&restarted).await, Ok(()));
+    // By node too, and clones of the program share the switches.
+    let on_node = ContainerContext {
+        node_name: "sim-3".into(),
+        ..ctx.clone()
+    };
+    program.faults().remove(id);
+    assert_eq!(program.prepare(&on_node).await, Ok(()), "the fault ended");
+    program
+        .clone()
+        .faults()
+        .add(RunnerFault::ImagePull, PodMatch::Node("sim-3".into()));
+    assert!(program.prepare(&on_node).await.is_err());
+    assert_eq!(program.prepare(&ctx).await, Ok(()), "not on that node");
+    program.faults().remove(other_owner);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_never_registers_fault_sticks_to_runners_started_meanwhile() {
+    let gh = github().await;
+    let program = RunnerProgram::new();
+    let id = program.faults().add(
+        RunnerFault::NeverRegisters,
+        PodMatch::NamePrefix("runner-".into()),
+    );
+    let (stuck, _control) = start(program.clone(), &repo_env(&gh, "stuck-1", true));
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(!stuck.is_finished(), "the container runs");
+    assert!(!registered(&gh, "stuck-1"));
+
+    program.faults().remove(id);
+    let (_fine, _control) = start(program.clone(), &repo_env(&gh, "fine-1", true));
+    until("a runner started after the fault registered", || {
+        registered(&gh, "fine-1")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert!(!registered(&gh, "stuck-1"), "a stuck runner stays stuck");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_jit_runner_needs_no_registration_call_and_takes_one_job() {
     let gh = github().await;
     let encoded = gh.sim.update(|w, now| {

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 /// The short sample `cargo xtask test` runs (`chaos --sample`): this seed, this many faults
 /// over this window draw every kind (a test below checks it).
-pub const SAMPLE_SEED: u64 = 17;
+pub const SAMPLE_SEED: u64 = 74453;
 pub const SAMPLE_FAULTS: usize = 50;
 pub const SAMPLE_WINDOW: Duration = Duration::from_secs(100);
 
@@ -58,6 +58,29 @@ pub enum Kind {
     /// A user applies a RunnerDeployment no controller can run (neither repository nor
     /// organization): Hangar must report it and carry on.
     InvalidSpec,
+    /// ghsim holds a share of REST requests past the client's 30 s timeout.
+    GithubTimeouts,
+    /// ghsim resets the TCP connection of a share of REST requests without an answer.
+    GithubResets,
+    /// ghsim answers a share of REST requests `401 Bad credentials`.
+    GithubBadCredentials,
+    /// ghsim answers a share of REST requests `404 Not Found`.
+    GithubNotFound,
+    /// The primary rate limit is exhausted for a window (403 or 429 with
+    /// `x-ratelimit-remaining: 0` and `x-ratelimit-reset` at the window's end).
+    GithubPrimaryLimit,
+    /// A share of deliveries is redelivered later (same `X-GitHub-Delivery`).
+    WebhookRedeliver,
+    /// New runner pods on a node, or of an owner, fail to pull their image for a window
+    /// (`ErrImagePull`, `ImagePullBackOff`), then pull.
+    ImagePullFailure,
+    /// Runner pods started on a node, or of an owner, during a window run but never register;
+    /// Hangar's registration timeout replaces them.
+    RunnerNeverRegisters,
+    /// A user deletes a RunnerDeployment mid-job and applies it again (same spec) later.
+    DeleteRunnerDeployment,
+    /// A user deletes the RunnerSet mid-job and applies it again (same spec) later.
+    DeleteRunnerSet,
     /// kube-apiserver is SIGKILLed or SIGTERMed and started again 1–8 s later (same port,
     /// certificates and etcd).
     ApiserverRestart,
@@ -71,7 +94,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in a fixed order (the order draws use).
-    pub const ALL: [Kind; 23] = [
+    pub const ALL: [Kind; 33] = [
         Kind::KillLeader,
         Kind::TermLeader,
         Kind::KillFollower,
@@ -91,6 +114,16 @@ impl Kind {
         Kind::DeleteRunner,
         Kind::InvalidSpec,
         Kind::GithubSlow,
+        Kind::GithubTimeouts,
+        Kind::GithubResets,
+        Kind::GithubBadCredentials,
+        Kind::GithubNotFound,
+        Kind::GithubPrimaryLimit,
+        Kind::WebhookRedeliver,
+        Kind::ImagePullFailure,
+        Kind::RunnerNeverRegisters,
+        Kind::DeleteRunnerDeployment,
+        Kind::DeleteRunnerSet,
         Kind::ApiserverRestart,
         Kind::WatchDisconnect,
         Kind::WatchGone,
@@ -119,6 +152,16 @@ impl Kind {
             Kind::DeleteRunner => "delete-runner",
             Kind::InvalidSpec => "invalid-spec",
             Kind::GithubSlow => "github-slow",
+            Kind::GithubTimeouts => "github-timeouts",
+            Kind::GithubResets => "github-resets",
+            Kind::GithubBadCredentials => "github-bad-credentials",
+            Kind::GithubNotFound => "github-not-found",
+            Kind::GithubPrimaryLimit => "github-primary-limit",
+            Kind::WebhookRedeliver => "webhook-redeliver",
+            Kind::ImagePullFailure => "image-pull-failure",
+            Kind::RunnerNeverRegisters => "runner-never-registers",
+            Kind::DeleteRunnerDeployment => "delete-runner-deployment",
+            Kind::DeleteRunnerSet => "delete-runner-set",
             Kind::ApiserverRestart => "apiserver-restart",
             Kind::WatchDisconnect => "watch-disconnect",
             Kind::WatchGone => "watch-gone",
@@ -218,6 +261,53 @@ pub enum Fault {
         max_latency_ms: u64,
         window_ms: u64,
     },
+    GithubTimeouts {
+        rate: f64,
+        window_ms: u64,
+    },
+    GithubResets {
+        rate: f64,
+        window_ms: u64,
+    },
+    GithubBadCredentials {
+        rate: f64,
+        window_ms: u64,
+    },
+    GithubNotFound {
+        rate: f64,
+        window_ms: u64,
+    },
+    /// `status` is 403 or 429, as GitHub sends either.
+    GithubPrimaryLimit {
+        status: u16,
+        window_ms: u64,
+    },
+    WebhookRedeliver {
+        rate: f64,
+        max_delay_ms: u64,
+        window_ms: u64,
+    },
+    /// `pick` modulo the live nodes (sorted by name) chooses the node if `by_node`, else
+    /// modulo the owners the owner.
+    ImagePullFailure {
+        by_node: bool,
+        pick: u64,
+        window_ms: u64,
+    },
+    /// As [`Fault::ImagePullFailure`].
+    RunnerNeverRegisters {
+        by_node: bool,
+        pick: u64,
+        window_ms: u64,
+    },
+    /// `owner` indexes the RunnerDeployments among the owners.
+    DeleteRunnerDeployment {
+        owner: u64,
+        reapply_after_ms: u64,
+    },
+    DeleteRunnerSet {
+        reapply_after_ms: u64,
+    },
     /// `kill`: SIGKILL, else SIGTERM.
     ApiserverRestart {
         down_ms: u64,
@@ -256,6 +346,16 @@ impl Fault {
             Fault::DeleteRunner { .. } => Kind::DeleteRunner,
             Fault::InvalidSpec => Kind::InvalidSpec,
             Fault::GithubSlow { .. } => Kind::GithubSlow,
+            Fault::GithubTimeouts { .. } => Kind::GithubTimeouts,
+            Fault::GithubResets { .. } => Kind::GithubResets,
+            Fault::GithubBadCredentials { .. } => Kind::GithubBadCredentials,
+            Fault::GithubNotFound { .. } => Kind::GithubNotFound,
+            Fault::GithubPrimaryLimit { .. } => Kind::GithubPrimaryLimit,
+            Fault::WebhookRedeliver { .. } => Kind::WebhookRedeliver,
+            Fault::ImagePullFailure { .. } => Kind::ImagePullFailure,
+            Fault::RunnerNeverRegisters { .. } => Kind::RunnerNeverRegisters,
+            Fault::DeleteRunnerDeployment { .. } => Kind::DeleteRunnerDeployment,
+            Fault::DeleteRunnerSet { .. } => Kind::DeleteRunnerSet,
             Fault::ApiserverRestart { .. } => Kind::ApiserverRestart,
             Fault::WatchDisconnect => Kind::WatchDisconnect,
             Fault::WatchGone { .. } => Kind::WatchGone,
@@ -276,6 +376,9 @@ pub struct Scheduled {
 }
 
 /// `count` faults of the `kinds` given (in any order; duplicates count once) spread uniformly
+/// over `window`, sorted by time. Process faults restart after 1–20 s, deleted owners are
+/// applied again after 1–20 s; GitHub and node fault windows last 2–20 s, so they overlap
+/// other faults but end well before the drain.
 /// over `window`, sorted by time. Process faults restart after 1–20 s (the apiserver after
 /// 1–8 s); GitHub and apiserver-proxy fault windows last 2–20 s, so they overlap other faults
 /// but end well before the drain.
@@ -342,6 +445,36 @@ fn draw(rng: &mut fastrand::Rng, kind: Kind) -> Fault {
         Kind::GithubSlow => Fault::GithubSlow {
             max_latency_ms: rng.u64(500..=5_000),
             window_ms,
+        },
+        Kind::GithubTimeouts => Fault::GithubTimeouts { rate, window_ms },
+        Kind::GithubResets => Fault::GithubResets { rate, window_ms },
+        Kind::GithubBadCredentials => Fault::GithubBadCredentials { rate, window_ms },
+        Kind::GithubNotFound => Fault::GithubNotFound { rate, window_ms },
+        Kind::GithubPrimaryLimit => Fault::GithubPrimaryLimit {
+            status: if rng.bool() { 403 } else { 429 },
+            window_ms,
+        },
+        Kind::WebhookRedeliver => Fault::WebhookRedeliver {
+            rate,
+            max_delay_ms: rng.u64(1_000..=10_000),
+            window_ms,
+        },
+        Kind::ImagePullFailure => Fault::ImagePullFailure {
+            by_node: rng.bool(),
+            pick: rng.u64(..),
+            window_ms,
+        },
+        Kind::RunnerNeverRegisters => Fault::RunnerNeverRegisters {
+            by_node: rng.bool(),
+            pick: rng.u64(..),
+            window_ms,
+        },
+        Kind::DeleteRunnerDeployment => Fault::DeleteRunnerDeployment {
+            owner: rng.u64(..),
+            reapply_after_ms: restart_after_ms,
+        },
+        Kind::DeleteRunnerSet => Fault::DeleteRunnerSet {
+            reapply_after_ms: restart_after_ms,
         },
         Kind::ApiserverRestart => Fault::ApiserverRestart {
             down_ms: rng.u64(1_000..=8_000),

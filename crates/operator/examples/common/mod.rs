@@ -11,7 +11,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::PostParams;
 use kube::{Api, Client};
-use nodesim::program::RunnerProgram;
+use nodesim::program::{RunnerFaults, RunnerProgram};
 use nodesim::{NodeSim, NodeSimConfig, NodeSimHandle, Timing};
 
 /// The controller's PAT in ghsim (accounting label `controller`).
@@ -31,6 +31,9 @@ pub struct World {
     pub github: ghsim::Running,
     /// Simulated nodes and runners.
     pub nodes: NodeSimHandle,
+    /// Run-time fault switches of the simulated runners (image pulls, registration).
+    #[allow(dead_code)] // only chaos injects runner faults
+    pub runner_faults: RunnerFaults,
 }
 
 impl World {
@@ -59,6 +62,8 @@ impl World {
             w.add_repo("octo", "app", true);
         });
         let github = ghsim::spawn(sim).await?;
+        let runner = RunnerProgram::new().with_remove_credential(RUNNER_PAT);
+        let runner_faults = runner.faults().clone();
         let nodes = NodeSim::start(
             client.clone(),
             NodeSimConfig::new("bench", nodes)
@@ -68,13 +73,14 @@ impl World {
                     lease_renew: std::time::Duration::from_secs(10),
                     ..Timing::fast()
                 })
-                .with_runner_program(RunnerProgram::new().with_remove_credential(RUNNER_PAT)),
+                .with_runner_program(runner),
         )
         .await?;
         Ok(Self {
             client,
             github,
             nodes,
+            runner_faults,
         })
     }
 }

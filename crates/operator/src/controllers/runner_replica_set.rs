@@ -162,6 +162,7 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         ephemeral,
         owners,
         now,
+        registration_timeout: ctx.settings.registration_timeout,
     };
     let plan = owner_sync::plan(&input);
     // The actions touch different Runners (at most one each), so they go out together: one at

@@ -608,6 +608,7 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
         ephemeral: set.spec.config.ephemeral.unwrap_or(true),
         owners,
         now,
+        registration_timeout: ctx.settings.registration_timeout,
     };
     let plan = owner_sync::plan(&input);
     for action in &plan.actions {
