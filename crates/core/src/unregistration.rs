@@ -46,6 +46,11 @@ pub struct PodState {
     pub ready_since: Option<SystemTime>,
     /// When the pod started (status.startTime).
     pub started: Option<SystemTime>,
+    /// The pod is bound to a node (`spec.nodeName`): its kubelet may have started the runner.
+    pub scheduled: bool,
+    /// When the pod was created: the registration window's start for a scheduled pod its
+    /// kubelet has not reported starting (on a lost node it never will).
+    pub created: Option<SystemTime>,
     /// `unregistration-complete-timestamp` is already set.
     pub unregistration_complete: bool,
     /// `runner-completion-wait-start-timestamp` is set: an ephemeral runner was found busy and we
@@ -62,7 +67,7 @@ pub struct PodState {
 pub enum Finished {
     /// It was already marked complete.
     AlreadyComplete,
-    /// The pod never ran, so its runner never registered.
+    /// The pod was never scheduled, so its runner never ran nor registered.
     NeverStarted,
     /// The pod stopped or outlived the registration window without a runner ID. If a runner did
     /// register under this name, it is offline now and GitHub removes offline ephemeral runners.
@@ -108,12 +113,14 @@ pub fn next_step(pod: &PodState, now: SystemTime) -> Step {
     }
     let stopped = pod.runner_stopped || matches!(pod.phase, PodPhase::Succeeded | PodPhase::Failed);
     let Some(runner_id) = pod.runner_id else {
-        if pod.phase == PodPhase::Pending {
-            // Never started: nothing registered. Releasing it at once also avoids a dead-lock on
-            // volumes that can only be provisioned once the pod is gone.
+        if pod.phase == PodPhase::Pending && !pod.scheduled {
+            // On no node, so nothing started and nothing registered. Releasing it at once also
+            // avoids a dead-lock on volumes that can only be provisioned once the pod is gone.
+            // (A scheduled pod that looks Pending may already run its runner: a kubelet reports
+            // container starts after the fact, so it waits below like a started pod.)
             return Step::Finish(Finished::NeverStarted);
         }
-        let window_start = pod.ready_since.or(pod.started);
+        let window_start = pod.ready_since.or(pod.started).or(pod.created);
         let in_window = window_start
             .is_none_or(|t| now.duration_since(t).unwrap_or_default() < pod.registration_timeout);
         if !stopped && in_window {
@@ -267,6 +274,8 @@ mod tests {
             runner_exited_cleanly: false,
             ready_since: Some(at(0)),
             started: Some(at(0)),
+            scheduled: true,
+            created: Some(at(0)),
             unregistration_complete: false,
             completion_wait_started: false,
             registration_timeout: REGISTRATION_TIMEOUT,
@@ -308,14 +317,47 @@ mod tests {
     }
 
     #[test]
-    fn pending_pod_without_id_is_released_at_once() {
+    fn an_unscheduled_pending_pod_is_released_at_once() {
         let pod = PodState {
             runner_id: None,
             phase: PodPhase::Pending,
+            scheduled: false,
             ready_since: None,
+            started: None,
             ..idle()
         };
         assert_eq!(next_step(&pod, at(1)), Step::Finish(Finished::NeverStarted));
+    }
+
+    /// A kubelet reports a container's start after the fact: a scheduled pod that looks
+    /// Pending may hold a runner that registers (and is handed a job) any moment now.
+    #[test]
+    fn a_scheduled_pending_pod_waits_for_its_runner_within_the_registration_window() {
+        for started in [None, Some(at(0))] {
+            let pod = PodState {
+                runner_id: None,
+                phase: PodPhase::Pending,
+                scheduled: true,
+                ready_since: None,
+                started,
+                created: Some(at(0)),
+                ..idle()
+            };
+            assert_eq!(
+                next_step(&pod, at(1)),
+                Step::WaitForRegistration {
+                    recheck_after: RETRY_DELAY
+                },
+                "{pod:?}"
+            );
+            // A pod its kubelet never started (a lost node) is released once the window
+            // counted from its creation has passed.
+            assert_eq!(
+                next_step(&pod, at(11)),
+                Step::Finish(Finished::NoRunnerId),
+                "{pod:?}"
+            );
+        }
     }
 
     #[test]

@@ -48,6 +48,9 @@ use crate::runner_directory::Lookup;
 
 /// How long a deleting pod may linger before it is force-deleted (ARC: 1 minute).
 pub const FORCE_DELETE_AFTER: Duration = Duration::from_secs(60);
+/// When a pod changed between the view a decision was made on and its write: the change's own
+/// watch event normally brings the pod back sooner.
+const CHANGED_RECHECK: Duration = Duration::from_secs(1);
 
 /// Runs the controller until the stream ends.
 pub async fn run(ctx: Arc<Context>, pods: Triggers<Pod>) {
@@ -62,6 +65,17 @@ pub async fn run(ctx: Arc<Context>, pods: Triggers<Pod>) {
 }
 
 async fn annotate(pod: &Pod, ctx: &Context, pairs: &[(&str, Option<String>)]) -> Result<(), Error> {
+    annotate_version(pod, ctx, pairs, None).await.map(drop)
+}
+
+/// [`annotate`], applied only if the pod is still at `resource_version` when given: `Ok(false)`
+/// when it changed meanwhile (409), so the caller decides again on what the pod is now.
+async fn annotate_version(
+    pod: &Pod,
+    ctx: &Context,
+    pairs: &[(&str, Option<String>)],
+    resource_version: Option<String>,
+) -> Result<bool, Error> {
     let mut map = serde_json::Map::new();
     for (k, v) in pairs {
         map.insert(
@@ -70,18 +84,26 @@ async fn annotate(pod: &Pod, ctx: &Context, pairs: &[(&str, Option<String>)]) ->
                 .map_or(serde_json::Value::Null, serde_json::Value::String),
         );
     }
-    let patch = serde_json::json!({ "metadata": { "annotations": map } });
-    Api::<Pod>::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default())
+    let mut patch = serde_json::json!({ "metadata": { "annotations": map } });
+    if let Some(version) = resource_version {
+        // A merge patch that names a resourceVersion is applied only at that version.
+        patch["metadata"]["resourceVersion"] = serde_json::Value::String(version);
+    }
+    match Api::<Pod>::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default())
         .patch(
             &pod.name_any(),
             &PatchParams::default(),
             &Patch::Merge(&patch),
         )
         .await
-        .map(drop)
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
         // A pod gone meanwhile needs no annotation: whatever it recorded is moot.
-        .or_else(ignore_not_found)
-        .map_err(kube_err("annotate pod", object_name(pod)))
+        Err(e) => ignore_not_found(e)
+            .map(|()| true)
+            .map_err(kube_err("annotate pod", object_name(pod))),
+    }
 }
 
 async fn set_finalizers(pod: &Pod, ctx: &Context, finalizers: Vec<String>) -> Result<(), Error> {
@@ -269,7 +291,8 @@ async fn unregister(
     // registered with its configuration; left alone, it would stay on GitHub (offline). A
     // scheduled pod may look Pending in the cache while its runner has just registered
     // (kubelet reports container starts with a delay), so it is looked up in a list taken from
-    // now on: released unregistered, it could be handed a job and then killed.
+    // now on, and waited for while not listed (`unregistration::next_step`): released
+    // unregistered, it could be handed a job and then killed.
     // A stopped runner is released whatever its ID (it can take no job), so a finished
     // ephemeral runner that never had its ID looked up costs no list.
     let scheduled = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
@@ -297,6 +320,12 @@ async fn unregister(
             .status
             .as_ref()
             .and_then(|s| s.start_time.as_ref())
+            .map(super::k8s_time),
+        scheduled,
+        created: pod
+            .metadata
+            .creation_timestamp
+            .as_ref()
             .map(super::k8s_time),
         unregistration_complete: annotation(pod, ann::UNREGISTRATION_COMPLETE_TIMESTAMP).is_some(),
         completion_wait_started: annotation(pod, ann::RUNNER_COMPLETION_WAIT_START_TIMESTAMP)
@@ -454,7 +483,14 @@ async fn unregister(
     if pod.metadata.deletion_timestamp.is_none() {
         let mut pairs = vec![(ann::UNREGISTRATION_COMPLETE_TIMESTAMP, Some(rfc3339(now)))];
         pairs.extend(start);
-        annotate(pod, ctx, &pairs).await?;
+        // "Never scheduled" is a claim about the pod as this (cached) view saw it: recorded only
+        // if the pod is still that version, so a pod bound and started since is decided again.
+        let version = matches!(finished, Finished::NeverStarted)
+            .then(|| pod.resource_version())
+            .flatten();
+        if !annotate_version(pod, ctx, &pairs, version).await? {
+            return Ok(Some(CHANGED_RECHECK));
+        }
     }
     Ok(None)
 }

@@ -150,8 +150,12 @@ async fn no_credential_reaches_logs_events_or_status() {
         hangar::webhook_server::WebhookConfig::new(Some(Secret::new(WEBHOOK_SECRET)), false)
             .expect("a secret is configured");
     let (h, hook_url) = Harness::start_with_webhook("secrets", uncached(), |_| {}, config).await;
-    let nodes = h.start_nodes("e2e", "secrets").await;
-    let e = E2e { h, nodes };
+    let (nodes, runner_faults) = h.start_nodes_with_faults("e2e", "secrets").await;
+    let e = E2e {
+        h,
+        nodes,
+        runner_faults,
+    };
     e.h.sim.update(|w, _| w.add_pat(POOL_PAT, "pool"));
     e.h.sim.add_hook(ghsim::webhooks::NewHook {
         url: hook_url,

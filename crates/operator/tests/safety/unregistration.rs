@@ -1,4 +1,5 @@
 //! Point 2: GitHub's 403 and 404 on runner removal are verified, never assumed to mean "gone".
+//! And a pod is released unasked only when it cannot have started a runner.
 //!
 //! A credential that lost its permission answers every DELETE with 403; a runner ID annotated
 //! on a pod may be stale, and DELETE of a stale ID answers 404 while the runner of that pod is
@@ -9,6 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
+use nodesim::program::{PodMatch, RunnerFault};
 
 use crate::support::e2e::{Deployment, E2e, WAIT, eventually};
 
@@ -156,6 +158,64 @@ async fn a_404_for_a_stale_runner_id_is_checked_by_name_before_the_pod_goes() {
         e.h.interrupted(),
         0,
         "a 404 for a stale ID interrupted a job"
+    );
+    e.shutdown().await;
+}
+
+/// Whether `pod` is bound to a node whose kubelet reports its image cannot be pulled.
+fn scheduled_waiting_for_its_image(pod: &Pod) -> bool {
+    let scheduled = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+    let waiting = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.state.as_ref()?.waiting.as_ref()?.reason.as_deref())
+        .any(|reason| matches!(reason, "ErrImagePull" | "ImagePullBackOff"));
+    scheduled && waiting
+}
+
+/// A kubelet reports a container's start after the fact, so a scheduled pod that looks Pending
+/// may hold a runner that registers, and is handed a job, any moment: scaled down, it waits for
+/// GitHub's word on its runner like any started pod (found by chaos: a pod released as "never
+/// started" from a Pending view ran a job when it was deleted).
+#[tokio::test]
+async fn a_scheduled_pod_that_looks_pending_waits_for_its_runner_before_it_goes() {
+    let e = E2e::start("safety-pending").await;
+    let pulls_fail = e.runner_faults.add(
+        RunnerFault::ImagePull,
+        PodMatch::NamePrefix("pending-".into()),
+    );
+    let rd = Deployment::new("pending", 1, "pending");
+    e.apply(&rd);
+    let pod = eventually(
+        &e,
+        "a scheduled pod waiting for its image",
+        WAIT,
+        || async {
+            e.pods()
+                .await
+                .into_iter()
+                .find(scheduled_waiting_for_its_image)
+                .map(|p| p.name_any())
+        },
+    )
+    .await;
+    let jobs = e.submit(1, "pending", Duration::from_secs(6), false);
+    e.apply(&rd.clone().replicas(0));
+    hold(&e, &pod, Duration::from_secs(5)).await;
+
+    // The image pulls at the next attempt: the runner starts, registers and may take the job
+    // before its unregistration reaches GitHub, which then refuses (busy) until the job ends.
+    e.runner_faults.remove(pulls_fail);
+    e.wait_all_gone_without_killing_busy_runners("scale-down to finish")
+        .await;
+    assert_eq!(
+        e.h.interrupted(),
+        0,
+        "a pod released as never started interrupted a job: {:?}",
+        e.jobs(&jobs)
     );
     e.shutdown().await;
 }

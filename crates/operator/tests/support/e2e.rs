@@ -20,6 +20,8 @@ pub const WAIT: Duration = Duration::from_secs(45);
 pub struct E2e {
     pub h: Harness,
     pub nodes: NodeSimHandle,
+    /// Switches the nodes' runner faults on and off.
+    pub runner_faults: nodesim::program::RunnerFaults,
 }
 
 impl E2e {
@@ -34,8 +36,12 @@ impl E2e {
     ) -> Self {
         super::init_tracing();
         let h = Harness::start_configured(prefix, super::uncached(), configure).await;
-        let nodes = h.start_nodes("e2e", prefix).await;
-        Self { h, nodes }
+        let (nodes, runner_faults) = h.start_nodes_with_faults("e2e", prefix).await;
+        Self {
+            h,
+            nodes,
+            runner_faults,
+        }
     }
 
     /// Applies RunnerDeployment `rd`, placed on this test's nodes.

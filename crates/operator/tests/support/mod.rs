@@ -14,7 +14,7 @@ use hangar::context::Settings;
 use hangar_github::{ClientOptions, ClientRegistry, Credentials, Endpoint, GitHubApi, Secret};
 use hangar_testkit::{TestCluster, TestNamespace, crds};
 use kube::api::ListParams;
-use nodesim::program::RunnerProgram;
+use nodesim::program::{RunnerFaults, RunnerProgram};
 use nodesim::{NodeSim, NodeSimConfig, NodeSimHandle, Timing};
 
 pub mod e2e;
@@ -228,6 +228,16 @@ impl Harness {
     /// Without it a runner stopped outside the controllers' unregistration (e.g. a pod released
     /// as never started that did start) would stay registered.
     pub async fn start_nodes(&self, kind: &str, prefix: &str) -> NodeSimHandle {
+        self.start_nodes_with_faults(kind, prefix).await.0
+    }
+
+    /// [`Harness::start_nodes`], with the switches of the runner faults (image pulls that fail,
+    /// runners that never register) of its runner program.
+    pub async fn start_nodes_with_faults(
+        &self,
+        kind: &str,
+        prefix: &str,
+    ) -> (NodeSimHandle, RunnerFaults) {
         let pool = format!(
             "{kind}-{prefix}-{}-{}",
             std::process::id(),
@@ -236,10 +246,12 @@ impl Harness {
         self.sim
             .update(|w, _| w.add_pat(RUNNER_PAT, "nodesim-runner"));
         let runner = RunnerProgram::new().with_remove_credential(RUNNER_PAT);
+        let faults = runner.faults().clone();
         let config = NodeSimConfig::new(pool, 2)
             .with_timing(Timing::fast())
             .with_runner_program(runner);
-        NodeSim::start(self.client.clone(), config).await.unwrap()
+        let nodes = NodeSim::start(self.client.clone(), config).await.unwrap();
+        (nodes, faults)
     }
 
     /// Names of the runners online on GitHub.
