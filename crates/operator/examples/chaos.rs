@@ -101,9 +101,11 @@ struct Args {
     /// Fault kinds to draw from, comma-separated (default: all).
     #[arg(long, value_delimiter = ',')]
     kinds: Vec<String>,
-    /// The short sample `cargo xtask test` runs: seed, fault count and window fixed
-    /// (`schedule::SAMPLE_*`, every kind drawn), owners [`SAMPLE_OWNERS`] unless `--owners`.
-    #[arg(long, conflicts_with_all = ["seed", "faults", "duration", "fault_interval"])]
+    /// The short sample `cargo xtask test` runs: fault count and window fixed
+    /// (`schedule::SAMPLE_*`), owners [`SAMPLE_OWNERS`] unless `--owners`, one run per seed:
+    /// `schedule::SAMPLE_SEED` (every kind drawn), then `schedule::REGRESSION_SEEDS` — or only
+    /// `--seed`. Results go to `target/chaos/sample-<seed>.json` unless `--out`.
+    #[arg(long, conflicts_with_all = ["faults", "duration", "fault_interval"])]
     sample: bool,
     /// Print the schedule and stop.
     #[arg(long)]
@@ -201,15 +203,38 @@ fn parse_owners(given: &[String]) -> anyhow::Result<Vec<&'static str>> {
 async fn main() -> anyhow::Result<()> {
     common::init_tracing();
     let mut args = Args::parse();
-    if args.sample {
-        args.seed = Some(schedule::SAMPLE_SEED);
+    let seeds: Vec<u64> = if args.sample {
         args.faults = schedule::SAMPLE_FAULTS;
         args.duration = Some(schedule::SAMPLE_WINDOW.as_secs());
         if args.owners.is_empty() {
             args.owners = SAMPLE_OWNERS.map(str::to_owned).to_vec();
         }
+        match args.seed {
+            Some(seed) => vec![seed],
+            None => std::iter::once(schedule::SAMPLE_SEED)
+                .chain(schedule::REGRESSION_SEEDS.iter().map(|(seed, _)| *seed))
+                .collect(),
+        }
+    } else {
+        vec![args.seed.unwrap_or_else(|| fastrand::u64(..))]
+    };
+    let mut failed = Vec::new();
+    for seed in seeds {
+        if let Err(e) = run_seed(&args, seed).await {
+            eprintln!("chaos: seed {seed} failed: {e:#}");
+            failed.push(seed);
+        }
     }
-    let seed = args.seed.unwrap_or_else(|| fastrand::u64(..));
+    ensure!(
+        failed.is_empty(),
+        "violations or errors with seeds {failed:?}"
+    );
+    Ok(())
+}
+
+/// One run: the schedule `seed` draws, on a private stack; the results written; an error if
+/// any invariant was violated.
+async fn run_seed(args: &Args, seed: u64) -> anyhow::Result<()> {
     // First line, so a run cut short can still be replayed.
     println!("chaos: seed {seed}");
     let kinds: Vec<Kind> = if args.kinds.is_empty() {
@@ -222,12 +247,12 @@ async fn main() -> anyhow::Result<()> {
     };
     ensure!(args.rate > 0.0, "--rate must be positive");
     let owners = parse_owners(&args.owners)?;
-    let window = fault_window(&args)?;
+    let window = fault_window(args)?;
     let plan = schedule::schedule(seed, args.faults, window, &kinds);
     println!(
         "chaos: {} faults over {window:?}; replay with `{}`",
         plan.len(),
-        replay(seed, &args)
+        replay(seed, args)
     );
     for s in &plan {
         println!(
@@ -256,7 +281,7 @@ async fn main() -> anyhow::Result<()> {
         window,
         owners: &owners,
         plan: &plan,
-        args: &args,
+        args,
         hangar: &hangar,
         logs: &logs,
     };
@@ -265,10 +290,11 @@ async fn main() -> anyhow::Result<()> {
     let observed = observed?;
 
     let report = report(&run, observed, started.elapsed());
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("bench/results/chaos-{seed}.json")));
+    let out = match (&args.out, args.sample) {
+        (Some(out), _) => out.clone(),
+        (None, true) => PathBuf::from(format!("target/chaos/sample-{seed}.json")),
+        (None, false) => PathBuf::from(format!("bench/results/chaos-{seed}.json")),
+    };
     let out = common::write_results(&root, &out, &report)?;
     println!("{}", summary(&report));
     println!("wrote {}; logs in {}", out.display(), logs.display());
