@@ -1754,20 +1754,41 @@ impl Injector<'_> {
         pending.spawn(async move {
             tokio::time::sleep(Duration::from_millis(after_ms)).await;
             let deadline = Instant::now() + REAPPLY_LIMIT;
-            while api.get_opt(name).await?.is_some() {
+            // The apiserver may be down meanwhile (an `apiserver-restart`): errors are retried
+            // until the deadline, like the wait for the owner's runners to retire.
+            loop {
+                let gone = match api.get_opt(name).await {
+                    Ok(found) => found.is_none(),
+                    Err(e) => {
+                        ensure!(
+                            Instant::now() < deadline,
+                            "reading {what} for {REAPPLY_LIMIT:?}: {e}"
+                        );
+                        false
+                    }
+                };
+                if gone {
+                    let applied = api
+                        .patch(
+                            name,
+                            &PatchParams::apply("chaos").force(),
+                            &Patch::Apply(&again),
+                        )
+                        .await;
+                    match applied {
+                        Ok(_) => break,
+                        Err(e) if Instant::now() >= deadline => {
+                            return Err(e).with_context(|| format!("applying {what} again"));
+                        }
+                        Err(_) => {}
+                    }
+                }
                 ensure!(
                     Instant::now() < deadline,
                     "deleted {what} still there after {REAPPLY_LIMIT:?}: its runners did not retire"
                 );
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
-            api.patch(
-                name,
-                &PatchParams::apply("chaos").force(),
-                &Patch::Apply(&again),
-            )
-            .await
-            .with_context(|| format!("applying {what} again"))?;
             eprintln!("chaos: applied {what} again");
             Ok(())
         });

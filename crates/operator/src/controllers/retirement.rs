@@ -21,6 +21,7 @@ use hangar_core::owner_sync::PodPhase;
 use hangar_core::retirement::RunnerPod;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use tracing::warn;
 
@@ -105,14 +106,15 @@ pub fn holds(obj: &impl ResourceExt, finalizer: &str) -> bool {
 }
 
 /// Adds `finalizer` to a live `obj`, or removes it (`present: false`), in one merge patch
-/// conditional on the `resourceVersion` read. A conflict is no failure: the change that caused
-/// it reconciles the object again, with a fresher copy.
+/// conditional on the `resourceVersion` read. A conflict (the object changed since it was read)
+/// is no failure: `Ok(false)`; a finalizer not added is added by the next reconcile, and a
+/// removal is retried through [`released`].
 pub async fn set_finalizer<K>(
     api: &Api<K>,
     obj: &K,
     finalizer: &str,
     present: bool,
-) -> Result<(), Error>
+) -> Result<bool, Error>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -135,13 +137,28 @@ where
         &Patch::Merge(&patch),
     )
     .await
-    .map(drop)
-    .or_else(ignore_not_found)
+    .map(|_| true)
+    .or_else(|e| ignore_not_found(e).map(|()| true))
     .or_else(|e| match e {
-        kube::Error::Api(ref s) if s.code == 409 => Ok(()),
+        kube::Error::Api(ref s) if s.code == 409 => Ok(false),
         e => Err(e),
     })
     .map_err(kube_err("update retirement finalizer of", object_name(obj)))
+}
+
+/// How soon an object whose finalizer write met a conflict is decided again.
+pub const CONFLICT_RECHECK: Duration = Duration::from_secs(1);
+
+/// What a reconcile returns after removing its finalizer ([`set_finalizer`]'s answer): once it
+/// is gone nothing is left to do; after a conflict (the object changed since it was read) the
+/// object is decided again soon, whether or not a watch event for the change arrives — the
+/// only event left to come might be lost to a watch that restarted.
+pub fn released(written: bool) -> Action {
+    if written {
+        Action::await_change()
+    } else {
+        Action::requeue(CONFLICT_RECHECK)
+    }
 }
 
 /// Deletes the children `names` (each then retires by its own finalizer).

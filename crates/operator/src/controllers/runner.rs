@@ -464,8 +464,8 @@ async fn retire(
             delete_pod().await?;
         }
     }
-    retirement::set_finalizer(&api, runner, finalizer::RUNNER, false).await?;
-    Ok(Action::await_change())
+    let written = retirement::set_finalizer(&api, runner, finalizer::RUNNER, false).await?;
+    Ok(retirement::released(written))
 }
 
 /// How long after its runner finished a Runner whose pod is gone is left to its set to delete,

@@ -341,8 +341,9 @@ async fn retire(
             ));
         }
     }
-    retirement::set_finalizer(deployments, rd, finalizer::RETIRE_RUNNERS, false).await?;
-    Ok(Action::await_change())
+    let written =
+        retirement::set_finalizer(deployments, rd, finalizer::RETIRE_RUNNERS, false).await?;
+    Ok(retirement::released(written))
 }
 
 /// A deployment's conditions, from its counts, its newest set's conditions and how many older

@@ -228,14 +228,14 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         let left: Vec<String> = runners.iter().map(|r| r.name_any()).collect();
         match retirement::step(set.as_ref(), since, left.len(), &ctx) {
             hangar_core::retirement::Step::Release => {
-                retirement::set_finalizer(
+                let written = retirement::set_finalizer(
                     &sets_api,
                     set.as_ref(),
                     finalizer::RETIRE_RUNNERS,
                     false,
                 )
                 .await?;
-                return Ok(Action::await_change());
+                return Ok(retirement::released(written));
             }
             hangar_core::retirement::Step::Force => {
                 let timeout = retirement::timeout(set.as_ref(), &ctx);
@@ -248,14 +248,14 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
                 );
                 let runners_api: Api<Runner> = Api::namespaced(ctx.client.clone(), &ns);
                 retirement::force_children(&runners_api, &ns, &left).await?;
-                retirement::set_finalizer(
+                let written = retirement::set_finalizer(
                     &sets_api,
                     set.as_ref(),
                     finalizer::RETIRE_RUNNERS,
                     false,
                 )
                 .await?;
-                return Ok(Action::await_change());
+                return Ok(retirement::released(written));
             }
             hangar_core::retirement::Step::Wait { force_at } => {
                 retiring = Some((

@@ -628,14 +628,14 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
         let left: Vec<String> = owned.iter().map(|s| s.name_any()).collect();
         match retirement::step(set.as_ref(), since, left.len(), ctx) {
             hangar_core::retirement::Step::Release => {
-                retirement::set_finalizer(
+                let written = retirement::set_finalizer(
                     &sets_api,
                     set.as_ref(),
                     finalizer::RETIRE_RUNNERS,
                     false,
                 )
                 .await?;
-                return Ok(Action::await_change());
+                return Ok(retirement::released(written));
             }
             hangar_core::retirement::Step::Force => {
                 let timeout = retirement::timeout(set.as_ref(), ctx);
@@ -653,14 +653,14 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
                 }
                 let sts_api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &ns);
                 retirement::force_children(&sts_api, &ns, &left).await?;
-                retirement::set_finalizer(
+                let written = retirement::set_finalizer(
                     &sets_api,
                     set.as_ref(),
                     finalizer::RETIRE_RUNNERS,
                     false,
                 )
                 .await?;
-                return Ok(Action::await_change());
+                return Ok(retirement::released(written));
             }
             hangar_core::retirement::Step::Wait { force_at } => {
                 retiring = Some((
