@@ -318,6 +318,57 @@ async fn run_seed(args: &Args, seed: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The ghsim setting a windowed GitHub fault switches on, its value, the calm value it goes
+/// back to, and for how long; `None` for other faults.
+fn github_setting(
+    fault: &Fault,
+) -> Option<(&'static str, serde_json::Value, serde_json::Value, u64)> {
+    let rate =
+        |field, rate: &f64, window_ms: &u64| Some((field, json!(rate), json!(0.0), *window_ms));
+    match fault {
+        Fault::GithubServerErrors { rate: r, window_ms } => rate("server_error_rate", r, window_ms),
+        Fault::GithubSecondaryLimits { rate: r, window_ms } => {
+            rate("secondary_limit_rate", r, window_ms)
+        }
+        Fault::WebhookDrop { rate: r, window_ms } => rate("webhook_drop_rate", r, window_ms),
+        Fault::WebhookDuplicate { rate: r, window_ms } => {
+            rate("webhook_duplicate_rate", r, window_ms)
+        }
+        Fault::WebhookReorder { rate: r, window_ms } => rate("webhook_reorder_rate", r, window_ms),
+        Fault::GithubTimeouts { rate: r, window_ms } => rate("timeout_rate", r, window_ms),
+        Fault::GithubResets { rate: r, window_ms } => rate("reset_rate", r, window_ms),
+        Fault::GithubBadCredentials { rate: r, window_ms } => {
+            rate("bad_credentials_rate", r, window_ms)
+        }
+        Fault::GithubNotFound { rate: r, window_ms } => rate("not_found_rate", r, window_ms),
+        Fault::GithubForbidDeleteRunner { window_ms } => Some((
+            "forbidden_endpoints",
+            json!(["DELETE /actions/runners/{runner_id}"]),
+            json!([]),
+            *window_ms,
+        )),
+        Fault::GithubSlow {
+            max_latency_ms,
+            window_ms,
+        } => Some((
+            "rest_max_latency_ms",
+            json!(max_latency_ms),
+            json!(0),
+            *window_ms,
+        )),
+        Fault::WebhookDelay {
+            max_delay_ms,
+            window_ms,
+        } => Some((
+            "webhook_max_delay_ms",
+            json!(max_delay_ms),
+            json!(0),
+            *window_ms,
+        )),
+        _ => None,
+    }
+}
+
 /// The fault window: `--duration`, else `--faults` × `--fault-interval` (at least 60 s), to the
 /// millisecond (the schedule is drawn in milliseconds of it).
 fn fault_window(args: &Args) -> anyhow::Result<Duration> {
@@ -1286,116 +1337,24 @@ impl Injector<'_> {
                 };
                 self.stop_and_restart(follower, false, *restart_after_ms, pending)
             }
-            Fault::GithubServerErrors { rate, window_ms } => {
-                self.github_window(
-                    "server_error_rate",
-                    json!(rate),
-                    json!(0.0),
-                    *window_ms,
-                    pending,
-                )
-                .await
-            }
-            Fault::GithubSecondaryLimits { rate, window_ms } => {
-                self.github_window(
-                    "secondary_limit_rate",
-                    json!(rate),
-                    json!(0.0),
-                    *window_ms,
-                    pending,
-                )
-                .await
-            }
-            Fault::GithubForbidDeleteRunner { window_ms } => {
-                self.github_window(
-                    "forbidden_endpoints",
-                    json!(["DELETE /actions/runners/{runner_id}"]),
-                    json!([]),
-                    *window_ms,
-                    pending,
-                )
-                .await
-            }
-            Fault::WebhookDrop { rate, window_ms } => {
-                self.github_window(
-                    "webhook_drop_rate",
-                    json!(rate),
-                    json!(0.0),
-                    *window_ms,
-                    pending,
-                )
-                .await
-            }
-            Fault::WebhookDuplicate { rate, window_ms } => {
-                self.github_window(
-                    "webhook_duplicate_rate",
-                    json!(rate),
-                    json!(0.0),
-                    *window_ms,
-                    pending,
-                )
-                .await
-            }
-            Fault::WebhookReorder { rate, window_ms } => {
-                self.github_window(
-                    "webhook_reorder_rate",
-                    json!(rate),
-                    json!(0.0),
-                    *window_ms,
-                    pending,
-                )
-                .await
-            }
-            Fault::GithubSlow {
-                max_latency_ms,
-                window_ms,
-            } => {
-                self.github_window(
-                    "rest_max_latency_ms",
-                    json!(max_latency_ms),
-                    json!(0),
-                    *window_ms,
-                    pending,
-                )
-                .await
-            }
-            Fault::WebhookDelay {
-                max_delay_ms,
-                window_ms,
-            } => {
-                self.github_window(
-                    "webhook_max_delay_ms",
-                    json!(max_delay_ms),
-                    json!(0),
-                    *window_ms,
-                    pending,
-                )
-                .await
-            }
-            Fault::GithubTimeouts { rate, window_ms } => {
-                self.github_window("timeout_rate", json!(rate), json!(0.0), *window_ms, pending)
-                    .await
-            }
-            Fault::GithubResets { rate, window_ms } => {
-                self.github_window("reset_rate", json!(rate), json!(0.0), *window_ms, pending)
-                    .await
-            }
-            Fault::GithubBadCredentials { rate, window_ms } => {
-                self.github_window(
-                    "bad_credentials_rate",
-                    json!(rate),
-                    json!(0.0),
-                    *window_ms,
-                    pending,
-                )
-                .await
-            }
-            Fault::GithubNotFound { rate, window_ms } => {
-                self.github_window(
-                    "not_found_rate",
-                    json!(rate),
-                    json!(0.0),
-                    *window_ms,
+            Fault::GithubServerErrors { .. }
+            | Fault::GithubSecondaryLimits { .. }
+            | Fault::GithubForbidDeleteRunner { .. }
+            | Fault::WebhookDrop { .. }
+            | Fault::WebhookDuplicate { .. }
+            | Fault::WebhookReorder { .. }
+            | Fault::GithubSlow { .. }
+            | Fault::WebhookDelay { .. }
+            | Fault::GithubTimeouts { .. }
+            | Fault::GithubResets { .. }
+            | Fault::GithubBadCredentials { .. }
+            | Fault::GithubNotFound { .. } => {
+                let (field, on, off, window_ms) =
+                    github_setting(&s.fault).context("a windowed GitHub fault")?;
+                self.github_patch_window(
+                    json!({field: on}),
+                    json!({field: off}),
+                    window_ms,
                     pending,
                 )
                 .await
@@ -1650,19 +1609,6 @@ impl Injector<'_> {
         });
         let signal = if term { "SIGTERM" } else { "SIGKILL" };
         Ok(format!("{signal} {name}, restart in {restart_after_ms} ms"))
-    }
-
-    /// Sets ghsim's fault `field` to `on` now and back to `off` after `window_ms`.
-    async fn github_window(
-        &self,
-        field: &'static str,
-        on: serde_json::Value,
-        off: serde_json::Value,
-        window_ms: u64,
-        pending: &mut JoinSet<anyhow::Result<()>>,
-    ) -> anyhow::Result<String> {
-        self.github_patch_window(json!({field: on}), json!({field: off}), window_ms, pending)
-            .await
     }
 
     /// Merges the fault fields of `on` into ghsim's now and those of `off` after `window_ms`.
