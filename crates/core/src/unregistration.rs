@@ -42,6 +42,9 @@ pub struct PodState {
     /// its job has removed its own registration. A run that ended any other way (killed when
     /// its pod was deleted, crashed, OOM-killed) may have left its registration behind.
     pub runner_exited_cleanly: bool,
+    /// The runner is ephemeral: only an ephemeral runner removes its own registration when it
+    /// exits cleanly; a persistent one stays registered (offline) until it is removed.
+    pub ephemeral: bool,
     /// When the pod last became Ready, if it is Ready.
     pub ready_since: Option<SystemTime>,
     /// When the pod started (status.startTime).
@@ -72,8 +75,8 @@ pub enum Finished {
     /// The pod stopped or outlived the registration window without a runner ID. If a runner did
     /// register under this name, it is offline now and GitHub removes offline ephemeral runners.
     NoRunnerId,
-    /// The runner process stopped for good (no run of its pod can register again, see
-    /// [`crate::runner_container`]); an ephemeral runner removes itself when it exits.
+    /// An ephemeral runner stopped for good after a clean exit (no run of its pod can register
+    /// again, see [`crate::runner_container`]): it removed its own registration.
     RunnerStopped,
     /// GitHub removed the runner (204), or said it has no such runner (404) and a list taken
     /// after that call has no runner of the pod's name either.
@@ -129,14 +132,15 @@ pub fn next_step(pod: &PodState, now: SystemTime) -> Step {
                 recheck_after: RETRY_DELAY,
             };
         }
-        if stopped && !pod.runner_exited_cleanly {
-            // Killed or crashed after it may have registered, before its ID was recorded.
+        if stopped && !(pod.runner_exited_cleanly && pod.ephemeral) {
+            // Killed or crashed after it may have registered, before its ID was recorded, or a
+            // persistent runner that stays registered when it exits.
             return Step::RemoveLeftover { runner_id: None };
         }
         return Step::Finish(Finished::NoRunnerId);
     };
     if stopped {
-        if pod.runner_exited_cleanly {
+        if pod.runner_exited_cleanly && pod.ephemeral {
             return Step::Finish(Finished::RunnerStopped);
         }
         return Step::RemoveLeftover {
@@ -272,6 +276,7 @@ mod tests {
             phase: PodPhase::Running,
             runner_stopped: false,
             runner_exited_cleanly: false,
+            ephemeral: true,
             ready_since: Some(at(0)),
             started: Some(at(0)),
             scheduled: true,
@@ -406,6 +411,32 @@ mod tests {
             ..idle()
         };
         assert_eq!(next_step(&pod, at(1)), Step::Finish(Finished::NoRunnerId));
+    }
+
+    /// A persistent runner that exits 0 is still registered (offline): its registration is
+    /// removed once, as a killed runner's is.
+    #[test]
+    fn a_persistent_runner_that_exited_cleanly_has_its_registration_removed() {
+        let pod = PodState {
+            runner_stopped: true,
+            runner_exited_cleanly: true,
+            ephemeral: false,
+            ..idle()
+        };
+        assert_eq!(
+            next_step(&pod, at(1)),
+            Step::RemoveLeftover {
+                runner_id: Some(42)
+            }
+        );
+        let unlisted = PodState {
+            runner_id: None,
+            ..pod
+        };
+        assert_eq!(
+            next_step(&unlisted, at(1)),
+            Step::RemoveLeftover { runner_id: None }
+        );
     }
 
     #[test]

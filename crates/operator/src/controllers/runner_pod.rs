@@ -315,6 +315,7 @@ async fn unregister(
         phase: pod_phase(pod),
         runner_stopped: runner_stopped(pod),
         runner_exited_cleanly: super::runner_exited_cleanly(pod),
+        ephemeral: pod_is_ephemeral(pod),
         ready_since: ready_since(pod),
         started: pod
             .status
