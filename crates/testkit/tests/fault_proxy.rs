@@ -141,13 +141,7 @@ async fn a_watch_through_the_proxy_streams_and_ends_on_disconnect_watches() {
     let ns = TestNamespace::create(cluster, "proxy-watch").await;
     let (proxy, client, rewritten) = through_proxy("watch").await;
     let via: Api<ConfigMap> = ns.api(client);
-    let rv = via
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let rv = list_version(&via).await;
     let stream = via
         .watch(&WatchParams::default().timeout(120), &rv)
         .await
@@ -185,13 +179,7 @@ async fn a_watch_with_a_resource_version_gets_410_expired_in_the_gone_window() {
     let ns = TestNamespace::create(cluster, "proxy-gone").await;
     let (proxy, client, rewritten) = through_proxy("gone").await;
     let via: Api<ConfigMap> = ns.api(client);
-    let rv = via
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let rv = list_version(&via).await;
     proxy.faults().set_watch_gone(true);
     let mut stream = via
         .watch(&WatchParams::default().timeout(30), &rv)
@@ -274,4 +262,14 @@ async fn the_apiserver_restarts_on_the_same_port_with_the_same_data() {
     assert!(running.iter().all(|(_, alive)| *alive), "{running:?}");
     ControlPlane::stop(&dir).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The resourceVersion of a list of `api`'s objects, to watch from.
+async fn list_version(api: &Api<ConfigMap>) -> String {
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap()
 }
