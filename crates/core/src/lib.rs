@@ -10,6 +10,7 @@
 //!   owner chain (Runner, or StatefulSet and RunnerSet) grants, never what the pod says.
 //! - [`autoscaler`]: the HorizontalRunnerAutoscaler's replica math, metrics, schedules, capacity
 //!   reservations and webhook rules (matching, dedup, batching).
+//! - [`clock`]: the [`Clock`] trait through which IO code reads `now` for the decisions here.
 //! - [`leader`]: Lease-based leader election — acquire, renew, follow, and when a leader must
 //!   stop acting.
 //! - [`owner_sync`]: how many runner-pod owners (Runners or StatefulSets) to create or retire,
@@ -32,6 +33,7 @@
 
 pub mod authority;
 pub mod autoscaler;
+pub mod clock;
 pub mod leader;
 pub mod owner_sync;
 pub mod placeholder;
@@ -43,4 +45,5 @@ pub mod template_hash;
 pub mod unregistration;
 pub mod volumes;
 
+pub use clock::Clock;
 pub use scope::{RunnerScope, ScopeError};

@@ -89,7 +89,7 @@ impl Default for Settings {
             leaked_registration_grace: Duration::from_secs(30 * 60),
             retirement_timeout: hangar_core::retirement::DEFAULT_TIMEOUT,
             registration_timeout: hangar_core::owner_sync::REGISTRATION_TIMEOUT,
-            webhook_pull_interval: crate::pull::DEFAULT_INTERVAL,
+            webhook_pull_interval: hangar_core::autoscaler::pull::DEFAULT_INTERVAL,
             watch_credential_secrets: true,
             github_registry: None,
             exporter: None,
@@ -113,10 +113,7 @@ pub struct Stores {
 }
 
 /// The clock; tests may substitute a fixed one.
-pub trait Clock: Send + Sync {
-    /// The current time.
-    fn now(&self) -> SystemTime;
-}
+pub use hangar_core::clock::Clock;
 
 /// The system clock.
 #[derive(Debug, Default)]

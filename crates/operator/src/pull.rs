@@ -25,7 +25,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use hangar_api::HorizontalRunnerAutoscaler;
 use hangar_core::RunnerScope;
@@ -54,8 +54,8 @@ pub enum PullError {
     Write(WriteError),
 }
 
-/// Default interval between two passes.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5 * 60);
+/// Default interval between two passes (a pure setting, so it lives with the pull rules).
+pub use hangar_core::autoscaler::pull::DEFAULT_INTERVAL;
 
 /// Runs a pass at once (deliveries may have been lost while no leader ran) and then one
 /// starting every `ctx.settings.webhook_pull_interval`, counted start to start so that the

@@ -21,13 +21,17 @@
 //! again against the list as re-read at write time: a webhook that reserved the job meanwhile
 //! makes the pull's `+1` a duplicate, and the reverse.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use super::reservations::{JobKey, JobOp, Reservation, ScaleOp};
 use super::webhook::{JobOrigin, TargetCandidate, select_target};
 
 /// The `deliveryID` recorded on reservations the pull made.
 pub const PULL_DELIVERY: &str = "pull";
+
+/// Default interval between two pull passes: a lost delivery waits at most this long before a
+/// pass notices its job, at 24 run lists an hour per repository (mostly 304s).
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5 * 60);
 
 /// A queued job as GitHub's jobs listing shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
