@@ -1,0 +1,25 @@
+//! The machinery every part of the Hangar operator shares — controllers, admission webhooks
+//! and the GitHub webhook server — and that holds no controller's state.
+//!
+//! Contract: this crate depends on `hangar-core`, `hangar-api` and `hangar-github` only, never
+//! on the parts built on it, so what it offers can be used by each of them without an import
+//! cycle. Decisions belong in `hangar-core`; what is here observes, applies or serves.
+//!
+//! - [`runner_pod`]: the pod a Runner gets — ARC's pod shape, built by a pure function.
+//! - [`authority`]: the GitHub scope and credentials a runner pod may use, from its owner chain.
+//! - [`error`]: how reconcilers fail, and per-object back-off.
+//! - [`metrics`]: Prometheus metrics and the health endpoints; [`kube_client`]: the Kubernetes
+//!   client whose every request is counted by status code.
+//! - [`credentials`]: per-resource GitHub credentials; [`conditions`]: status conditions;
+//!   [`events`]: Kubernetes Events, coalesced per set.
+//! - [`serve`]: how the operator's HTTP servers serve: connection cap, timeouts, body limit.
+
+pub mod authority;
+pub mod conditions;
+pub mod credentials;
+pub mod error;
+pub mod events;
+pub mod kube_client;
+pub mod metrics;
+pub mod runner_pod;
+pub mod serve;
