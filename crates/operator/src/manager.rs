@@ -3,7 +3,7 @@
 //!
 //! One watch per kind (pods filtered to runner pods by the `actions-runner` label) fills a
 //! store that reconcilers read instead of listing, and feeds every controller that reacts to
-//! the kind ([`shared_store`]): the apiserver sends each change to this process once, not once
+//! the kind ([`hangar_runtime::watch::shared_store`]): the apiserver sends each change to this process once, not once
 //! per controller. (kube-runtime's own shared streams do not pass deletions on, which the
 //! controllers need.)
 //!
@@ -17,99 +17,21 @@
 
 use std::sync::Arc;
 
-use futures::{FutureExt as _, StreamExt};
+use futures::FutureExt as _;
 use hangar_api::{
     HorizontalRunnerAutoscaler, Runner, RunnerDeployment, RunnerReplicaSet, RunnerSet, label,
 };
 use hangar_github::GitHubApi;
 use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
+use kube::Client;
+use kube::runtime::watcher;
 use tracing::{error, info};
+
+use hangar_runtime::watch::{api, shared_store, spawn_store};
 
 use crate::context::{Clock, Context, Settings, Stores, SystemClock};
 use crate::controllers;
 use crate::webhook_server::{WebhookConfig, WebhookServer, WebhookStores};
-
-pub(crate) fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
-/// What a kind needs to be watched into a store.
-pub(crate) trait Watched:
-    kube::Resource<DynamicType = ()>
-    + Clone
-    + std::fmt::Debug
-    + serde::de::DeserializeOwned
-    + Send
-    + Sync
-    + 'static
-{
-}
-
-impl<K> Watched for K where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static
-{
-}
-
-/// A store filled by its own watch, for a kind no controller is triggered by.
-pub(crate) fn spawn_store<K>(api: Api<K>, config: watcher::Config) -> Store<K>
-where
-    K: Watched,
-{
-    shared_store::<K, 0>(api, config).0
-}
-
-/// A controller's trigger stream: the objects of a kind that one shared watch saw change
-/// (created, modified, deleted, or listed when the watch (re)starts).
-pub(crate) type Triggers<K> = futures::stream::BoxStream<'static, Result<K, watcher::Error>>;
-
-/// One watch of a kind feeding a store and `N` trigger streams, all subscribed
-/// before the watch starts so that none misses the initial list. A trigger stream is
-/// unbounded: a kube-runtime `Controller` drains its triggers into its own queue at once
-/// (deduplicated per object), and a bound would let one controller that is not yet running
-/// stall the store every controller waits on.
-pub(crate) fn shared_store<K, const N: usize>(
-    api: Api<K>,
-    config: watcher::Config,
-) -> (Store<K>, [Triggers<K>; N])
-where
-    K: Watched,
-{
-    let (reader, writer) = reflector::store();
-    let mut senders = Vec::with_capacity(N);
-    let triggers = std::array::from_fn(|_| {
-        let (tx, rx) = futures::channel::mpsc::unbounded::<K>();
-        senders.push(tx);
-        rx.map(Ok).boxed()
-    });
-    let stream = reflector::reflector(writer, watcher(api, config))
-        .default_backoff()
-        .touched_objects();
-    tokio::spawn(stream.for_each(move |touched| {
-        if let Ok(object) = touched {
-            for tx in &senders {
-                // A closed channel is a controller that ended: nothing to tell it.
-                let _ = tx.unbounded_send(object.clone());
-            }
-        }
-        async {}
-    }));
-    (reader, triggers)
-}
 
 /// Runs every controller until they end (they do not, short of a panic).
 pub async fn run(

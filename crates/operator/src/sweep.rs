@@ -163,10 +163,11 @@ impl Sweeper {
                 &rd.spec.template.spec.config,
             )
         }));
-        let sets = crate::manager::api::<RunnerSet>(&self.ctx.client, self.namespace.as_deref())
-            .list(&ListParams::default())
-            .await
-            .map_err(kube_err("list RunnerSets", self.namespace_name()))?;
+        let sets =
+            hangar_runtime::watch::api::<RunnerSet>(&self.ctx.client, self.namespace.as_deref())
+                .list(&ListParams::default())
+                .await
+                .map_err(kube_err("list RunnerSets", self.namespace_name()))?;
         owners.extend(
             sets.items
                 .iter()
@@ -229,7 +230,7 @@ impl Sweeper {
                 .map(|rd| placeholder::placeholder_name(rd)),
         );
         let stateful_sets =
-            crate::manager::api::<StatefulSet>(&self.ctx.client, self.namespace.as_deref())
+            hangar_runtime::watch::api::<StatefulSet>(&self.ctx.client, self.namespace.as_deref())
                 .list_metadata(&ListParams::default().labels(label::RUNNERSET_NAME))
                 .await
                 .map_err(kube_err("list StatefulSets", self.namespace_name()))?;

@@ -876,7 +876,7 @@ pub async fn run_standalone(
     metrics: Option<Arc<crate::metrics::Metrics>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use crate::manager::{api, spawn_store};
+    use hangar_runtime::watch::{api, spawn_store};
     use kube::runtime::watcher::Config;
     let ns = namespace.as_deref();
     let stores = WebhookStores {

@@ -13,6 +13,7 @@
 //! - [`credentials`]: per-resource GitHub credentials; [`conditions`]: status conditions;
 //!   [`events`]: Kubernetes Events, coalesced per set.
 //! - [`serve`]: how the operator's HTTP servers serve: connection cap, timeouts, body limit.
+//! - [`watch`]: one watch per kind feeding a store and the controllers it triggers.
 
 pub mod authority;
 pub mod conditions;
@@ -23,3 +24,4 @@ pub mod kube_client;
 pub mod metrics;
 pub mod runner_pod;
 pub mod serve;
+pub mod watch;

@@ -63,7 +63,7 @@ use super::{github_scope, k8s_time, object_name, rfc3339, wait_until_stored};
 use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
 use crate::error::{Error, Retry, github_err, kube_err};
-use crate::manager::Triggers;
+use hangar_runtime::watch::Triggers;
 
 /// Field manager for what this controller writes.
 pub const MANAGER: &str = "hangar-hra";

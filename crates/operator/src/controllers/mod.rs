@@ -290,63 +290,7 @@ pub fn pod_view_with(pod: &Pod, credential_spent: bool) -> PodView {
     }
 }
 
-/// How long a reconcile waits for objects it created to reach a store.
-const STORE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Waits (up to [`STORE_WAIT`]) until `store` holds `names` in `ns` — objects this reconcile
-/// just created. Reconciles are triggered by the controllers' own watches, not the stores'
-/// (see [`crate::manager`]); one that ran before the store caught up would take the objects
-/// for missing and create them again. Reconciles of one object never overlap, so waiting at
-/// the end of the one that created them is enough.
-pub async fn wait_until_stored<K>(
-    store: &kube::runtime::reflector::Store<K>,
-    ns: &str,
-    names: &[String],
-) where
-    K: kube::Resource<DynamicType = ()> + Clone + 'static,
-{
-    wait_for_store(store, ns, names, "created", |o| o.is_some()).await;
-}
-
-/// [`wait_until_stored`] for objects this reconcile just deleted: waits until `store` shows
-/// each of `names` deleting or gone, so the next reconcile does not delete them again.
-pub async fn wait_until_deleting<K>(
-    store: &kube::runtime::reflector::Store<K>,
-    ns: &str,
-    names: &[String],
-) where
-    K: kube::Resource<DynamicType = ()> + Clone + 'static,
-{
-    wait_for_store(store, ns, names, "deleted", |o| {
-        o.is_none_or(|o| o.meta().deletion_timestamp.is_some())
-    })
-    .await;
-}
-
-async fn wait_for_store<K>(
-    store: &kube::runtime::reflector::Store<K>,
-    ns: &str,
-    names: &[String],
-    what: &str,
-    cached: impl Fn(Option<&K>) -> bool,
-) where
-    K: kube::Resource<DynamicType = ()> + Clone + 'static,
-{
-    use kube::runtime::reflector::ObjectRef;
-    let deadline = tokio::time::Instant::now() + STORE_WAIT;
-    let all_cached = || {
-        names
-            .iter()
-            .all(|n| cached(store.get(&ObjectRef::<K>::new(n).within(ns)).as_deref()))
-    };
-    while !all_cached() {
-        if tokio::time::Instant::now() >= deadline {
-            tracing::warn!(namespace = ns, objects = ?names, what, "objects not yet so in the cache");
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-}
+pub use hangar_runtime::watch::{wait_until_deleting, wait_until_stored};
 
 /// `reconcile`, with its duration and failures recorded as `controller`'s in the metrics.
 pub fn instrumented<K, E, F, Fut>(

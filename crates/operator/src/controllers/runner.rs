@@ -54,8 +54,8 @@ use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
 use crate::credentials::GitHubClients;
 use crate::error::{Error, ignore_not_found, kube_err};
-use crate::manager::Triggers;
 use crate::runner_pod;
+use hangar_runtime::watch::Triggers;
 
 /// Field manager for everything this controller writes.
 pub const MANAGER: &str = "hangar-runner";

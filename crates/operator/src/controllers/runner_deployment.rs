@@ -35,7 +35,7 @@ use super::{object_name, retirement};
 use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
 use crate::error::{Error, ignore_not_found, kube_err};
-use crate::manager::Triggers;
+use hangar_runtime::watch::Triggers;
 
 /// Field manager for RunnerReplicaSets.
 pub const MANAGER: &str = "hangar-runnerdeployment";

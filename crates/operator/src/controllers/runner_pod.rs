@@ -43,8 +43,8 @@ use super::{
 };
 use crate::context::Context;
 use crate::error::{Error, github_err, ignore_not_found, kube_err};
-use crate::manager::Triggers;
 use crate::runner_directory::Lookup;
+use hangar_runtime::watch::Triggers;
 
 /// How long a deleting pod may linger before it is force-deleted (ARC: 1 minute).
 pub const FORCE_DELETE_AFTER: Duration = Duration::from_secs(60);

@@ -37,7 +37,7 @@ use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
 use crate::error::{Error, ignore_not_found, kube_err};
 use crate::events::RunnerCount;
-use crate::manager::Triggers;
+use hangar_runtime::watch::Triggers;
 
 /// Runs the controller until the stream ends.
 pub async fn run(

@@ -89,8 +89,8 @@ use crate::conditions::{self, Desired};
 use crate::context::Context;
 use crate::credentials::GitHubClients;
 use crate::error::{Error, ignore_not_found, kube_err};
-use crate::manager::Triggers;
 use crate::runner_pod::{self, PodDefaults};
+use hangar_runtime::watch::Triggers;
 
 /// How RunnerSet pods get their registration credential (see the module documentation).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -178,13 +178,14 @@ impl std::fmt::Debug for RunnerSetContext {
 /// stores need not know about them.
 pub async fn run(ctx: Arc<Context>, sets: Api<RunnerSet>, pods: Triggers<Pod>) {
     let ns = sets.namespace().map(str::to_owned);
-    let sts_api: Api<StatefulSet> = crate::manager::api(&ctx.client, ns.as_deref());
-    let pvc_api: Api<PersistentVolumeClaim> = crate::manager::api(&ctx.client, ns.as_deref());
+    let sts_api: Api<StatefulSet> = hangar_runtime::watch::api(&ctx.client, ns.as_deref());
+    let pvc_api: Api<PersistentVolumeClaim> =
+        hangar_runtime::watch::api(&ctx.client, ns.as_deref());
     let pv_api: Api<PersistentVolume> = Api::all(ctx.client.clone());
     let by_label = || watcher::Config::default().labels(label::RUNNERSET_NAME);
     let released = || watcher::Config::default().labels(label::PENDING_CLEANUP);
     // One watch each, feeding both the store and the controller's triggers.
-    use crate::manager::shared_store;
+    use hangar_runtime::watch::shared_store;
     let (stateful_sets, [sts_changes]) = shared_store(sts_api, by_label());
     let (claims, [claim_changes]) = shared_store(pvc_api, by_label());
     let (pvs, [pv_changes]) = shared_store(pv_api, released());
