@@ -15,6 +15,8 @@ use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
 
+use hangar_runtime::registration::mode::RunnerSetRegistration;
+
 use crate::credentials::{GitHubClients, LookupError};
 use crate::error::{Backoff, Error};
 use crate::runner_pod::PodDefaults;
@@ -28,8 +30,8 @@ pub struct Settings {
     pub jit: bool,
     /// How RunnerSet pods get their registration credential: from the pod admission webhook
     /// when this process serves it (`hangar run --admission-addr`), else from a Secret per
-    /// StatefulSet (see [`crate::controllers::runner_set::RunnerSetRegistration`]).
-    pub runner_set_registration: crate::controllers::runner_set::RunnerSetRegistration,
+    /// StatefulSet (see [`RunnerSetRegistration`]).
+    pub runner_set_registration: RunnerSetRegistration,
     /// Safety-net requeue interval for healthy objects.
     pub sync_period: Duration,
     /// The least time between two lists of a scope's runners while runner pods wait to be seen

@@ -12,6 +12,7 @@
 //!   client whose every request is counted by status code.
 //! - [`credentials`]: per-resource GitHub credentials; [`conditions`]: status conditions;
 //!   [`events`]: Kubernetes Events, coalesced per set.
+//! - [`registration`]: how runner pods get their registration credential, and its names.
 //! - [`serve`]: how the operator's HTTP servers serve: connection cap, timeouts, body limit.
 //! - [`watch`]: one watch per kind feeding a store and the controllers it triggers.
 
@@ -22,6 +23,7 @@ pub mod error;
 pub mod events;
 pub mod kube_client;
 pub mod metrics;
+pub mod registration;
 pub mod runner_pod;
 pub mod serve;
 pub mod watch;

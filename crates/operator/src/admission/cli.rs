@@ -10,9 +10,9 @@ use super::configurations::{
 };
 use super::{Admission, AdmissionConfig};
 use crate::context::SystemClock;
-use crate::controllers::runner_set::RunnerSetRegistration;
 use crate::credentials::GitHubClients;
 use crate::serve::Limits;
+use hangar_runtime::registration::mode::RunnerSetRegistration;
 
 /// Admission webhook flags (flattened into `hangar run`).
 #[derive(Debug, Clone, clap::Args)]

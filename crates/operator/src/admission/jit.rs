@@ -22,8 +22,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use super::pod::PodProblem;
-use crate::controllers::runner_set::{JIT, REGISTRATION_ANNOTATION};
 use crate::runner_pod::RUNNER_CONTAINER;
+use hangar_runtime::registration::mode::{JIT, REGISTRATION_ANNOTATION};
 
 /// How many times one admission asks GitHub for a configuration (a conflict, then again).
 pub const MAX_GENERATE_ATTEMPTS: u32 = 3;

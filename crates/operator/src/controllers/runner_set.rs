@@ -92,57 +92,9 @@ use crate::error::{Error, ignore_not_found, kube_err};
 use crate::runner_pod::{self, PodDefaults};
 use hangar_runtime::watch::Triggers;
 
-/// How RunnerSet pods get their registration credential (see the module documentation).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum RunnerSetRegistration {
-    /// The controller creates a Secret per StatefulSet (`<statefulset>-registration`): the
-    /// fallback when this process does not serve the pod admission webhook.
-    #[default]
-    StatefulSetSecret,
-    /// The pod admission webhook served by this process injects the credential, the runner
-    /// name and `restartPolicy: Never` into each pod (`hangar run --admission-addr`).
-    PodWebhook,
-}
-
-/// The annotation (on a RunnerSet or its pod template; on the pods in webhook mode) that makes
-/// its runners register with JIT configurations, value [`JIT`].
-pub const REGISTRATION_ANNOTATION: &str = "hangar.dev/registration";
-
-/// The value of [`REGISTRATION_ANNOTATION`] selecting JIT configurations.
-pub const JIT: &str = "jit";
-
-/// Where a StatefulSet's pod gets its registration credential from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PodCredential {
-    /// The StatefulSet's own registration Secret, written by the controller.
-    Secret {
-        /// The Secret's name.
-        name: String,
-        /// It holds a JIT configuration (else a registration token).
-        jit: bool,
-        /// The runner a JIT configuration was generated for.
-        runner_id: Option<u64>,
-    },
-    /// The pod admission webhook; `jit` asks it for a JIT configuration per pod.
-    Webhook {
-        /// Register with a JIT configuration (else a registration token).
-        jit: bool,
-    },
-}
-
-impl PodCredential {
-    /// The credential of a new StatefulSet `stateful_set` in `mode`.
-    pub fn for_mode(mode: RunnerSetRegistration, stateful_set: &str, jit: bool) -> Self {
-        match mode {
-            RunnerSetRegistration::StatefulSetSecret => Self::Secret {
-                name: registration_secret_name(stateful_set),
-                jit,
-                runner_id: None,
-            },
-            RunnerSetRegistration::PodWebhook => Self::Webhook { jit },
-        }
-    }
-}
+pub use hangar_runtime::registration::mode::{
+    JIT, PodCredential, REGISTRATION_ANNOTATION, RunnerSetRegistration,
+};
 
 /// Field manager for what this controller applies.
 pub const MANAGER: &str = "hangar-runnerset";
@@ -278,9 +230,7 @@ pub fn uses_jit(set: &RunnerSet, controller_jit: bool) -> bool {
 }
 
 /// The name of a StatefulSet's registration Secret.
-pub fn registration_secret_name(stateful_set: &str) -> String {
-    format!("{stateful_set}-registration")
-}
+pub use hangar_runtime::registration::names::registration_secret_name;
 
 /// The name of the only pod of a StatefulSet of one replica.
 pub fn pod_name(stateful_set: &str) -> String {

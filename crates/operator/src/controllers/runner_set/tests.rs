@@ -445,41 +445,6 @@ fn a_pod_deleted_by_someone_else_stands_for_its_replacement() {
 }
 
 #[test]
-fn the_mode_decides_where_the_credential_comes_from() {
-    use RunnerSetRegistration::*;
-    let cases = [
-        (
-            StatefulSetSecret,
-            false,
-            PodCredential::Secret {
-                name: "x-abc-registration".into(),
-                jit: false,
-                runner_id: None,
-            },
-        ),
-        (
-            StatefulSetSecret,
-            true,
-            PodCredential::Secret {
-                name: "x-abc-registration".into(),
-                jit: true,
-                runner_id: None,
-            },
-        ),
-        (PodWebhook, false, PodCredential::Webhook { jit: false }),
-        (PodWebhook, true, PodCredential::Webhook { jit: true }),
-    ];
-    for (mode, jit, want) in cases {
-        assert_eq!(
-            PodCredential::for_mode(mode, "x-abc", jit),
-            want,
-            "{mode:?} {jit}"
-        );
-    }
-    assert_eq!(RunnerSetRegistration::default(), StatefulSetSecret);
-}
-
-#[test]
 fn with_the_pod_webhook_the_template_asks_for_injection_and_names_no_credential() {
     let set = seed_example();
     for jit in [false, true] {
