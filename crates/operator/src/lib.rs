@@ -3,7 +3,6 @@
 //!
 //! - [`controllers`]: the reconcilers (Runner, runner pods, RunnerReplicaSet, RunnerDeployment).
 //! - [`manager`]: reflectors and controllers in one process.
-//! - [`context`]: what reconcilers share.
 //! - [`leader`]: Lease-based leader election among controller replicas.
 //! - [`webhook_server`]: GitHub `workflow_job` deliveries → capacity reservations on autoscalers;
 //!   [`pull`]: the leader's recovery of deliveries that were lost, by listing queued jobs;
@@ -12,13 +11,13 @@
 //! - [`admission`]: admission webhooks (RunnerSet pod token injection, validation) with
 //!   self-managed certificates.
 //!
-//! Re-exported from `hangar-runtime`, the machinery these share: [`runner_pod`] (the pod a
+//! Re-exported from `hangar-runtime`, the machinery these share: [`context`] (what every
+//! reconciler shares, and its [`clock`]), [`runner_pod`] (the pod a
 //! Runner gets), [`authority`] (scope and credentials from the owner chain), [`error`],
 //! [`metrics`], [`kube_client`], [`credentials`], [`conditions`], [`events`] and [`serve`] (how
 //! the three HTTP servers serve).
 
 pub mod admission;
-pub mod context;
 pub mod controllers;
 pub mod leader;
 pub mod manager;
@@ -31,5 +30,6 @@ pub mod webhook_server;
 // The shared machinery lives in `hangar-runtime`; these keep `hangar::…` and `crate::…`
 // paths valid for the operator, its tests and examples.
 pub use hangar_runtime::{
-    authority, conditions, credentials, error, events, kube_client, metrics, runner_pod, serve,
+    authority, clock, conditions, context, credentials, error, events, kube_client, metrics,
+    runner_pod, serve,
 };

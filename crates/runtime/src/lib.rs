@@ -5,6 +5,7 @@
 //! on the parts built on it, so what it offers can be used by each of them without an import
 //! cycle. Decisions belong in `hangar-core`; what is here observes, applies or serves.
 //!
+//! - [`context`]: what every reconciler shares; [`clock`]: where it reads `now` from.
 //! - [`runner_pod`]: the pod a Runner gets — ARC's pod shape, built by a pure function.
 //! - [`authority`]: the GitHub scope and credentials a runner pod may use, from its owner chain.
 //! - [`error`]: how reconcilers fail, and per-object back-off.
@@ -17,7 +18,9 @@
 //! - [`watch`]: one watch per kind feeding a store and the controllers it triggers.
 
 pub mod authority;
+pub mod clock;
 pub mod conditions;
+pub mod context;
 pub mod credentials;
 pub mod error;
 pub mod events;

@@ -292,22 +292,27 @@ pub fn pod_view_with(pod: &Pod, credential_spent: bool) -> PodView {
 
 pub use hangar_runtime::watch::{wait_until_deleting, wait_until_stored};
 
-/// `reconcile`, with its duration and failures recorded as `controller`'s in the metrics.
-pub fn instrumented<K, E, F, Fut>(
+/// `reconcile`, with its duration and failures recorded as `controller`'s in the metrics. The
+/// controller's state `S` is the [`Context`](crate::context::Context) or a state of its own
+/// that holds one.
+pub fn instrumented<K, S, E, F, Fut>(
     controller: &'static str,
     mut reconcile: F,
 ) -> impl FnMut(
     std::sync::Arc<K>,
-    std::sync::Arc<crate::context::Context>,
+    std::sync::Arc<S>,
 ) -> futures::future::BoxFuture<'static, Result<kube::runtime::controller::Action, E>>
 where
-    F: FnMut(std::sync::Arc<K>, std::sync::Arc<crate::context::Context>) -> Fut,
+    S: AsRef<crate::context::Context>,
+    F: FnMut(std::sync::Arc<K>, std::sync::Arc<S>) -> Fut,
     Fut:
         std::future::Future<Output = Result<kube::runtime::controller::Action, E>> + Send + 'static,
 {
-    move |object, ctx| {
-        let metrics = ctx.metrics.clone();
-        let run = reconcile(object, ctx);
+    move |object, state| {
+        let metrics = AsRef::<crate::context::Context>::as_ref(&*state)
+            .metrics
+            .clone();
+        let run = reconcile(object, state);
         Box::pin(async move {
             let started = std::time::Instant::now();
             let result = run.await;

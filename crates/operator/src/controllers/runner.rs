@@ -83,9 +83,15 @@ pub async fn run(
     .touched_objects();
     let mapper_ctx = ctx.clone();
     let controller = Controller::for_stream(runners, ctx.stores.runners.clone()).owns_stream(pods);
+    let watch_secrets = ctx.settings.watch_credential_secrets;
+    let state = Arc::new(RunnerState {
+        ctx,
+        finished: FinishedRunners::default(),
+        tokens: registration::SharedTokens::default(),
+    });
     // Without the watch (no right to list Secrets), the GET in `client_for` notices a changed
     // Secret once its RECHECK_AFTER has passed, and a missing one is retried by error_policy.
-    let controller = if ctx.settings.watch_credential_secrets {
+    let controller = if watch_secrets {
         controller.watches_stream(secret_changes, move |secret: PartialObjectMeta<Secret>| {
             runners_using_secret(&mapper_ctx, &secret)
         })
@@ -93,7 +99,11 @@ pub async fn run(
         controller
     };
     controller
-        .run(super::instrumented("runner", reconcile), error_policy, ctx)
+        .run(
+            super::instrumented("runner", reconcile),
+            error_policy,
+            state,
+        )
         .for_each(|_| async {})
         .await;
 }
@@ -194,6 +204,24 @@ impl FinishedRunners {
     const KEEP: Duration = Duration::from_secs(600);
 }
 
+/// The controller's state: the shared context and what only this controller keeps.
+#[derive(Debug)]
+pub struct RunnerState {
+    /// What every reconciler shares.
+    pub ctx: Arc<Context>,
+    /// When the runners of set-owned Runners finished, for the Runners whose status was left
+    /// alone because their set deletes them next.
+    pub finished: FinishedRunners,
+    /// The per-scope registration-token Secrets token-mode Runners' pods read.
+    pub tokens: registration::SharedTokens,
+}
+
+impl AsRef<Context> for RunnerState {
+    fn as_ref(&self) -> &Context {
+        &self.ctx
+    }
+}
+
 /// A key for this Runner's back-off.
 fn backoff_key(runner: &Runner) -> String {
     format!("runner/{}", object_name(runner))
@@ -201,16 +229,17 @@ fn backoff_key(runner: &Runner) -> String {
 
 /// Reconciles one Runner: [`drive`], then the status (conditions included) from its report —
 /// also when it failed, so the failure is visible on the Runner.
-pub async fn reconcile(runner: Arc<Runner>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(runner: Arc<Runner>, state: Arc<RunnerState>) -> Result<Action, Error> {
+    let ctx = &*state.ctx;
     let mut report = Report::default();
-    let result = drive(&runner, &ctx, &mut report).await;
+    let result = drive(&runner, &state, &mut report).await;
     if let Err(error) = &result {
         report_failure(&runner, error, &mut report);
     }
     let patched = if report.leave_status {
         Ok(())
     } else {
-        patch_status(&runner, &ctx, report).await
+        patch_status(&runner, ctx, report).await
     };
     match result {
         Ok(action) => {
@@ -227,13 +256,13 @@ pub async fn reconcile(runner: Arc<Runner>, ctx: Arc<Context>) -> Result<Action,
     }
 }
 
-async fn drive(runner: &Runner, ctx: &Context, report: &mut Report) -> Result<Action, Error> {
+async fn drive(runner: &Runner, state: &RunnerState, report: &mut Report) -> Result<Action, Error> {
+    let ctx = &*state.ctx;
     let ns = runner.namespace().unwrap_or_default();
     let name = runner.name_any();
     let api: Api<Runner> = Api::namespaced(ctx.client.clone(), &ns);
     if let Some(since) = retirement::deleting_since(runner) {
-        ctx.finished_runners
-            .forget(&runner.uid().unwrap_or_default());
+        state.finished.forget(&runner.uid().unwrap_or_default());
         report.leave_status = true;
         if !retirement::holds(runner, finalizer::RUNNER) {
             return Ok(Action::await_change()); // the pod goes with it (owner reference)
@@ -269,8 +298,8 @@ async fn drive(runner: &Runner, ctx: &Context, report: &mut Report) -> Result<Ac
             // that should long have happened (the set's delete failed, or a user deleted the
             // pod), it is treated as a vanished pod below.
             let owned = !runner.owner_references().is_empty();
-            let finished = ctx
-                .finished_runners
+            let finished = state
+                .finished
                 .get(&runner.uid().unwrap_or_default())
                 .or_else(|| reported_finished(runner));
             if had_pod
@@ -308,7 +337,7 @@ async fn drive(runner: &Runner, ctx: &Context, report: &mut Report) -> Result<Ac
             let github = ctx
                 .github_for(&ns, runner.spec.config.github_api_credentials_from.as_ref())
                 .await?;
-            let pod = create_pod(runner, &scope, ctx, github.as_ref()).await?;
+            let pod = create_pod(runner, &scope, state, github.as_ref()).await?;
             // The status the new pod implies, exactly as later reconciles derive it from the
             // pod: an unscheduled pod then costs no second status write.
             report.status = Some(status_from_pod(&pod));
@@ -333,7 +362,8 @@ async fn drive(runner: &Runner, ctx: &Context, report: &mut Report) -> Result<Ac
             if finished && !standalone {
                 // Its set deletes it next: a status saying so would be overwritten by nothing
                 // but the deletion.
-                ctx.finished_runners
+                state
+                    .finished
                     .note(&runner.uid().unwrap_or_default(), ctx.now());
                 report.leave_status = true;
                 return Ok(Action::requeue(ctx.settings.sync_period));
@@ -358,7 +388,7 @@ async fn drive(runner: &Runner, ctx: &Context, report: &mut Report) -> Result<Ac
             // there and fresh (free while it is known to be; a read every
             // `SHARED_TOKEN_RECHECK` otherwise).
             if phase == hangar_core::owner_sync::PodPhase::Pending && !uses_jit(runner, ctx) {
-                shared_token_secret(runner, &scope, ctx, github.as_ref()).await?;
+                shared_token_secret(runner, &scope, state, github.as_ref()).await?;
             }
             // What the pod says (a refused removal) outranks a successful read of the credential.
             report.conditions.insert(0, credentials_accepted(runner));
@@ -717,11 +747,13 @@ fn uses_jit(runner: &Runner, ctx: &Context) -> bool {
 async fn shared_token_secret(
     runner: &Runner,
     scope: &RunnerScope,
-    ctx: &Context,
+    state: &RunnerState,
     github: &dyn GitHubApi,
 ) -> Result<String, Error> {
+    let ctx = &*state.ctx;
     let now = jiff::Timestamp::try_from(ctx.now()).unwrap_or_else(|_| jiff::Timestamp::now());
-    ctx.shared_tokens
+    state
+        .tokens
         .ensure(
             &ctx.client,
             github,
@@ -737,9 +769,10 @@ async fn shared_token_secret(
 async fn create_pod(
     runner: &Runner,
     scope: &RunnerScope,
-    ctx: &Context,
+    state: &RunnerState,
     github: &dyn GitHubApi,
 ) -> Result<Pod, Error> {
+    let ctx = &*state.ctx;
     let ns = runner.namespace().unwrap_or_default();
     let name = runner.name_any();
     let jit = uses_jit(runner, ctx);
@@ -774,7 +807,10 @@ async fn create_pod(
         .await?;
         (secret_name, registration.runner_id)
     } else {
-        (shared_token_secret(runner, scope, ctx, github).await?, None)
+        (
+            shared_token_secret(runner, scope, state, github).await?,
+            None,
+        )
     };
 
     let mut defaults = ctx.settings.pod_defaults.clone();
@@ -827,7 +863,8 @@ async fn create_pod(
 /// Every failure is a Warning event on the Runner (its conditions were written by
 /// [`reconcile`]); the retry backs off per Runner: permanent errors wait for a change, errors a
 /// user must fix elsewhere are retried slowly, transient ones soon.
-pub fn error_policy(runner: Arc<Runner>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(runner: Arc<Runner>, error: &Error, state: Arc<RunnerState>) -> Action {
+    let ctx = &state.ctx;
     let action = ctx.backoff.next(&backoff_key(&runner), error);
     warn!(runner = %object_name(runner.as_ref()), %error, retry = ?action, "reconcile failed");
     let ev = Event {

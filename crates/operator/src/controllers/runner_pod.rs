@@ -43,7 +43,7 @@ use super::{
 };
 use crate::context::Context;
 use crate::error::{Error, github_err, ignore_not_found, kube_err};
-use crate::runner_directory::Lookup;
+use crate::runner_directory::{Lookup, RunnerDirectory};
 use hangar_runtime::watch::Triggers;
 
 /// How long a deleting pod may linger before it is force-deleted (ARC: 1 minute).
@@ -52,13 +52,33 @@ pub const FORCE_DELETE_AFTER: Duration = Duration::from_secs(60);
 /// watch event normally brings the pod back sooner.
 const CHANGED_RECHECK: Duration = Duration::from_secs(1);
 
+/// The controller's state: the shared context and the runner directory only it reads.
+#[derive(Debug)]
+pub struct RunnerPodState {
+    /// What every reconciler shares.
+    pub ctx: Arc<Context>,
+    /// Runner IDs by scope and name, shared by all runner pods (one list per scope at a time).
+    pub directory: RunnerDirectory,
+}
+
+impl AsRef<Context> for RunnerPodState {
+    fn as_ref(&self) -> &Context {
+        &self.ctx
+    }
+}
+
 /// Runs the controller until the stream ends.
 pub async fn run(ctx: Arc<Context>, pods: Triggers<Pod>) {
-    Controller::for_stream(pods, ctx.stores.pods.clone())
+    let pods_store = ctx.stores.pods.clone();
+    let state = Arc::new(RunnerPodState {
+        directory: RunnerDirectory::new(ctx.settings.registration_check_interval),
+        ctx,
+    });
+    Controller::for_stream(pods, pods_store)
         .run(
             super::instrumented("runner-pod", reconcile_with_backoff),
             error_policy,
-            ctx,
+            state,
         )
         .for_each(|_| async {})
         .await;
@@ -141,7 +161,8 @@ async fn set_finalizers(pod: &Pod, ctx: &Context, finalizers: Vec<String>) -> Re
 }
 
 /// Reconciles one runner pod.
-pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(pod: Arc<Pod>, state: Arc<RunnerPodState>) -> Result<Action, Error> {
+    let ctx = state.ctx.clone();
     let now = ctx.now();
     let has_finalizer = pod.finalizers().iter().any(|f| f == finalizer::RUNNER_POD);
     let deleting = pod.metadata.deletion_timestamp.is_some();
@@ -178,7 +199,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error
             {
                 delete_parent_runner(&pod, &ctx).await?;
             }
-            match unregister(&pod, &ctx, &authority, now).await? {
+            match unregister(&pod, &state, &authority, now).await? {
                 Some(wait) => return Ok(Action::requeue(wait)),
                 None => release_finalizer(&pod, &ctx).await?,
             }
@@ -214,7 +235,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error
 
     let mut requeue = ctx.settings.sync_period;
     if runner_id(&pod).is_none() && pod_phase(&pod) == hangar_core::owner_sync::PodPhase::Running {
-        match find_runner_id(&pod, &ctx, &authority).await? {
+        match find_runner_id(&pod, &state, &authority).await? {
             Lookup::Found(id) => {
                 annotate(&pod, &ctx, &[(ann::RUNNER_ID, Some(id.to_string()))]).await?;
                 info!(pod = %object_name(pod.as_ref()), runner_id = id, "runner registered");
@@ -231,7 +252,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error
 
     if annotation(pod.as_ref(), ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_some()
         && annotation(pod.as_ref(), ann::UNREGISTRATION_COMPLETE_TIMESTAMP).is_none()
-        && let Some(wait) = unregister(&pod, &ctx, &authority, now).await?
+        && let Some(wait) = unregister(&pod, &state, &authority, now).await?
     {
         requeue = requeue.min(wait);
     }
@@ -275,10 +296,11 @@ async fn delete_parent_runner(pod: &Pod, ctx: &Context) -> Result<(), Error> {
 /// One step of unregistration. `Ok(None)` when complete, `Ok(Some(delay))` to check again.
 async fn unregister(
     pod: &Pod,
-    ctx: &Context,
+    controller: &RunnerPodState,
     authority: &Authority,
     now: std::time::SystemTime,
 ) -> Result<Option<Duration>, Error> {
+    let ctx = &*controller.ctx;
     let gh_scope = &github_scope(&authority.scope);
     let uid = pod.uid().unwrap_or_default();
     // ARC's `unregistration-start-timestamp` is a record for users, read by nothing: it is
@@ -303,12 +325,12 @@ async fn unregister(
                 | hangar_core::owner_sync::PodPhase::Failed
         );
     if id.is_none() && !stopped && pod_uses_jit(pod) {
-        if let Lookup::Found(found) = find_runner_id(pod, ctx, authority).await? {
+        if let Lookup::Found(found) = find_runner_id(pod, controller, authority).await? {
             id = Some(found);
         }
     } else if id.is_none() && !stopped && scheduled {
         let github = github_for_pod(pod, ctx, authority).await?;
-        id = listed_from_now(pod, ctx, gh_scope, github.as_ref()).await?;
+        id = listed_from_now(pod, controller, gh_scope, github.as_ref()).await?;
     }
     let state = PodState {
         runner_id: id,
@@ -344,7 +366,7 @@ async fn unregister(
         // A reconcile on a cache from before this pod's `unregistration-complete` annotation:
         // the runner is gone already, and a second DELETE would only cost a call.
         Step::Delete { .. } | Step::RemoveLeftover { .. }
-            if ctx.runner_directory.was_removed(&uid) =>
+            if controller.directory.was_removed(&uid) =>
         {
             Finished::Removed
         }
@@ -352,14 +374,15 @@ async fn unregister(
             let github = github_for_pod(pod, ctx, authority).await?;
             let runner_id = match runner_id {
                 Some(id) => Some(id),
-                None => listed_from_now(pod, ctx, gh_scope, github.as_ref()).await?,
+                None => listed_from_now(pod, controller, gh_scope, github.as_ref()).await?,
             };
             match runner_id {
                 None => Finished::NoRunnerId,
                 Some(runner_id) => {
                     match github.delete_runner(gh_scope, RunnerId(runner_id)).await {
                         Ok(()) => {
-                            ctx.runner_directory
+                            controller
+                                .directory
                                 .removed(gh_scope, &pod.name_any(), &uid)
                                 .await;
                             Finished::Removed
@@ -391,20 +414,23 @@ async fn unregister(
             };
             match unregistration::after_delete(outcome, pod_is_ephemeral(pod)) {
                 AfterDelete::Finish(why) => {
-                    ctx.runner_directory
+                    controller
+                        .directory
                         .removed(gh_scope, &pod.name_any(), &uid)
                         .await;
                     why
                 }
                 AfterDelete::ConfirmByName => {
                     // Only a list taken after the 404 can tell a removed runner from a stale ID.
-                    let listed = listed_from_now(pod, ctx, gh_scope, github.as_ref()).await?;
+                    let listed =
+                        listed_from_now(pod, controller, gh_scope, github.as_ref()).await?;
                     let listed = listed.map_or(ListedByName::Absent, |runner_id| {
                         ListedByName::Present { runner_id }
                     });
                     match unregistration::after_not_found(listed, runner_id) {
                         AfterNotFound::Finish(why) => {
-                            ctx.runner_directory
+                            controller
+                                .directory
                                 .removed(gh_scope, &pod.name_any(), &uid)
                                 .await;
                             why
@@ -560,11 +586,12 @@ fn owner_for_events(pod: &Pod) -> Option<k8s_openapi::api::core::v1::ObjectRefer
 /// The runner ID of `pod` in a list of its scope taken from now on (never an older snapshot).
 async fn listed_from_now(
     pod: &Pod,
-    ctx: &Context,
+    state: &RunnerPodState,
     gh_scope: &hangar_github::Scope,
     github: &dyn GitHubApi,
 ) -> Result<Option<u64>, Error> {
-    ctx.runner_directory
+    state
+        .directory
         .find_listed_after(
             gh_scope,
             &pod.name_any(),
@@ -577,10 +604,15 @@ async fn listed_from_now(
 
 /// The runner ID of `pod`, from its scope's shared runner list (see
 /// [`crate::runner_directory`]).
-async fn find_runner_id(pod: &Pod, ctx: &Context, authority: &Authority) -> Result<Lookup, Error> {
+async fn find_runner_id(
+    pod: &Pod,
+    state: &RunnerPodState,
+    authority: &Authority,
+) -> Result<Lookup, Error> {
     let gh_scope = &github_scope(&authority.scope);
-    let github = github_for_pod(pod, ctx, authority).await?;
-    ctx.runner_directory
+    let github = github_for_pod(pod, &state.ctx, authority).await?;
+    state
+        .directory
         .find(gh_scope, &pod.name_any(), || {
             github.list_runners_revalidated(gh_scope)
         })
@@ -636,16 +668,20 @@ async fn release_finalizer(pod: &Pod, ctx: &Context) -> Result<(), Error> {
 }
 
 /// Reconciles a pod, resetting its back-off after a success.
-async fn reconcile_with_backoff(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile_with_backoff(
+    pod: Arc<Pod>,
+    state: Arc<RunnerPodState>,
+) -> Result<Action, Error> {
     let key = format!("pod/{}", object_name(pod.as_ref()));
-    let action = reconcile(pod, ctx.clone()).await?;
-    ctx.backoff.reset(&key);
+    let action = reconcile(pod, state.clone()).await?;
+    state.ctx.backoff.reset(&key);
     Ok(action)
 }
 
 /// Failures back off per pod; those a user must fix (credentials, GitHub permissions) are
 /// Warning events on the pod.
-pub fn error_policy(pod: Arc<Pod>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(pod: Arc<Pod>, error: &Error, state: Arc<RunnerPodState>) -> Action {
+    let ctx = &state.ctx;
     let action = ctx
         .backoff
         .next(&format!("pod/{}", object_name(pod.as_ref())), error);

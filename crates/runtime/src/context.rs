@@ -1,6 +1,11 @@
 //! What every reconciler shares: clients, configuration, the reflector stores it reads instead
 //! of LISTing, an event recorder, the clock and per-object back-off.
 //!
+//! Contract: no controller's private state. What only one controller keeps (the Runner
+//! controller's finished runners and shared tokens, the runner-pod controller's runner
+//! directory) lives in that controller's own state next to an `Arc<Context>`, as the RunnerSet
+//! controller's does, so this crate never names a controller.
+//!
 //! GitHub: [`Context::github_for`] is the client for a resource — the controller-wide
 //! [`Context::github`], or the one built from the Secret its `githubAPICredentialsFrom` names.
 
@@ -15,10 +20,10 @@ use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
 
-use hangar_runtime::registration::mode::RunnerSetRegistration;
-
+pub use crate::clock::{Clock, OffsetClock, SystemClock};
 use crate::credentials::{GitHubClients, LookupError};
 use crate::error::{Backoff, Error};
+use crate::registration::mode::RunnerSetRegistration;
 use crate::runner_pod::PodDefaults;
 
 /// Controller-wide settings (from flags).
@@ -35,7 +40,7 @@ pub struct Settings {
     /// Safety-net requeue interval for healthy objects.
     pub sync_period: Duration,
     /// The least time between two lists of a scope's runners while runner pods wait to be seen
-    /// registered (see [`crate::runner_directory`]).
+    /// registered (the runner-pod controller's runner directory).
     pub registration_check_interval: Duration,
     /// Runner labels added to every RunnerDeployment's runners (`--common-runner-labels`).
     pub common_runner_labels: Vec<String>,
@@ -46,7 +51,7 @@ pub struct Settings {
     /// `scaleDownDelaySecondsAfterScaleOut` says otherwise (ARC's `--default-scale-down-delay`).
     pub default_scale_down_delay: Duration,
     /// How often the leader looks for leaked registrations (`--leaked-registration-sweep-interval`);
-    /// zero switches the sweep off (see [`crate::sweep`]).
+    /// zero switches the sweep off (the operator's leaked-registration sweep).
     pub leaked_registration_sweep: Duration,
     /// How long a registration must have looked leaked before it is removed
     /// (`--leaked-registration-grace`).
@@ -60,7 +65,7 @@ pub struct Settings {
     pub registration_timeout: Duration,
     /// How often the leader lists the queued jobs of autoscalers that scale on webhooks alone
     /// and reserves runners for those whose delivery was lost (`--webhook-pull-interval`; see
-    /// [`crate::pull`]); zero switches the pull off.
+    /// [`hangar_core::autoscaler::pull`]); zero switches the pull off.
     pub webhook_pull_interval: Duration,
     /// Watch the metadata of Secrets (`--watch-credential-secrets`), so a created or changed
     /// `githubAPICredentialsFrom` Secret takes effect at once. Needs list and watch on Secrets,
@@ -114,41 +119,6 @@ pub struct Stores {
     pub hras: Store<HorizontalRunnerAutoscaler>,
 }
 
-/// The clock; tests may substitute a fixed one.
-pub use hangar_core::clock::Clock;
-
-/// The system clock.
-#[derive(Debug, Default)]
-pub struct SystemClock;
-
-/// A clock that runs with the system clock plus an adjustable offset: tests jump forward past
-/// long timers while everything else keeps moving.
-#[derive(Debug, Default)]
-pub struct OffsetClock {
-    offset_secs: std::sync::atomic::AtomicU64,
-}
-
-impl OffsetClock {
-    /// Moves this clock `by` further ahead of the system clock.
-    pub fn advance(&self, by: Duration) {
-        self.offset_secs
-            .fetch_add(by.as_secs(), std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-impl Clock for OffsetClock {
-    fn now(&self) -> SystemTime {
-        SystemTime::now()
-            + Duration::from_secs(self.offset_secs.load(std::sync::atomic::Ordering::SeqCst))
-    }
-}
-
-impl Clock for SystemClock {
-    fn now(&self) -> SystemTime {
-        SystemTime::now()
-    }
-}
-
 /// Shared state of all reconcilers.
 pub struct Context {
     /// Kubernetes client.
@@ -171,15 +141,8 @@ pub struct Context {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// What each runner pod was granted by its owner chain (scope, credentials).
     pub authorities: crate::authority::Memo,
-    /// Runner IDs by scope and name, shared by all runner pods (one list per scope at a time).
-    pub runner_directory: crate::runner_directory::RunnerDirectory,
-    /// The per-scope registration-token Secrets token-mode Runners' pods read.
-    pub shared_tokens: crate::controllers::registration::SharedTokens,
     /// Events counting runners created and deleted, coalesced per set.
     pub runner_events: crate::events::RunnerEvents,
-    /// When the runners of set-owned Runners finished, for the Runners whose status was left
-    /// alone because their set deletes them next.
-    pub finished_runners: crate::controllers::runner::FinishedRunners,
 }
 
 impl std::fmt::Debug for Stores {
@@ -205,6 +168,14 @@ impl std::fmt::Debug for Context {
     }
 }
 
+/// Lets code generic over a controller's state (which holds an `Arc<Context>`) take the context
+/// itself too.
+impl AsRef<Context> for Context {
+    fn as_ref(&self) -> &Context {
+        self
+    }
+}
+
 impl Context {
     /// A context with the system clock and the `hangar` event reporter.
     pub fn new(
@@ -227,12 +198,7 @@ impl Context {
                 .as_ref()
                 .map_or_else(Default::default, |e| e.metrics.clone()),
             backoff: Backoff::default(),
-            runner_directory: crate::runner_directory::RunnerDirectory::new(
-                settings.registration_check_interval,
-            ),
-            shared_tokens: Default::default(),
             authorities: Default::default(),
-            finished_runners: Default::default(),
             client,
             github,
             settings,
