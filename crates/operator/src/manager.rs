@@ -287,9 +287,9 @@ fn spawn_busy_refresh(exporter: Arc<crate::metrics::Exporter>, ctx: Arc<Context>
                 .pods
                 .state()
                 .iter()
-                .filter(|p| controllers::runner_id(p).is_some())
+                .filter(|p| hangar_runtime::pod::observe::runner_id(p).is_some())
                 .filter_map(|p| ctx.authorities.get(p.metadata.uid.as_deref()?))
-                .map(|a| controllers::github_scope(&a.scope))
+                .map(|a| hangar_runtime::pod::observe::github_scope(&a.scope))
                 .collect();
             let github = &ctx.github;
             let mut busy = std::collections::HashSet::new();

@@ -41,7 +41,7 @@ use crate::reservation_write::{WriteError, Written, job_duration, write_operatio
 use crate::webhook_server::{HraKey, WebhookStores, candidates};
 
 /// Field manager of the pull's reservation writes.
-pub const MANAGER: &str = "hangar-pull";
+pub use hangar_runtime::managers::PULL as MANAGER;
 
 /// Why one autoscaler's pull did nothing this pass (the next pass tries again).
 #[derive(Debug, thiserror::Error)]

@@ -85,7 +85,7 @@ use crate::context::Clock;
 use crate::reservation_write::{Written, job_duration, write_operations};
 
 /// Field manager of the reservation writes.
-pub const MANAGER: &str = "hangar-webhook";
+pub use hangar_runtime::managers::WEBHOOK as MANAGER;
 
 /// Default body limit: GitHub's own cap on webhook payloads (25 MB); larger events are never
 /// delivered.

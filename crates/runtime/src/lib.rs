@@ -13,6 +13,8 @@
 //!   client whose every request is counted by status code.
 //! - [`credentials`]: per-resource GitHub credentials; [`conditions`]: status conditions;
 //!   [`events`]: Kubernetes Events, coalesced per set.
+//! - [`managers`]: the field manager of each writer.
+//! - [`pod`]: what a runner pod says, read into core's terms.
 //! - [`registration`]: how runner pods get their registration credential, and its names.
 //! - [`serve`]: how the operator's HTTP servers serve: connection cap, timeouts, body limit.
 //! - [`watch`]: one watch per kind feeding a store and the controllers it triggers.
@@ -25,7 +27,9 @@ pub mod credentials;
 pub mod error;
 pub mod events;
 pub mod kube_client;
+pub mod managers;
 pub mod metrics;
+pub mod pod;
 pub mod registration;
 pub mod runner_pod;
 pub mod serve;

@@ -52,8 +52,8 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
 use crate::context::Clock;
-use crate::controllers::{github_scope, pod_scope};
 use crate::credentials::GitHubClients;
+use hangar_runtime::pod::observe::{github_scope, pod_scope};
 use registration::Registrations;
 use review::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 

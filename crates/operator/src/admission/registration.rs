@@ -51,7 +51,7 @@ pub const EXPIRES_AT_KEY: &str = "expires_at";
 pub const SCOPE_ANNOTATION: &str = "hangar.dev/registration-scope";
 
 /// Field manager of the Secrets.
-pub const MANAGER: &str = "hangar-admission";
+pub use hangar_runtime::managers::ADMISSION as MANAGER;
 
 /// Why no registration token could be provided.
 #[derive(Debug, thiserror::Error)]

@@ -185,7 +185,7 @@ async fn hold(
                      may be running a job. Hangar unregisters it first (a busy runner finishes \
                      its job) and then deletes it; its deletion is allowed from {} on. To \
                      delete it now, annotate it with {}=0s",
-                    crate::controllers::rfc3339(forced_at),
+                    hangar_runtime::pod::observe::rfc3339(forced_at),
                     hangar_api::annotation::RETIREMENT_TIMEOUT,
                 ),
             )

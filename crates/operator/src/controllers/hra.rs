@@ -66,7 +66,7 @@ use crate::error::{Error, Retry, github_err, kube_err};
 use hangar_runtime::watch::Triggers;
 
 /// Field manager for what this controller writes.
-pub const MANAGER: &str = "hangar-hra";
+pub use hangar_runtime::managers::HRA as MANAGER;
 
 /// Event reason when the target's replica count changes.
 pub const REASON_SCALED: &str = "RunnerAutoscaled";

@@ -254,7 +254,7 @@ impl SharedTokens {
                 let secret = shared::token_secret(namespace, &name, &gh_scope, &token);
                 apply(
                     &secrets,
-                    super::runner::MANAGER,
+                    hangar_runtime::managers::RUNNER,
                     &secret,
                     "apply registration secret",
                 )

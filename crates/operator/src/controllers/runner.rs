@@ -58,7 +58,7 @@ use crate::runner_pod;
 use hangar_runtime::watch::Triggers;
 
 /// Field manager for everything this controller writes.
-pub const MANAGER: &str = "hangar-runner";
+pub use hangar_runtime::managers::RUNNER as MANAGER;
 
 /// The name of a Runner's registration Secret.
 pub fn registration_secret_name(runner: &str) -> String {

@@ -38,7 +38,7 @@ use crate::error::{Error, ignore_not_found, kube_err};
 use hangar_runtime::watch::Triggers;
 
 /// Field manager for RunnerReplicaSets.
-pub const MANAGER: &str = "hangar-runnerdeployment";
+pub use hangar_runtime::managers::RUNNER_DEPLOYMENT as MANAGER;
 
 /// Runs the controller until the stream ends.
 pub async fn run(

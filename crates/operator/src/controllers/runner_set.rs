@@ -97,7 +97,7 @@ pub use hangar_runtime::registration::mode::{
 };
 
 /// Field manager for what this controller applies.
-pub const MANAGER: &str = "hangar-runnerset";
+pub use hangar_runtime::managers::RUNNER_SET as MANAGER;
 
 mod volumes;
 

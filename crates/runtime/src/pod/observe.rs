@@ -1,0 +1,322 @@
+//! What a runner pod (or any object) says, read into `hangar-core`'s terms: times, scopes, the
+//! runner container's state, the view owner sync decides on.
+//!
+//! Contract: pure reads of objects already fetched; no API calls, no decisions. Controllers,
+//! admission and the sweep read pods through these, so they agree on what a pod says.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use hangar_core::RunnerScope;
+use hangar_core::owner_sync::{PodPhase, PodView};
+use hangar_github::Scope;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+use crate::runner_pod::RUNNER_CONTAINER;
+
+/// Formats a time the way ARC's timestamp annotations are written (RFC 3339, seconds).
+pub fn rfc3339(t: SystemTime) -> String {
+    jiff::Timestamp::try_from(t)
+        .map(|ts| ts.round(jiff::Unit::Second).unwrap_or(ts).to_string())
+        .unwrap_or_default()
+}
+
+/// Parses an RFC 3339 annotation value.
+pub fn parse_time(s: &str) -> Option<SystemTime> {
+    s.parse::<jiff::Timestamp>().ok().map(SystemTime::from)
+}
+
+/// Converts a k8s-openapi time.
+pub fn k8s_time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> SystemTime {
+    SystemTime::from(t.0)
+}
+
+/// The GitHub scope of a validated runner scope.
+pub fn github_scope(scope: &RunnerScope) -> Scope {
+    match scope {
+        RunnerScope::Enterprise(e) => Scope::enterprise(e),
+        RunnerScope::Organization(o) => Scope::org(o),
+        RunnerScope::Repository { owner, name } => Scope::repo(owner, name),
+    }
+}
+
+/// The scope a runner pod's container will register at, read from its environment. Never an
+/// authority (the pod's author writes it; see [`crate::authority`]): admission only checks
+/// that it agrees with what the pod's owner grants.
+pub fn pod_scope(pod: &Pod) -> Option<RunnerScope> {
+    let runner = pod
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == RUNNER_CONTAINER)?;
+    let env: BTreeMap<&str, &str> = runner
+        .env
+        .iter()
+        .flatten()
+        .filter_map(|e| Some((e.name.as_str(), e.value.as_deref()?)))
+        .collect();
+    RunnerScope::from_fields(
+        env.get("RUNNER_ENTERPRISE").copied(),
+        env.get("RUNNER_ORG").copied(),
+        env.get("RUNNER_REPO").copied(),
+    )
+    .ok()
+}
+
+/// Whether the pod's runner is ephemeral (`RUNNER_EPHEMERAL`, default true).
+pub fn pod_is_ephemeral(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|c| c.name == RUNNER_CONTAINER))
+        .and_then(|c| {
+            c.env
+                .as_ref()?
+                .iter()
+                .find(|e| e.name == "RUNNER_EPHEMERAL")?
+                .value
+                .clone()
+        })
+        .is_none_or(|v| v != "false")
+}
+
+/// Whether the pod's runner registers with a JIT configuration
+/// (`ACTIONS_RUNNER_INPUT_JITCONFIG`): its runner exists on GitHub before the pod starts.
+pub fn pod_uses_jit(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|c| c.name == RUNNER_CONTAINER))
+        .is_some_and(|c| {
+            c.env
+                .iter()
+                .flatten()
+                .any(|e| e.name == "ACTIONS_RUNNER_INPUT_JITCONFIG")
+        })
+}
+
+/// An annotation's value.
+pub fn annotation<'a>(obj: &'a impl ResourceExt, key: &str) -> Option<&'a str> {
+    obj.annotations().get(key).map(String::as_str)
+}
+
+/// The pod's phase.
+pub fn pod_phase(pod: &Pod) -> PodPhase {
+    match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+        Some("Running") => PodPhase::Running,
+        Some("Succeeded") => PodPhase::Succeeded,
+        Some("Failed") => PodPhase::Failed,
+        Some("Unknown") => PodPhase::Unknown,
+        _ => PodPhase::Pending,
+    }
+}
+
+/// The runner container's status.
+fn runner_status(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::ContainerStatus> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == RUNNER_CONTAINER)
+}
+
+/// The kubelet's reason for a container it cannot create because a `valueFrom` it reads is
+/// missing.
+pub const CREATE_CONTAINER_CONFIG_ERROR: &str = "CreateContainerConfigError";
+
+/// The runner container's current state, as `hangar_core::runner_container` reads it.
+pub fn runner_container_state(pod: &Pod) -> (i32, hangar_core::runner_container::State) {
+    use hangar_core::runner_container::State;
+    let Some(status) = runner_status(pod) else {
+        return (
+            0,
+            State::NotCreated {
+                cannot_create: false,
+            },
+        );
+    };
+    let finished = |t: &k8s_openapi::api::core::v1::ContainerStateTerminated| {
+        t.finished_at.as_ref().map(k8s_time)
+    };
+    let state = status.state.as_ref();
+    let last = status
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref());
+    let state = if state.is_some_and(|s| s.running.is_some()) {
+        State::Running
+    } else if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
+        State::Exited {
+            finished_at: finished(t),
+            cannot_create: false,
+        }
+    } else {
+        let cannot_create = state
+            .and_then(|s| s.waiting.as_ref())
+            .and_then(|w| w.reason.as_deref())
+            == Some(CREATE_CONTAINER_CONFIG_ERROR);
+        if last.is_some() || status.restart_count > 0 {
+            // Waiting to be started again after a run.
+            State::Exited {
+                finished_at: last.and_then(finished),
+                cannot_create,
+            }
+        } else {
+            State::NotCreated { cannot_create }
+        }
+    };
+    (status.restart_count, state)
+}
+
+/// The runner container's last run exited with code 0 (its current state if terminated, else
+/// the run before it).
+pub fn runner_exited_cleanly(pod: &Pod) -> bool {
+    runner_status(pod)
+        .and_then(|status| {
+            let current = status.state.as_ref().and_then(|s| s.terminated.as_ref());
+            let last = status
+                .last_state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref());
+            current.or(last)
+        })
+        .is_some_and(|t| t.exit_code == 0)
+}
+
+/// Where the pod's runner is in its life (`hangar_core::runner_container::judge`), given
+/// whether its registration credential was taken back.
+pub fn runner_run(pod: &Pod, credential_spent: bool) -> hangar_core::runner_container::Run {
+    let (restart_count, state) = runner_container_state(pod);
+    hangar_core::runner_container::judge(&runner_observed(
+        pod,
+        credential_spent,
+        restart_count,
+        state,
+    ))
+}
+
+/// What `hangar_core::runner_container` looks at for `pod`.
+pub fn runner_observed(
+    pod: &Pod,
+    credential_spent: bool,
+    restart_count: i32,
+    state: hangar_core::runner_container::State,
+) -> hangar_core::runner_container::Observed {
+    hangar_core::runner_container::Observed {
+        // The API defaults an unset policy to `Always`.
+        restarts: pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) != Some("Never"),
+        credential_spent,
+        restart_count,
+        state,
+    }
+}
+
+/// The pod says its registration credential was taken back
+/// ([`hangar_api::annotation::REGISTRATION_SPENT`]).
+pub fn registration_spent(pod: &Pod) -> bool {
+    annotation(pod, hangar_api::annotation::REGISTRATION_SPENT).is_some()
+}
+
+/// The runner has finished for good: its container exited and no run of the pod can register
+/// again (in a `Never` pod: the runner container terminated).
+pub fn runner_stopped(pod: &Pod) -> bool {
+    runner_run(pod, registration_spent(pod)).is_finished()
+}
+
+/// When the pod's Ready condition became True, if it is True.
+pub fn ready_since(pod: &Pod) -> Option<SystemTime> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == "True")
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(k8s_time)
+}
+
+/// The GitHub runner ID recorded on the pod.
+pub fn runner_id(pod: &Pod) -> Option<u64> {
+    annotation(pod, hangar_api::annotation::RUNNER_ID)?
+        .parse()
+        .ok()
+}
+
+/// The pod as owner sync sees it.
+pub fn pod_view(pod: &Pod) -> PodView {
+    pod_view_with(pod, registration_spent(pod))
+}
+
+/// The pod as owner sync sees it, given whether its registration credential was taken back.
+pub fn pod_view_with(pod: &Pod, credential_spent: bool) -> PodView {
+    use hangar_api::annotation as a;
+    use hangar_core::runner_container::Run;
+    let run = runner_run(pod, credential_spent);
+    PodView {
+        name: pod.name_any(),
+        phase: pod_phase(pod),
+        runner_stopped: run.is_finished(),
+        runner_restarted: run == Run::Restarted,
+        runner_restarting: matches!(run, Run::Restarting { .. }),
+        deleting: pod.metadata.deletion_timestamp.is_some(),
+        registered: runner_id(pod).is_some(),
+        ready_since: ready_since(pod),
+        unregistration_requested: annotation(pod, a::UNREGISTRATION_REQUEST_TIMESTAMP).is_some(),
+        unregistration_complete: annotation(pod, a::UNREGISTRATION_COMPLETE_TIMESTAMP).is_some(),
+        finished_at: run.finished_at(),
+    }
+}
+
+/// `namespace/name` for messages.
+pub fn object_name(obj: &impl ResourceExt) -> String {
+    format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_round_trip_at_second_precision() {
+        let t = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+        let s = rfc3339(t);
+        assert_eq!(s, "2023-11-14T22:13:20Z");
+        assert_eq!(parse_time(&s), Some(t));
+    }
+
+    #[test]
+    fn pod_scope_reads_the_runner_env() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "runner", "env": [
+                {"name": "RUNNER_ORG", "value": ""},
+                {"name": "RUNNER_REPO", "value": "octo/app"},
+                {"name": "RUNNER_EPHEMERAL", "value": "false"}
+            ]}]}
+        }))
+        .unwrap();
+        assert_eq!(
+            pod_scope(&pod),
+            Some(RunnerScope::Repository {
+                owner: "octo".into(),
+                name: "app".into()
+            })
+        );
+        assert!(!pod_is_ephemeral(&pod));
+        assert!(!pod_uses_jit(&pod));
+    }
+
+    #[test]
+    fn jit_pods_are_recognized_by_their_runner_env() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "runner", "env": [
+                {"name": "ACTIONS_RUNNER_INPUT_JITCONFIG",
+                 "valueFrom": {"secretKeyRef": {"name": "p-registration", "key": "jit_config"}}}
+            ]}]}
+        }))
+        .unwrap();
+        assert!(pod_uses_jit(&pod));
+    }
+}
