@@ -33,9 +33,10 @@ use kube::api::ListParams;
 use tracing::{debug, info, warn};
 
 use crate::context::Context;
-use crate::controllers::{github_scope, placeholder, runner_set};
 use crate::credentials::GitHubClients;
 use crate::error::{Error, kube_err};
+use hangar_runtime::pod::observe::github_scope;
+use hangar_runtime::registration::names::{placeholder_name, pod_name};
 
 /// Whose credentials list a scope: `None` the controller's, else a Secret in a namespace.
 type Credentials = Option<(String, String)>;
@@ -227,19 +228,14 @@ impl Sweeper {
                 .deployments
                 .state()
                 .iter()
-                .map(|rd| placeholder::placeholder_name(rd)),
+                .map(|rd| placeholder_name(&rd.name_any())),
         );
         let stateful_sets =
             hangar_runtime::watch::api::<StatefulSet>(&self.ctx.client, self.namespace.as_deref())
                 .list_metadata(&ListParams::default().labels(label::RUNNERSET_NAME))
                 .await
                 .map_err(kube_err("list StatefulSets", self.namespace_name()))?;
-        live.extend(
-            stateful_sets
-                .items
-                .iter()
-                .map(|s| runner_set::pod_name(&s.name_any())),
-        );
+        live.extend(stateful_sets.items.iter().map(|s| pod_name(&s.name_any())));
         Ok(live)
     }
 

@@ -16,6 +16,7 @@
 //! - [`managers`]: the field manager of each writer.
 //! - [`pod`]: what a runner pod says, read into core's terms.
 //! - [`registration`]: how runner pods get their registration credential, and its names.
+//! - [`retirement`]: what deleted owners and their pods say about retiring runners.
 //! - [`serve`]: how the operator's HTTP servers serve: connection cap, timeouts, body limit.
 //! - [`watch`]: one watch per kind feeding a store and the controllers it triggers.
 
@@ -31,6 +32,7 @@ pub mod managers;
 pub mod metrics;
 pub mod pod;
 pub mod registration;
+pub mod retirement;
 pub mod runner_pod;
 pub mod serve;
 pub mod watch;

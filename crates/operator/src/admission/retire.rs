@@ -32,7 +32,9 @@ use kube::{Api, ResourceExt};
 
 use super::review::{AdmissionRequest, AdmissionResponse};
 use crate::context::Clock;
-use crate::controllers::{k8s_time, retirement};
+use hangar_runtime::pod::observe::k8s_time;
+use hangar_runtime::registration::names::pod_name;
+use hangar_runtime::retirement;
 
 /// Path of the runner-pod deletion guard.
 pub const POD_PATH: &str = "/validate-runner-pod-deletion";
@@ -95,7 +97,7 @@ async fn review_stateful_set(
         return allow;
     };
     let namespace = set.namespace().unwrap_or_default();
-    let pod_name = crate::controllers::runner_set::pod_name(&set.name_any());
+    let pod_name = pod_name(&set.name_any());
     let pod = match Api::<Pod>::namespaced(client.clone(), &namespace)
         .get_opt(&pod_name)
         .await

@@ -30,7 +30,7 @@ pub const FINALIZER: &str = "hangar.dev/registration-only-runner";
 
 /// The placeholder's runner name: the deployment's name, recognisable in GitHub's runner list.
 pub fn placeholder_name(rd: &RunnerDeployment) -> String {
-    format!("{}-registration-only", rd.name_any())
+    hangar_runtime::registration::names::placeholder_name(&rd.name_any())
 }
 
 /// Registers or removes `rd`'s placeholder as [`step`] decides. `desired` is the

@@ -17,15 +17,14 @@
 use std::time::{Duration, SystemTime};
 
 use hangar_api::annotation;
-use hangar_core::owner_sync::PodPhase;
-use hangar_core::retirement::RunnerPod;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
-use tracing::warn;
 
-use super::{k8s_time, object_name, pod_phase, rfc3339};
+pub use hangar_runtime::retirement::{deleting_since, holds, runner_pod, timeout_or};
+
+use super::{object_name, rfc3339};
 use crate::conditions::{Desired, kind};
 use crate::context::Context;
 use crate::error::{Error, ignore_not_found, kube_err};
@@ -42,33 +41,6 @@ pub fn timeout(obj: &impl ResourceExt, ctx: &Context) -> Duration {
     timeout_or(obj, ctx.settings.retirement_timeout)
 }
 
-/// The object's [`annotation::RETIREMENT_TIMEOUT`], else `default`. A malformed annotation is
-/// logged and ignored: waiting the default is the safe reading.
-pub fn timeout_or(obj: &impl ResourceExt, default: Duration) -> Duration {
-    let Some(text) = super::annotation(obj, annotation::RETIREMENT_TIMEOUT) else {
-        return default;
-    };
-    hangar_core::retirement::parse_timeout(text).unwrap_or_else(|error| {
-        warn!(object = %object_name(obj), %error, "ignoring retirement timeout annotation");
-        default
-    })
-}
-
-/// Whether the runner of an existing `pod` may still be running a job, and if not, why.
-pub fn runner_pod(pod: &Pod) -> RunnerPod {
-    if pod.metadata.deletion_timestamp.is_some() {
-        RunnerPod::Deleting
-    } else if super::runner_stopped(pod)
-        || matches!(pod_phase(pod), PodPhase::Succeeded | PodPhase::Failed)
-    {
-        RunnerPod::Finished
-    } else if super::annotation(pod, annotation::UNREGISTRATION_COMPLETE_TIMESTAMP).is_some() {
-        RunnerPod::Unregistered
-    } else {
-        RunnerPod::Alive
-    }
-}
-
 /// Gives the pod `name` a zero retirement timeout, so that Hangar's forced delete of it passes
 /// the deletion guard of a terminating namespace.
 pub async fn mark_forced(pods: &Api<Pod>, name: &str) -> Result<(), Error> {
@@ -78,11 +50,6 @@ pub async fn mark_forced(pods: &Api<Pod>, name: &str) -> Result<(), Error> {
         .map(drop)
         .or_else(ignore_not_found)
         .map_err(kube_err("force retirement of pod", format!("{ns}/{name}")))
-}
-
-/// The owner's `deletionTimestamp`, if it is being deleted.
-pub fn deleting_since(obj: &impl ResourceExt) -> Option<SystemTime> {
-    obj.meta().deletion_timestamp.as_ref().map(k8s_time)
 }
 
 /// Decides a deleting owner's next step from how many runners (or children) it still has.
@@ -98,11 +65,6 @@ pub fn step(
         now: ctx.now(),
         remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
     })
-}
-
-/// Whether `obj` carries `finalizer`.
-pub fn holds(obj: &impl ResourceExt, finalizer: &str) -> bool {
-    obj.finalizers().iter().any(|f| f == finalizer)
 }
 
 /// Adds `finalizer` to a live `obj`, or removes it (`present: false`), in one merge patch

@@ -233,9 +233,7 @@ pub fn uses_jit(set: &RunnerSet, controller_jit: bool) -> bool {
 pub use hangar_runtime::registration::names::registration_secret_name;
 
 /// The name of the only pod of a StatefulSet of one replica.
-pub fn pod_name(stateful_set: &str) -> String {
-    format!("{stateful_set}-0")
-}
+pub use hangar_runtime::registration::names::pod_name;
 
 /// A fresh StatefulSet name for `set`: `<set>-<suffix>`, the suffix derived from the set's UID,
 /// the time and a counter, so names do not repeat.

@@ -8,6 +8,16 @@ pub fn registration_secret_name(owner: &str) -> String {
     format!("{owner}-registration")
 }
 
+/// The name of the only pod of a StatefulSet of one replica (a RunnerSet's runner).
+pub fn pod_name(stateful_set: &str) -> String {
+    format!("{stateful_set}-0")
+}
+
+/// The name of a RunnerDeployment's registration-only placeholder runner.
+pub fn placeholder_name(deployment: &str) -> String {
+    format!("{deployment}-registration-only")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -15,5 +25,7 @@ mod tests {
     #[test]
     fn a_registration_secret_is_named_after_its_owner() {
         assert_eq!(registration_secret_name("x-abc"), "x-abc-registration");
+        assert_eq!(pod_name("x-abc"), "x-abc-0");
+        assert_eq!(placeholder_name("rd"), "rd-registration-only");
     }
 }
