@@ -168,9 +168,9 @@ pub async fn apply(
 pub const SHARED_TOKEN_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The per-scope registration Secrets of token-mode Runners: the same Secret the pod webhook
-/// keeps for RunnerSet pods ([`crate::admission::registration`]), one per (namespace, scope,
+/// keeps for RunnerSet pods (`hangar::admission::registration`), one per (namespace, scope,
 /// credentials), holding a token valid for at least
-/// [`crate::admission::registration::MIN_TTL`].
+/// [`hangar_runtime::registration::tokens::MIN_TTL`].
 ///
 /// Why shared, not one per Runner: a registration token is a scope's, not a runner's, and
 /// GitHub hands out the same one for an hour. A Secret per Runner cost two apiserver writes
@@ -185,7 +185,7 @@ pub struct SharedTokens {
     /// (namespace, Secret name) → the recorded expiry and when it was last confirmed.
     known: std::sync::Mutex<std::collections::HashMap<(String, String), Known>>,
     /// One refresh at a time per (namespace, Secret name).
-    locks: crate::admission::registration::RefreshLocks,
+    locks: hangar_runtime::registration::tokens::RefreshLocks,
 }
 
 #[derive(Clone, Copy)]
@@ -216,7 +216,7 @@ impl SharedTokens {
         credentials: Option<&str>,
         now: jiff::Timestamp,
     ) -> Result<String, Error> {
-        use crate::admission::registration as shared;
+        use hangar_runtime::registration::tokens as shared;
         let gh_scope = github_scope(scope);
         let name = shared::secret_name(&gh_scope, credentials);
         let key = (namespace.to_owned(), name.clone());
@@ -283,8 +283,8 @@ impl SharedTokens {
 }
 
 /// Whether a token expiring at `expires_at` is still valid for at least
-/// [`crate::admission::registration::MIN_TTL`] after `now`.
+/// [`hangar_runtime::registration::tokens::MIN_TTL`] after `now`.
 fn lasts(expires_at: jiff::Timestamp, now: jiff::Timestamp) -> bool {
     expires_at.duration_since(now).as_secs_f64()
-        >= crate::admission::registration::MIN_TTL.as_secs_f64()
+        >= hangar_runtime::registration::tokens::MIN_TTL.as_secs_f64()
 }

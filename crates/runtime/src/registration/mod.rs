@@ -1,5 +1,7 @@
 //! Runner registration shared by controllers and admission: how a pod gets its credential
-//! ([`mode`]) and what the objects holding it are called ([`names`]).
+//! ([`mode`]), what the objects holding it are called ([`names`]), and the per-scope token
+//! Secrets both write ([`tokens`]).
 
 pub mod mode;
 pub mod names;
+pub mod tokens;
