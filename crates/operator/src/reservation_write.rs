@@ -24,9 +24,9 @@ use hangar_core::autoscaler::{
 use kube::api::PatchParams;
 use kube::{Api, Client};
 
-use crate::controllers::hra::{
-    capacity_reservation, is_conflict, reservation_of, reservations_patch,
-};
+use hangar_runtime::reservations::{is_conflict, reservations_patch};
+
+use crate::controllers::hra::{capacity_reservation, reservation_of};
 
 /// Writes of one batch tried before giving up on conflicts.
 pub const WRITE_ATTEMPTS: usize = 4;

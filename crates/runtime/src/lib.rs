@@ -16,6 +16,7 @@
 //! - [`managers`]: the field manager of each writer.
 //! - [`pod`]: what a runner pod says, read into core's terms.
 //! - [`registration`]: how runner pods get their registration credential, and its names.
+//! - [`reservations`]: the compare-and-swap write of an autoscaler's capacity reservations.
 //! - [`retirement`]: what deleted owners and their pods say about retiring runners.
 //! - [`serve`]: how the operator's HTTP servers serve: connection cap, timeouts, body limit.
 //! - [`watch`]: one watch per kind feeding a store and the controllers it triggers.
@@ -32,6 +33,7 @@ pub mod managers;
 pub mod metrics;
 pub mod pod;
 pub mod registration;
+pub mod reservations;
 pub mod retirement;
 pub mod runner_pod;
 pub mod serve;

@@ -609,32 +609,7 @@ async fn prune_reservations(
     }
 }
 
-/// A JSON patch replacing `spec.capacityReservations` of `hra` (as read) with `new`, that fails
-/// if the list changed since: a compare-and-swap on exactly this field, so the controller's own
-/// status writes never make it conflict. Without a stored list, the object's `resourceVersion`
-/// is compared instead.
-pub fn reservations_patch(
-    hra: &HorizontalRunnerAutoscaler,
-    new: &[CapacityReservation],
-) -> Patch<serde_json::Value> {
-    const PATH: &str = "/spec/capacityReservations";
-    let ops = match &hra.spec.capacity_reservations {
-        Some(old) => json!([
-            {"op": "test", "path": PATH, "value": old},
-            {"op": "replace", "path": PATH, "value": new},
-        ]),
-        None => json!([
-            {"op": "test", "path": "/metadata/resourceVersion", "value": hra.resource_version()},
-            {"op": "add", "path": PATH, "value": new},
-        ]),
-    };
-    Patch::Json(serde_json::from_value(ops).expect("a well-formed JSON patch"))
-}
-
-/// A failed compare-and-swap: 409, or 422 for a failed JSON-patch `test`.
-pub fn is_conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409 || s.code == 422)
-}
+pub use hangar_runtime::reservations::{is_conflict, reservations_patch};
 
 /// A stored reservation as the core sees it. Missing times count as the epoch (never active),
 /// as Go's zero time did in ARC; a negative replica count as zero.
