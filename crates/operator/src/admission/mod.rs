@@ -21,8 +21,9 @@
 //!   generates nothing: it would replace the live pod's runner.
 //! - `POST /validate-actions-summerwind-dev-v1alpha1-{runner,runnerreplicaset,
 //!   runnerdeployment,runnerset}`: the checks the CRD schema cannot express ([`validate`]).
-//!   On UPDATE an unchanged spec is always accepted, so objects stored before a rule existed
-//!   can still be edited (finalizers, labels) and deleted.
+//!   On UPDATE an unchanged spec, or an object being deleted, is always accepted
+//!   ([`validate_request`]), so objects stored before a rule existed can still be edited
+//!   (finalizers, labels) and deleted.
 //! - `POST /validate-runner-pod-deletion`, `POST /validate-runner-statefulset-deletion`: a
 //!   runner pod (or RunnerSet StatefulSet) of a terminating namespace is not deleted while its
 //!   runner may be running a job, until its retirement timeout ([`retire`]).
