@@ -35,8 +35,9 @@ pub fn single_namespace_controller_needs() -> Vec<Permission> {
 }
 
 /// What the controllers of `hangar run` call, from crates/operator/src (controllers/*.rs,
-/// manager.rs, context.rs): the chart must grant each of these and nothing else. A new API call
-/// in a controller adds a row here and a rule in templates/rbac.yaml.
+/// manager.rs) and crates/runtime/src (context.rs, watch.rs): the chart must grant each of
+/// these and nothing else. A new API call in a controller adds a row here and a rule in
+/// templates/rbac.yaml.
 pub const CONTROLLER_NEEDS: &[Permission] = &[
     // RunnerReplicaSets create Runners and patch their annotations; Runners are deleted when
     // their pod is gone or unregistered; every controller reads them from a watch.
