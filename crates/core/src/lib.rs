@@ -21,6 +21,8 @@
 //!   take a restarting pod's registration credential back.
 //! - [`retirement`]: when a deleted owner lets go of its finalizer — after its runners left
 //!   through unregister-before-delete, or once its retirement timeout forces them out.
+//! - [`rollout`]: a RunnerDeployment's surge rollout — which older RunnerReplicaSets to scale
+//!   to zero or delete once the newest is ready, and the counts its status reports.
 //! - [`scope`]: where a runner registers on GitHub (enterprise, organization or repository) and
 //!   the rules a RunnerConfig must satisfy to name exactly one such scope.
 //! - [`sweep`]: which runner registrations Hangar created and lost track of (offline, no pod,
@@ -36,6 +38,7 @@ pub mod leader;
 pub mod owner_sync;
 pub mod placeholder;
 pub mod retirement;
+pub mod rollout;
 pub mod runner_container;
 pub mod scope;
 pub mod sweep;
