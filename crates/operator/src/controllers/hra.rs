@@ -28,7 +28,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use futures::StreamExt;
 use hangar_api::horizontal_runner_autoscaler::{
@@ -40,6 +40,7 @@ use hangar_api::{
     RunnerSet, annotation as ann, label,
 };
 use hangar_core::RunnerScope;
+use hangar_core::autoscaler::after::{AfterInput, after};
 use hangar_core::autoscaler::metrics::{
     GitHubRunner, JobStatus, MetricField, MetricTarget, RunnerObservation, WorkflowJob,
     WorkflowRun, parse_decimal,
@@ -47,7 +48,6 @@ use hangar_core::autoscaler::metrics::{
 use hangar_core::autoscaler::{
     DesiredInput, Evaluation, Frequency, JobKey, Metric, MetricKind, Needed, Observations,
     Recurrence, Reservation, ScheduledOverride, desired_replicas, suggest_replicas,
-    upcoming_override,
 };
 use hangar_github::{GitHubApi, RunStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -77,10 +77,6 @@ fn patch_params() -> PatchParams {
         ..PatchParams::default()
     }
 }
-
-/// Slack added to requeue times computed from instants, so that the reconcile runs just after
-/// the boundary (reservations expire when `expirationTime` is no longer after now).
-const BOUNDARY_SLACK: Duration = Duration::from_millis(100);
 
 /// Runs the controller until the stream ends.
 pub async fn run(ctx: Arc<Context>, hras: Triggers<HorizontalRunnerAutoscaler>) {
@@ -255,41 +251,43 @@ pub async fn reconcile(
         now,
     };
     let decision = desired_replicas(&input).map_err(|e| invalid(&hra, e))?;
-    let desired = i32::try_from(decision.desired).unwrap_or(i32::MAX);
     debug!(autoscaler = %object_name(hra.as_ref()), reason = %decision.reason, "decided");
 
+    let plan = after(&AfterInput {
+        decision: &decision,
+        target_replicas: target.replicas,
+        target_effective_time: target.effective_time,
+        reservations: &reservations,
+        overrides: &overrides,
+        last_scale_out: input.last_scale_out,
+        now,
+        sync_period: ctx.settings.sync_period,
+    });
+    let desired = plan.desired;
+
     // Apply: the target first (the point of it all), then the autoscaler's own spec.
-    let effective_time = decision
-        .effective_time
-        .filter(|t| target.effective_time.map(whole_seconds) != Some(whole_seconds(*t)));
-    if target.replicas != Some(desired) || effective_time.is_some() {
-        patch_target(&ctx, &ns, &target, desired, effective_time).await?;
-        if target.replicas != Some(desired) {
-            let from = target
-                .replicas
-                .map_or_else(|| "unset".to_owned(), |r| r.to_string());
-            info!(autoscaler = %object_name(hra.as_ref()), target = %target.describe(), from, to = desired, reason = %decision.reason, "scaling");
-            ctx.event(
-                hra.object_ref(&()),
-                false,
-                REASON_SCALED,
-                format!(
-                    "{} scaled from {from} to {desired}: {}",
-                    target.describe(),
-                    decision.reason
-                ),
-            );
-        }
+    if let Some(patch) = plan.patch_target {
+        patch_target(&ctx, &ns, &target, patch.replicas, patch.effective_time).await?;
     }
-    let active: Vec<&CapacityReservation> = stored_reservations
-        .iter()
-        .zip(&reservations)
-        .filter(|(_, r)| r.is_active(now))
-        .map(|(stored, _)| stored)
-        .collect();
-    if active.len() < stored_reservations.len() {
+    if let Some(from) = plan.scaled_from {
+        let from = from.map_or_else(|| "unset".to_owned(), |r| r.to_string());
+        info!(autoscaler = %object_name(hra.as_ref()), target = %target.describe(), from, to = desired, reason = %decision.reason, "scaling");
+        ctx.event(
+            hra.object_ref(&()),
+            false,
+            REASON_SCALED,
+            format!(
+                "{} scaled from {from} to {desired}: {}",
+                target.describe(),
+                decision.reason
+            ),
+        );
+    }
+    if let Some(keep) = &plan.keep {
         // Expired reservations no longer count; removing them is housekeeping, retried by the
         // next reconcile rather than failing this one.
+        let active: Vec<&CapacityReservation> =
+            keep.iter().map(|&n| &stored_reservations[n]).collect();
         if let Err(error) = prune_reservations(&ctx, &hra, &ns, &active).await {
             warn!(autoscaler = %object_name(hra.as_ref()), %error, "cannot prune reservations");
         }
@@ -299,11 +297,10 @@ pub async fn reconcile(
     let new_status = HorizontalRunnerAutoscalerStatus {
         observed_generation: hra.metadata.generation,
         desired_replicas: Some(desired),
-        last_successful_scale_out_time: if decision.scale_out {
-            jiff::Timestamp::try_from(now).ok().map(Time)
-        } else {
-            status.last_successful_scale_out_time.clone()
-        },
+        last_successful_scale_out_time: plan
+            .last_scale_out
+            .and_then(|t| jiff::Timestamp::try_from(t).ok())
+            .map(Time),
         cache_entries: status.cache_entries.clone(),
         scheduled_overrides_summary: decision.schedule_summary.clone(),
         conditions: Some(conditions::merge(
@@ -334,34 +331,8 @@ pub async fn reconcile(
             ))?;
     }
 
-    // Requeue at the next instant that can change the decision.
-    let mut wake_ups: Vec<SystemTime> = reservations
-        .iter()
-        .filter(|r| r.is_active(now))
-        .map(|r| r.expiration_time)
-        .collect();
-    wake_ups.extend(decision.held_until);
-    if decision.backlog {
-        wake_ups.push(now + hangar_core::autoscaler::desired::BACKLOG_REFRESH);
-    }
-    wake_ups.extend(decision.active_override.as_ref().map(|a| a.window.end));
-    if let Ok(Some(next)) = upcoming_override(&overrides, now) {
-        wake_ups.push(next.window.start);
-    }
     ctx.backoff.reset(&backoff_key(&object_name(hra.as_ref())));
-    Ok(Action::requeue(requeue_after(
-        now,
-        &wake_ups,
-        ctx.settings.sync_period,
-    )))
-}
-
-/// The earliest of `period` and the instants in `wake_ups` (plus a little slack), from `now`.
-pub fn requeue_after(now: SystemTime, wake_ups: &[SystemTime], period: Duration) -> Duration {
-    wake_ups
-        .iter()
-        .map(|t| t.duration_since(now).unwrap_or_default() + BOUNDARY_SLACK)
-        .fold(period, Duration::min)
+    Ok(Action::requeue(plan.requeue))
 }
 
 /// Whether two statuses carry the same information (timestamps compared at second precision,
@@ -373,12 +344,6 @@ fn same_status(a: &HorizontalRunnerAutoscalerStatus, b: &HorizontalRunnerAutosca
         && secs(&a.last_successful_scale_out_time) == secs(&b.last_successful_scale_out_time)
         && a.scheduled_overrides_summary == b.scheduled_overrides_summary
         && a.conditions == b.conditions
-}
-
-fn whole_seconds(t: SystemTime) -> u64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 /// Reads the target named by `scaleTargetRef`.
@@ -781,21 +746,10 @@ fn backoff_key(object: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn at(secs: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
-    }
-
-    #[test]
-    fn requeue_is_the_earliest_wake_up_or_the_period() {
-        let period = Duration::from_secs(60);
-        assert_eq!(requeue_after(at(100), &[], period), period);
-        assert_eq!(
-            requeue_after(at(100), &[at(110), at(130)], period),
-            Duration::from_secs(10) + BOUNDARY_SLACK
-        );
-        // A boundary already passed wakes at once (plus slack), never panics.
-        assert_eq!(requeue_after(at(100), &[at(90)], period), BOUNDARY_SLACK);
     }
 
     #[test]
