@@ -16,6 +16,8 @@
 //!   never killing a busy runner.
 //! - [`placeholder`]: the opt-in registration-only runner that keeps jobs queued for a
 //!   RunnerDeployment scaled to zero on GitHub versions that fail them otherwise.
+//! - [`runner`]: what one reconcile of a Runner does — retire, create its pod, leave it to its
+//!   set, check for a vanished pod, or mirror the pod.
 //! - [`runner_container`]: where a runner is in its life, from its container's current state —
 //!   finished for good, running, or back after an exit in a pod that restarts it — and when to
 //!   take a restarting pod's registration credential back.
@@ -39,6 +41,7 @@ pub mod owner_sync;
 pub mod placeholder;
 pub mod retirement;
 pub mod rollout;
+pub mod runner;
 pub mod runner_container;
 pub mod scope;
 pub mod sweep;
