@@ -18,6 +18,9 @@
 //!   RunnerDeployment scaled to zero on GitHub versions that fail them otherwise.
 //! - [`runner`]: what one reconcile of a Runner does — retire, create its pod, leave it to its
 //!   set, check for a vanished pod, or mirror the pod.
+//! - [`runner_pod`]: what one reconcile of a runner pod does — release or ignore a pod Hangar
+//!   may not act for, unregister and force-delete a deleting one, add the finalizer, look up
+//!   the runner's ID, drive a requested unregistration.
 //! - [`runner_container`]: where a runner is in its life, from its container's current state —
 //!   finished for good, running, or back after an exit in a pod that restarts it — and when to
 //!   take a restarting pod's registration credential back.
@@ -43,6 +46,7 @@ pub mod retirement;
 pub mod rollout;
 pub mod runner;
 pub mod runner_container;
+pub mod runner_pod;
 pub mod scope;
 pub mod sweep;
 pub mod template_hash;
