@@ -24,6 +24,8 @@
 //! - [`runner_container`]: where a runner is in its life, from its container's current state —
 //!   finished for good, running, or back after an exit in a pod that restarts it — and when to
 //!   take a restarting pod's registration credential back.
+//! - [`registration`]: when a registration token may still be handed out, and what to do when
+//!   GitHub refuses a JIT configuration because a runner of that name exists.
 //! - [`retirement`]: when a deleted owner lets go of its finalizer — after its runners left
 //!   through unregister-before-delete, or once its retirement timeout forces them out.
 //! - [`rollout`]: a RunnerDeployment's surge rollout — which older RunnerReplicaSets to scale
@@ -42,6 +44,7 @@ pub mod autoscaler;
 pub mod leader;
 pub mod owner_sync;
 pub mod placeholder;
+pub mod registration;
 pub mod retirement;
 pub mod rollout;
 pub mod runner;
