@@ -124,7 +124,7 @@ async fn pull_one(
         .capacity_reservations
         .iter()
         .flatten()
-        .map(crate::controllers::hra::reservation_of)
+        .map(hangar_api::convert::reservation_of)
         .collect();
     let ops = pull_operations(&PullInput {
         autoscaler: key,

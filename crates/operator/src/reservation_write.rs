@@ -26,7 +26,7 @@ use kube::{Api, Client};
 
 use hangar_runtime::reservations::{is_conflict, reservations_patch};
 
-use crate::controllers::hra::{capacity_reservation, reservation_of};
+use hangar_api::convert::{capacity_reservation, reservation_of};
 
 /// Writes of one batch tried before giving up on conflicts.
 pub const WRITE_ATTEMPTS: usize = 4;
