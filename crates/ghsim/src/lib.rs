@@ -14,7 +14,8 @@
 //! - [`rest`]: the GitHub REST API and the auth/rate-limit/ETag layer around it.
 //! - [`runner_api`]: the runner protocol under `/_ghsim/runner/`; [`runner`]: its client.
 //! - [`control`]: the control API under `/_ghsim/`.
-//! - [`webhooks`], [`faults`], [`scenario`], [`accounting`].
+//! - [`webhooks`]: hooks and the delivery log; `delivery`: the sender that posts them.
+//! - [`faults`], [`scenario`], [`accounting`].
 //! - [`conformance`]: fetches GitHub's OpenAPI description and webhook examples for tests.
 //!
 //! # Starting one in a test
@@ -37,6 +38,7 @@ pub mod accounting;
 pub mod conformance;
 pub mod conn;
 pub mod control;
+mod delivery;
 pub mod faults;
 pub mod http;
 pub mod render;
@@ -79,7 +81,7 @@ pub async fn serve(
         let url = url::Url::parse(&format!("http://{addr}/")).expect("socket addresses form URLs");
         sim.set_public_url(url);
     }
-    let background = sim.start_background();
+    let background = delivery::start(&sim);
     let service = router(sim).into_make_service_with_connect_info::<conn::Connection>();
     let result = axum::serve(conn::ResettableListener(listener), service)
         .with_graceful_shutdown(shutdown)

@@ -3,8 +3,9 @@
 //! [`World`] knows nothing about HTTP or async. Each operation takes `now` and either changes
 //! the state or returns a [`SimError`] that the HTTP layer turns into GitHub's status code.
 //! Transitions that GitHub announces by webhook push an [`Emitted`] event into the outbox,
-//! rendered at that moment (so a later change cannot alter what was "sent"); the async layer
-//! drains it. After every change [`World::route`] assigns queued jobs to idle runners.
+//! holding copies of what its payload shows as it was at that moment (so a later change cannot
+//! alter what was "sent"); the async layer drains it and has [`crate::render`] turn each into
+//! JSON. The world itself renders nothing. After every change [`World::route`] assigns queued jobs to idle runners.
 //!
 //! Job lifecycle: `queued` → assigned to a runner (still `queued`; if the runner does not pick
 //! it up within `pickup_timeout` the runner is taken offline and the job re-queued) →
@@ -27,7 +28,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use url::Url;
 
-use crate::render;
 use crate::routing::{self, IdleRunner, Level, QueuedJob};
 
 /// Timing and identity settings of the simulated GitHub. Defaults are GitHub's.
@@ -474,15 +474,53 @@ pub struct RecordedRequest {
 /// How many recent requests [`World::requests`] keeps.
 pub const REQUEST_LOG: usize = 10_000;
 
-/// A webhook event produced by a transition, rendered when it happened.
+/// A webhook event produced by a transition.
 #[derive(Clone, Debug)]
 pub struct Emitted {
     /// `X-GitHub-Event`.
     pub event: String,
-    /// Payload.
-    pub payload: Value,
+    /// What the payload shows, as it was when the event happened.
+    pub payload: Payload,
     /// Owner login of the repository it concerns (for hook filters).
     pub owner: Option<String>,
+}
+
+impl Emitted {
+    /// The payload's `action`, if it has one.
+    pub fn action(&self) -> Option<&str> {
+        match &self.payload {
+            Payload::WorkflowJob { action, .. } => Some(action),
+            Payload::Rendered(value) => value["action"].as_str(),
+        }
+    }
+}
+
+/// The content of an [`Emitted`] event.
+#[derive(Clone, Debug)]
+pub enum Payload {
+    /// A `workflow_job` event: copies of the job, its run (without its job list, which the
+    /// payload does not show) and its repository, taken when it happened.
+    WorkflowJob {
+        /// `queued`, `in_progress` or `completed`.
+        action: String,
+        /// The job at that moment.
+        job: Box<Job>,
+        /// Its run.
+        run: Box<Run>,
+        /// Its repository.
+        repo: Box<Repo>,
+    },
+    /// Any other event, rendered by whoever emitted it (ping, push, …).
+    Rendered(Value),
+}
+
+/// The `config.sh --url` of a scope under ghsim's public URL.
+pub fn config_url(public: &Url, scope: &Scope) -> String {
+    format!(
+        "{}/{}",
+        public.as_str().trim_end_matches('/'),
+        scope.config_path()
+    )
 }
 
 /// What a runner gets when it picks up a job.
@@ -1244,7 +1282,7 @@ impl World {
             "PoolId": group.unwrap_or(1),
             "PoolName": "Default",
             "ServerUrl": self.config.public_url.as_str(),
-            "GitHubUrl": render::config_url(&self.config.public_url, scope),
+            "GitHubUrl": config_url(&self.config.public_url, scope),
             "WorkFolder": request.work_folder.unwrap_or_else(|| "_work".into()),
             "Ephemeral": true,
             "UseV2Flow": false,
@@ -1659,15 +1697,21 @@ impl World {
     }
 
     fn emit_job(&mut self, action: &str, job_id: u64) {
-        let payload = render::workflow_job_event(self, action, job_id);
-        let owner = self
-            .jobs
-            .get(&job_id)
-            .and_then(|j| self.repos.get(&j.repo_id))
-            .map(|r| r.owner.clone());
+        let job = &self.jobs[&job_id];
+        let (run, repo) = (&self.runs[&job.run_id], &self.repos[&job.repo_id]);
+        let run = Run {
+            jobs: Vec::new(),
+            ..run.clone()
+        };
+        let owner = Some(repo.owner.clone());
         self.outbox.push(Emitted {
             event: "workflow_job".into(),
-            payload,
+            payload: Payload::WorkflowJob {
+                action: action.to_owned(),
+                job: Box::new(job.clone()),
+                run: Box::new(run),
+                repo: Box::new(repo.clone()),
+            },
             owner,
         });
     }
@@ -1676,7 +1720,7 @@ impl World {
     pub fn emit(&mut self, event: &str, payload: Value, owner: Option<String>) {
         self.outbox.push(Emitted {
             event: event.to_owned(),
-            payload,
+            payload: Payload::Rendered(payload),
             owner,
         });
     }
