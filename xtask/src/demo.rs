@@ -23,15 +23,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
+use ghsim::accounting::{Accounting, JobRow};
+use ghsim::control::{self, RunnerView};
+use ghsim::webhooks::{ContentType, NewHook};
+use ghsim::world::{JobStatus, SubmitJobs};
 use hangar_api::{HorizontalRunnerAutoscaler, Runner, RunnerDeployment};
+use hangar_github::RunnerStatus;
 use hangar_testkit::Binaries;
 use hangar_testkit::control_plane::{ControlPlane, StartOptions, admin_client, free_port};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
-use serde::Deserialize;
-use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::{default_cluster_dir, kubectl, must, up, workspace_root};
@@ -149,13 +152,20 @@ async fn run_on(opts: &Options, dir: PathBuf, kubeconfig: PathBuf) -> Result<Exi
         opts.jobs,
         opts.job_seconds * 1000
     );
-    let burst = json!({"repository": REPOSITORY, "count": opts.jobs,
-                       "labels": ["self-hosted", "linux"], "duration_ms": opts.job_seconds * 1000});
-    stack.ghsim.post::<Value>("/_ghsim/jobs", &burst).await?;
+    let burst = SubmitJobs {
+        repository: REPOSITORY.to_owned(),
+        count: opts.jobs,
+        labels: vec!["self-hosted".to_owned(), "linux".to_owned()],
+        duration_ms: opts.job_seconds * 1000,
+        conclusion: None,
+        workflow: None,
+        job_name: None,
+    };
+    stack.ghsim.submit_jobs(&burst).await?;
     let watch = watch_burst(opts, &stack.ghsim, kube).await?;
 
     // Step 6: what happened, from ghsim's records.
-    let accounting: Accounting = stack.ghsim.get("/_ghsim/accounting").await?;
+    let accounting = stack.ghsim.accounting().await?;
     let summary = Summary::from_accounting(&accounting, &watch);
     println!("\n{summary}");
     if opts.ci {
@@ -263,7 +273,7 @@ async fn install(cluster: &Cluster, namespace: &str) -> Result<()> {
 /// ghsim, nodesim and the controller, started by step 2.
 #[derive(Debug)]
 struct Stack {
-    ghsim: Ghsim,
+    ghsim: control::Client,
     ghsim_url: String,
     webhook_port: u16,
     /// Where the binaries were built.
@@ -316,13 +326,13 @@ async fn start_stack(cluster: &Cluster, namespace: &str, build: bool) -> Result<
     )?;
     // The controller's token, labelled so that ghsim accounts its calls apart; added before
     // the controller starts, which would otherwise meet 401s and back off.
-    let ghsim = Ghsim { port: ghsim_port };
+    let ghsim = control::Client::new(url::Url::parse(&ghsim_url)?)?;
+    let answers = &ghsim;
     wait_until("ghsim to answer", Duration::from_secs(30), || async move {
-        ghsim.get::<Value>("/_ghsim/faults").await.ok()
+        answers.faults().await.ok()
     })
     .await?;
-    let token = json!({"token": CONTROLLER_PAT, "label": "controller"});
-    ghsim.post::<Value>("/_ghsim/tokens", &token).await?;
+    ghsim.add_token(CONTROLLER_PAT, "controller").await?;
     ControlPlane::spawn_recorded(
         dir,
         "nodesim",
@@ -417,16 +427,20 @@ async fn subscribe(stack: &Stack) -> Result<()> {
     )
     .await?;
     let url = format!("http://127.0.0.1:{port}/");
-    let hook = json!({"url": url, "secret": WEBHOOK_SECRET, "content_type": "json",
-                      "events": ["workflow_job"]});
-    let hook: Value = stack.ghsim.post("/_ghsim/hooks", &hook).await?;
-    let hook_id = hook["id"].as_u64().unwrap_or_default();
-    let ghsim = stack.ghsim;
+    let hook = NewHook {
+        url: url.clone(),
+        secret: Some(WEBHOOK_SECRET.to_owned()),
+        content_type: ContentType::Json,
+        events: vec!["workflow_job".to_owned()],
+        owner: None,
+    };
+    let hook_id = stack.ghsim.add_hook(&hook).await?.id;
+    let ghsim = &stack.ghsim;
     let ping = wait_until(
         "the webhook's ping to be answered",
         Duration::from_secs(30),
         || async move {
-            let deliveries: Vec<DeliveryRecord> = ghsim.get("/_ghsim/deliveries").await.ok()?;
+            let deliveries = ghsim.deliveries().await.ok()?;
             deliveries
                 .iter()
                 .find(|d| d.hook_id == hook_id && d.event == "ping")
@@ -506,7 +520,7 @@ struct Watch {
 
 /// Polls the world every [`TICK`] until the burst is over, drawing it: redrawn in place on a
 /// terminal, one line per change otherwise.
-async fn watch_burst(opts: &Options, ghsim: &Ghsim, kube: &Kube) -> Result<Watch> {
+async fn watch_burst(opts: &Options, ghsim: &control::Client, kube: &Kube) -> Result<Watch> {
     let tty = std::io::stdout().is_terminal() && !opts.ci;
     let limit = if opts.ci { CI_BURST_LIMIT } else { BURST_LIMIT };
     let started = Instant::now();
@@ -558,14 +572,17 @@ async fn watch_burst(opts: &Options, ghsim: &Ghsim, kube: &Kube) -> Result<Watch
 }
 
 /// One look at the world: Kubernetes for the pool, ghsim for jobs and runner activity.
-async fn observe(elapsed: Duration, ghsim: &Ghsim, kube: &Kube) -> Result<Observed> {
-    let state: GhsimState = ghsim.get("/_ghsim/state").await?;
-    let accounting: Accounting = ghsim.get("/_ghsim/accounting").await?;
+async fn observe(elapsed: Duration, ghsim: &control::Client, kube: &Kube) -> Result<Observed> {
+    let state = ghsim.state().await?;
+    let accounting = ghsim.accounting().await?;
     let (replicas, desired) = kube.scale().await?;
     let runners = kube.runners.list(&ListParams::default()).await?.items;
     let pods = kube.pods.list(&ListParams::default()).await?.items.len();
-    let github: BTreeMap<&str, &GhsimRunner> =
-        state.runners.iter().map(|r| (r.name.as_str(), r)).collect();
+    let github: BTreeMap<&str, &RunnerView> = state
+        .runners
+        .iter()
+        .map(|r| (r.runner.name.as_str(), r))
+        .collect();
     let runners = runners
         .iter()
         .map(|r| {
@@ -580,7 +597,7 @@ async fn observe(elapsed: Duration, ghsim: &Ghsim, kube: &Kube) -> Result<Observ
             };
             let activity = match github.get(name.as_str()) {
                 None => Activity::Unregistered,
-                Some(g) if g.status != "online" => Activity::Offline,
+                Some(g) if g.runner.status != RunnerStatus::Online => Activity::Offline,
                 Some(g) => g.running_job.map_or(Activity::Idle, Activity::Busy),
             };
             RunnerRow {
@@ -612,7 +629,7 @@ struct Observed {
     runners: Vec<RunnerRow>,
     /// Pods in the namespace (runner pods outlive their Runner while they unregister).
     pods: usize,
-    jobs: Vec<JobRecord>,
+    jobs: Vec<JobRow>,
 }
 
 /// A runner as the live view shows it.
@@ -648,13 +665,13 @@ impl Activity {
 }
 
 impl Observed {
-    fn count(&self, status: &str) -> usize {
+    fn count(&self, status: JobStatus) -> usize {
         self.jobs.iter().filter(|j| j.status == status).count()
     }
 
     /// Every submitted job has completed.
     fn jobs_done(&self, submitted: u32) -> bool {
-        self.jobs.len() >= submitted as usize && self.count("completed") == self.jobs.len()
+        self.jobs.len() >= submitted as usize && self.count(JobStatus::Completed) == self.jobs.len()
     }
 
     /// The autoscaler and the deployment are at the minimum, and no runner or pod is left.
@@ -676,9 +693,9 @@ impl Observed {
     fn progress(&self) -> String {
         format!(
             "jobs: {} queued, {} in progress, {} completed | replicas {} (autoscaler wants {}) | runners {} ({} busy), pods {}",
-            self.count("queued"),
-            self.count("in_progress"),
-            self.count("completed"),
+            self.count(JobStatus::Queued),
+            self.count(JobStatus::InProgress),
+            self.count(JobStatus::Completed),
             show(self.replicas),
             show(self.desired),
             self.runners.len(),
@@ -701,7 +718,7 @@ const FRAME_ROWS: usize = 14;
 fn frame(o: &Observed, opts: &Options) -> Vec<String> {
     const BAR: usize = 24;
     let total = o.jobs.len().max(opts.jobs as usize);
-    let completed = o.count("completed");
+    let completed = o.count(JobStatus::Completed);
     let filled = (completed * BAR).checked_div(total).unwrap_or(0);
     let mut lines = vec![
         format!(
@@ -715,8 +732,8 @@ fn frame(o: &Observed, opts: &Options) -> Vec<String> {
             "[{}{}] {completed}/{total} completed, {} in progress, {} queued",
             "#".repeat(filled),
             "-".repeat(BAR - filled),
-            o.count("in_progress"),
-            o.count("queued"),
+            o.count(JobStatus::InProgress),
+            o.count(JobStatus::Queued),
         ),
         format!(
             "replicas {} (autoscaler wants {}), {} runners ({} busy), {} pods",
@@ -743,7 +760,7 @@ fn frame(o: &Observed, opts: &Options) -> Vec<String> {
             format!("{:<22} {:<9} {activity}", clip(&r.name, 22), r.phase)
         })
         .collect();
-    let mut jobs: Vec<&JobRecord> = o.jobs.iter().collect();
+    let mut jobs: Vec<&JobRow> = o.jobs.iter().collect();
     jobs.sort_by_key(|j| j.id);
     let right: Vec<String> = jobs
         .iter()
@@ -856,7 +873,11 @@ impl Summary {
         by_endpoint.sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
         Self {
             jobs: a.jobs.len(),
-            completed: a.jobs.iter().filter(|j| j.status == "completed").count(),
+            completed: a
+                .jobs
+                .iter()
+                .filter(|j| j.status == JobStatus::Completed)
+                .count(),
             interrupted: a.jobs.iter().filter(|j| j.interrupted).count(),
             queue_p50: percentile(&waits, 50.0),
             queue_p95: percentile(&waits, 95.0),
@@ -925,112 +946,6 @@ impl fmt::Display for Summary {
             self.webhooks_delivered, self.webhooks_failed
         )?;
         write!(f, "  interrupted jobs    {}", self.interrupted)
-    }
-}
-
-/// The part of ghsim's `GET /_ghsim/accounting` the demo reads.
-#[derive(Debug, Clone, Default, Deserialize)]
-struct Accounting {
-    api_calls: Vec<CallRow>,
-    jobs: Vec<JobRecord>,
-    runners: RunnerTotals,
-    webhooks: WebhookTotals,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-struct RunnerTotals {
-    /// Registered now.
-    registered: u64,
-    /// Were online, are offline, still registered.
-    offline_left_behind: Vec<String>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-struct CallRow {
-    endpoint: String,
-    credential: String,
-    calls: u64,
-    charged: u64,
-}
-
-/// One job in ghsim's accounting.
-#[derive(Debug, Clone, Deserialize)]
-struct JobRecord {
-    id: u64,
-    /// `queued`, `in_progress` or `completed`.
-    status: String,
-    runner: Option<String>,
-    /// Seconds from created to started.
-    queue_seconds: Option<f64>,
-    interrupted: bool,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-struct WebhookTotals {
-    delivered: u64,
-    failed: u64,
-}
-
-/// The part of ghsim's `GET /_ghsim/state` the demo reads.
-#[derive(Debug, Deserialize)]
-struct GhsimState {
-    runners: Vec<GhsimRunner>,
-}
-
-#[derive(Debug, Deserialize)]
-struct GhsimRunner {
-    name: String,
-    /// `online` or `offline`.
-    status: String,
-    running_job: Option<u64>,
-}
-
-#[derive(Debug, Deserialize)]
-struct DeliveryRecord {
-    hook_id: u64,
-    event: String,
-    attempts: Vec<DeliveryAttempt>,
-}
-
-#[derive(Debug, Deserialize)]
-struct DeliveryAttempt {
-    status: Option<u16>,
-}
-
-/// ghsim's control API on loopback.
-#[derive(Debug, Clone, Copy)]
-struct Ghsim {
-    port: u16,
-}
-
-impl Ghsim {
-    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
-        self.call("GET", path, None).await
-    }
-
-    async fn post<T: DeserializeOwned>(&self, path: &str, body: &Value) -> Result<T> {
-        self.call("POST", path, Some(body)).await
-    }
-
-    async fn call<T: DeserializeOwned>(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<&Value>,
-    ) -> Result<T> {
-        let (status, text) = http(self.port, method, path, body)
-            .await
-            .with_context(|| format!("no answer from ghsim to {method} {path}"))?;
-        if !(200..300).contains(&status) {
-            bail!("ghsim answered {method} {path} with {status}: {text}");
-        }
-        // Calls without a body (201 from POST tokens) read as JSON null.
-        let text = if text.trim().is_empty() {
-            "null"
-        } else {
-            text.as_str()
-        };
-        serde_json::from_str(text).with_context(|| format!("unexpected answer to {method} {path}"))
     }
 }
 
@@ -1111,6 +1026,8 @@ async fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> Opti
 
 #[cfg(test)]
 mod tests {
+    use ghsim::accounting::{CallRow, JobSummary, RunnerSummary, WebhookSummary};
+
     use super::*;
 
     #[test]
@@ -1124,29 +1041,58 @@ mod tests {
         assert_eq!(percentile(&[], 50.0), None);
     }
 
+    fn call(endpoint: &str, credential: &str, calls: u64, charged: u64) -> CallRow {
+        CallRow {
+            endpoint: endpoint.to_owned(),
+            credential: credential.to_owned(),
+            calls,
+            charged,
+            not_modified: calls - charged,
+            errors: 0,
+        }
+    }
+
     /// Two credentials, three jobs (one still queued, one interrupted): only the controller's
     /// calls count, and only started jobs have a queue time.
     fn accounting() -> Accounting {
-        serde_json::from_value(json!({
-            "api_calls": [
-                {"endpoint": "GET /repos/{owner}/{repo}/actions/runners", "credential": "pat:controller",
-                 "calls": 7, "charged": 5, "not_modified": 2, "errors": 0},
-                {"endpoint": "POST /repos/{owner}/{repo}/actions/runners/registration-token",
-                 "credential": "pat:controller", "calls": 9, "charged": 9, "not_modified": 0, "errors": 0},
-                {"endpoint": "GET /repos/{owner}/{repo}/actions/runners", "credential": "pat:default",
-                 "calls": 100, "charged": 100, "not_modified": 0, "errors": 0},
+        let runners = "/repos/{owner}/{repo}/actions/runners";
+        let started = |id, runner: &str, wait, interrupted| JobRow {
+            runner: Some(runner.to_owned()),
+            queue_seconds: Some(wait),
+            interrupted,
+            ..job(id, JobStatus::Completed)
+        };
+        Accounting {
+            api_calls: vec![
+                call(&format!("GET {runners}"), "pat:controller", 7, 5),
+                call(
+                    &format!("POST {runners}/registration-token"),
+                    "pat:controller",
+                    9,
+                    9,
+                ),
+                call(&format!("GET {runners}"), "pat:default", 100, 100),
             ],
-            "api_calls_total": 116,
-            "jobs": [
-                {"id": 1, "status": "completed", "runner": "a", "queue_seconds": 1.0, "interrupted": false},
-                {"id": 2, "status": "completed", "runner": "b", "queue_seconds": 3.0, "interrupted": true},
-                {"id": 3, "status": "queued", "runner": null, "queue_seconds": null, "interrupted": false},
+            api_calls_total: 116,
+            rate_limit_cost_total: 114,
+            jobs_summary: JobSummary::default(),
+            jobs: vec![
+                started(1, "a", 1.0, false),
+                started(2, "b", 3.0, true),
+                job(3, JobStatus::Queued),
             ],
-            "runners": {"registered": 1, "online": 0, "busy": 0, "leaked": [],
-                        "offline_left_behind": ["b"], "removed_never_connected": 0},
-            "webhooks": {"deliveries": 7, "delivered": 6, "failed": 1},
-        }))
-        .unwrap()
+            runners: RunnerSummary {
+                registered: 1,
+                offline_left_behind: vec!["b".to_owned()],
+                ..RunnerSummary::default()
+            },
+            webhooks: WebhookSummary {
+                deliveries: 7,
+                delivered: 6,
+                failed: 1,
+                ..WebhookSummary::default()
+            },
+        }
     }
 
     #[test]
@@ -1177,7 +1123,7 @@ mod tests {
         );
     }
 
-    fn observed(runners: Vec<RunnerRow>, jobs: Vec<JobRecord>) -> Observed {
+    fn observed(runners: Vec<RunnerRow>, jobs: Vec<JobRow>) -> Observed {
         Observed {
             elapsed: Duration::from_secs(3),
             replicas: Some(MIN_REPLICAS),
@@ -1188,22 +1134,36 @@ mod tests {
         }
     }
 
-    fn job(id: u64, status: &str) -> JobRecord {
-        JobRecord {
+    fn job(id: u64, status: JobStatus) -> JobRow {
+        JobRow {
             id,
-            status: status.to_owned(),
-            runner: None,
+            repository: REPOSITORY.to_owned(),
+            labels: vec!["self-hosted".to_owned(), "linux".to_owned()],
+            status,
+            conclusion: None,
+            queued_at: "2026-01-01T00:00:00Z".to_owned(),
+            assigned_at: None,
+            started_at: None,
+            completed_at: None,
             queue_seconds: None,
+            runner: None,
             interrupted: false,
+            requeues: 0,
         }
     }
 
     #[test]
     fn the_burst_is_over_only_when_every_submitted_job_completed_and_the_pool_is_empty() {
-        let done = observed(vec![], vec![job(1, "completed"), job(2, "completed")]);
+        let done = observed(
+            vec![],
+            vec![job(1, JobStatus::Completed), job(2, JobStatus::Completed)],
+        );
         assert!(done.jobs_done(2) && done.at_min());
         assert!(!done.jobs_done(3), "a job ghsim has not recorded yet");
-        let running = observed(vec![], vec![job(1, "completed"), job(2, "in_progress")]);
+        let running = observed(
+            vec![],
+            vec![job(1, JobStatus::Completed), job(2, JobStatus::InProgress)],
+        );
         assert!(!running.jobs_done(2));
         let runner = RunnerRow {
             name: "demo-x".to_owned(),
@@ -1222,7 +1182,7 @@ mod tests {
                 activity: Activity::Busy(i + 1),
             })
             .collect();
-        let o = observed(runners, vec![job(1, "in_progress")]);
+        let o = observed(runners, vec![job(1, JobStatus::InProgress)]);
         let opts = Options {
             namespace: "ns".to_owned(),
             jobs: 8,

@@ -61,7 +61,7 @@ impl Hook {
 }
 
 /// One attempt to deliver.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Attempt {
     /// When it was sent.
     pub at: String,
@@ -76,7 +76,7 @@ pub struct Attempt {
 }
 
 /// A delivery and its attempts.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DeliveryRecord {
     /// `X-GitHub-Delivery`.
     pub guid: String,
@@ -169,7 +169,7 @@ pub(crate) fn new_record(out: &Outgoing, action: Option<String>) -> DeliveryReco
 }
 
 /// Request to create a hook.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct NewHook {
     /// Target URL.
     pub url: String,

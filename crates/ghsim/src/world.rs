@@ -105,7 +105,7 @@ pub enum SimError {
 }
 
 /// An enterprise.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Enterprise {
     /// Id.
     pub id: u64,
@@ -114,7 +114,7 @@ pub struct Enterprise {
 }
 
 /// An organization.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Org {
     /// Id.
     pub id: u64,
@@ -125,7 +125,7 @@ pub struct Org {
 }
 
 /// A repository.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Repo {
     /// Id.
     pub id: u64,
@@ -145,7 +145,7 @@ impl Repo {
 }
 
 /// Who owns a runner group.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GroupOwner {
     /// An organization (visibility over its repositories).
@@ -167,7 +167,7 @@ pub enum Visibility {
 }
 
 /// A runner group.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Group {
     /// Id (1 is the default group of every owner).
     pub id: u64,
@@ -261,7 +261,7 @@ impl Runner {
 }
 
 /// A workflow run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Run {
     /// Id.
     pub id: u64,
@@ -311,7 +311,7 @@ impl JobStatus {
 }
 
 /// A job.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Job {
     /// Id.
     pub id: u64,
@@ -382,7 +382,7 @@ pub struct App {
 }
 
 /// An App installation on an account.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Installation {
     /// Installation id.
     pub id: u64,
