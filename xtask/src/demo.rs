@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
+use anyhow::{Result, anyhow, bail};
 use ghsim::accounting::{Accounting, JobRow};
 use ghsim::control::{self, RunnerView};
 use ghsim::webhooks::{ContentType, NewHook};
@@ -32,10 +32,10 @@ use hangar_api::{HorizontalRunnerAutoscaler, Runner, RunnerDeployment};
 use hangar_github::RunnerStatus;
 use hangar_testkit::Binaries;
 use hangar_testkit::control_plane::{ControlPlane, StartOptions, admin_client, free_port};
+use hangar_testkit::eventually::try_eventually;
+use hangar_testkit::http;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
-use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::{default_cluster_dir, kubectl, must, up, workspace_root};
 
@@ -421,7 +421,7 @@ async fn subscribe(stack: &Stack) -> Result<()> {
         "the webhook server to answer",
         Duration::from_secs(60),
         || async move {
-            let (status, _) = http(port, "GET", "/", None).await?;
+            let (status, _) = http::get(http::loopback(port), "/").await?;
             (status == 200).then_some(())
         },
     )
@@ -979,49 +979,16 @@ impl Kube {
     }
 }
 
-/// Polls `check` every [`TICK`] until it yields, or fails after `timeout`.
-async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T>
+/// Polls `check` every [`TICK`] until it yields, or fails after `timeout`, pointing at the
+/// logs.
+async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, check: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let until = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return Ok(v);
-        }
-        if Instant::now() > until {
-            bail!("timed out after {timeout:?} waiting for {what}; see {LOGS_HINT}");
-        }
-        tokio::time::sleep(TICK).await;
-    }
-}
-
-/// A plain HTTP/1.0 request on loopback with an optional JSON body; status and body.
-async fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> Option<(u16, String)> {
-    let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .ok()?;
-        let body = body.map(Value::to_string).unwrap_or_default();
-        let head = format!(
-            "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\n\r\n",
-            body.len()
-        );
-        stream.write_all(head.as_bytes()).await.ok()?;
-        stream.write_all(body.as_bytes()).await.ok()?;
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await.ok()?;
-        let text = String::from_utf8_lossy(&raw);
-        let (head, body) = text.split_once("\r\n\r\n")?;
-        let status = head.split_whitespace().nth(1)?.parse().ok()?;
-        Some((status, body.to_owned()))
-    };
-    tokio::time::timeout(Duration::from_secs(10), exchange)
+    try_eventually(what, timeout, TICK, check)
         .await
-        .ok()
-        .flatten()
+        .map_err(|e| anyhow!("{e}; see {LOGS_HINT}"))
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use hangar_github::{
     ClientOptions, ClientRegistry, Credentials, Endpoint as GitHubEndpoint, GitHubApi, RetryPolicy,
     Scope, Secret as GhSecret,
 };
+use hangar_testkit::eventually::eventually;
 use hangar_testkit::{TestCluster, TestNamespace, crds};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -84,21 +85,6 @@ impl Drop for ConfigurationGuard {
         if !matches!(done, Ok(Some(()))) {
             eprintln!("could not delete webhook configurations {}", self.mutating);
         }
-    }
-}
-
-async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let until = Instant::now() + timeout;
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
