@@ -178,14 +178,8 @@ async fn run_with_chart_rbac(mode: Mode) {
         w.add_org("octo", None);
         w.add_repo("octo", "app", true);
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let github = format!("http://{}/", listener.local_addr().unwrap());
-    let ghsim_task = tokio::spawn({
-        let sim = sim.clone();
-        async move {
-            let _ = ghsim::serve(listener, sim, std::future::pending()).await;
-        }
-    });
+    let gh = ghsim::spawn(sim.clone()).await.unwrap();
+    let github = gh.url.to_string();
     let nodes = NodeSim::start(
         admin.clone(),
         NodeSimConfig::new(format!("{}-{}", mode.prefix, std::process::id()), 2)
@@ -438,7 +432,7 @@ async fn run_with_chart_rbac(mode: Mode) {
         forbidden.join("\n")
     );
     world.nodes.shutdown().await.unwrap();
-    ghsim_task.abort();
+    drop(gh);
 }
 
 /// What `hangar run` is started with.
