@@ -7,13 +7,14 @@
 //! for every call and job.
 //!
 //! # Layout
-//! - [`world`]: the state and every transition, synchronous, with `now` as input.
+//! - [`world`]: the state and every transition, synchronous, with `now` as input (one file per
+//!   concern under `world/`).
 //! - [`routing`]: pure job → runner assignment.
 //! - [`render`]: GitHub's JSON shapes.
 //! - [`sim`]: [`Sim`], the shared handle (world + clock + faults + hooks).
 //! - [`rest`]: the GitHub REST API and the auth/rate-limit/ETag layer around it.
 //! - [`runner_api`]: the runner protocol under `/_ghsim/runner/`; [`runner`]: its client.
-//! - [`control`]: the control API under `/_ghsim/`.
+//! - [`control`]: the control API under `/_ghsim/`, and [`control::Client`], its typed client.
 //! - [`webhooks`]: hooks and the delivery log; `delivery`: the sender that posts them.
 //! - [`faults`], [`scenario`], [`accounting`].
 //! - [`conformance`]: fetches GitHub's OpenAPI description and webhook examples for tests.
