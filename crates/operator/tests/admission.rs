@@ -24,7 +24,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -60,31 +60,11 @@ struct ConfigurationGuard {
 
 impl Drop for ConfigurationGuard {
     fn drop(&mut self) {
-        let kubeconfig = self.kubeconfig.clone();
-        let (m, v) = (self.mutating.clone(), self.validating.clone());
-        let done = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            rt.block_on(async move {
-                let client = hangar_testkit::control_plane::admin_client(&kubeconfig)
-                    .await
-                    .ok()?;
-                let dp = DeleteParams::default();
-                let _ = Api::<MutatingWebhookConfiguration>::all(client.clone())
-                    .delete(&m, &dp)
-                    .await;
-                let _ = Api::<ValidatingWebhookConfiguration>::all(client)
-                    .delete(&v, &dp)
-                    .await;
-                Some(())
-            })
-        })
-        .join();
-        if !matches!(done, Ok(Some(()))) {
-            eprintln!("could not delete webhook configurations {}", self.mutating);
-        }
+        hangar_testkit::cleanup::delete_webhook_configurations(
+            &self.kubeconfig,
+            &self.mutating,
+            &self.validating,
+        );
     }
 }
 

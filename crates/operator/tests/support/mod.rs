@@ -359,36 +359,11 @@ pub struct AdmissionServer {
 impl Drop for AdmissionServer {
     fn drop(&mut self) {
         self.task.abort();
-        let kubeconfig = self.kubeconfig.clone();
-        let (m, v) = (self.mutating.clone(), self.validating.clone());
-        // Its own runtime: drop may run inside (or after) the test's.
-        let done = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            rt.block_on(async move {
-                let client = hangar_testkit::control_plane::admin_client(&kubeconfig)
-                    .await
-                    .ok()?;
-                let dp = kube::api::DeleteParams::default();
-                let _ = kube::Api::<
-                    k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration,
-                >::all(client.clone())
-                .delete(&m, &dp)
-                .await;
-                let _ = kube::Api::<
-                    k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
-                >::all(client)
-                .delete(&v, &dp)
-                .await;
-                Some(())
-            })
-        })
-        .join();
-        if !matches!(done, Ok(Some(()))) {
-            eprintln!("could not delete webhook configurations {}", self.mutating);
-        }
+        hangar_testkit::cleanup::delete_webhook_configurations(
+            &self.kubeconfig,
+            &self.mutating,
+            &self.validating,
+        );
     }
 }
 
