@@ -4,7 +4,7 @@
 //! Contract:
 //! - types only, no IO: serde/schemars types for the five kinds, the label, annotation and
 //!   finalizer keys ARC uses, and the CustomResourceDefinitions generated from the types
-//!   ([`crds`], [`crd_files`]);
+//!   ([`crds`], [`crd_files`]), and their conversion into `hangar_core`'s terms ([`convert`]);
 //! - field names, types and meanings are ARC's; every field's doc comment is the text
 //!   `kubectl explain` shows;
 //! - what ARC's admission webhook validated is validated by the schema itself (CEL rules,
@@ -26,6 +26,7 @@
 //!   periods, a RunnerSet's StatefulSet counts), a `dockerMTU` outside 68–65535. [`validation`]
 //!   lists the rules and their messages.
 
+pub mod convert;
 pub mod horizontal_runner_autoscaler;
 pub mod labels;
 pub mod runner;

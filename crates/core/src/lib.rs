@@ -16,11 +16,20 @@
 //!   never killing a busy runner.
 //! - [`placeholder`]: the opt-in registration-only runner that keeps jobs queued for a
 //!   RunnerDeployment scaled to zero on GitHub versions that fail them otherwise.
+//! - [`runner`]: what one reconcile of a Runner does — retire, create its pod, leave it to its
+//!   set, check for a vanished pod, or mirror the pod.
+//! - [`runner_pod`]: what one reconcile of a runner pod does — release or ignore a pod Hangar
+//!   may not act for, unregister and force-delete a deleting one, add the finalizer, look up
+//!   the runner's ID, drive a requested unregistration.
 //! - [`runner_container`]: where a runner is in its life, from its container's current state —
 //!   finished for good, running, or back after an exit in a pod that restarts it — and when to
 //!   take a restarting pod's registration credential back.
+//! - [`registration`]: when a registration token may still be handed out, and what to do when
+//!   GitHub refuses a JIT configuration because a runner of that name exists.
 //! - [`retirement`]: when a deleted owner lets go of its finalizer — after its runners left
 //!   through unregister-before-delete, or once its retirement timeout forces them out.
+//! - [`rollout`]: a RunnerDeployment's surge rollout — which older RunnerReplicaSets to scale
+//!   to zero or delete once the newest is ready, and the counts its status reports.
 //! - [`scope`]: where a runner registers on GitHub (enterprise, organization or repository) and
 //!   the rules a RunnerConfig must satisfy to name exactly one such scope.
 //! - [`sweep`]: which runner registrations Hangar created and lost track of (offline, no pod,
@@ -35,8 +44,12 @@ pub mod autoscaler;
 pub mod leader;
 pub mod owner_sync;
 pub mod placeholder;
+pub mod registration;
 pub mod retirement;
+pub mod rollout;
+pub mod runner;
 pub mod runner_container;
+pub mod runner_pod;
 pub mod scope;
 pub mod sweep;
 pub mod template_hash;

@@ -164,6 +164,10 @@ pub struct OwnerView {
     /// status.replicas equals its spec.replicas). An unsettled owner without pods counts as one
     /// pending runner.
     pub settled: bool,
+    /// The owner reports more pods than [`OwnerView::pods`] holds (a StatefulSet's
+    /// status.replicas above the pods in the store): a pod not seen yet may be running a job,
+    /// so a retiring owner waits for it before it counts as unregistered.
+    pub unseen_pods: bool,
     /// Its pods.
     pub pods: Vec<PodView>,
 }
@@ -321,10 +325,11 @@ pub fn plan(input: &Input) -> Plan {
             continue;
         }
         if owner.unregistration_requested {
-            let safe = owner
-                .pods
-                .iter()
-                .all(|p| p.unregistration_complete || p.deleting);
+            let safe = !owner.unseen_pods
+                && owner
+                    .pods
+                    .iter()
+                    .all(|p| p.unregistration_complete || p.deleting);
             if safe {
                 plan.actions.push(Action::MarkUnregistrationComplete {
                     owner: owner.name.clone(),

@@ -16,7 +16,7 @@
 //! with a webhook trigger), `pull` (ephemeral RunnerDeployment, HRA with the
 //! `TotalNumberOfQueuedAndInProgressWorkflowRuns` pull metric), `persist` (persistent
 //! RunnerDeployment, HRA with the `PercentageRunnersBusy` pull metric, 1–4 runners) and `set`
-//! (RunnerSet, 1 replica); plus a runner a user registered by hand ([`FOREIGN_RUNNER`]).
+//! (RunnerSet, [`SET_REPLICAS`] replicas); plus a runner a user registered by hand ([`FOREIGN_RUNNER`]).
 //! Jobs for the owners' labels are queued at `--rate` per second while faults fire.
 //!
 //! What breaks: [`schedule::schedule`] turns (seed, `--faults`, window, `--kinds`) into a
@@ -181,6 +181,9 @@ const PULL: &str = "pull";
 const PERSIST: &str = "persist";
 const SET: &str = "set";
 const LABELS: [&str; 4] = [EPH, PULL, PERSIST, SET];
+/// The RunnerSet's fixed size: its quarter of the load (a 3 s job a second over four owners)
+/// plus a new StatefulSet per ephemeral job needs two runners, the third absorbs faults.
+const SET_REPLICAS: usize = 3;
 /// The owners with an autoscaler.
 const HRAS: [&str; 3] = [EPH, PULL, PERSIST];
 /// The sample's owners: every kind.
@@ -192,7 +195,8 @@ fn initial_runners(owner: &str) -> usize {
     // `persist`'s autoscaler starts at its minimum: idle runners are below its scale-down
     // threshold and no scale-out has happened yet to delay a scale-down.
     match owner {
-        PULL | PERSIST | SET => 1,
+        PULL | PERSIST => 1,
+        SET => SET_REPLICAS,
         _ => 0,
     }
 }
@@ -214,7 +218,7 @@ fn parse_owners(given: &[String]) -> anyhow::Result<Vec<&'static str>> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    common::init_tracing();
+    init_tracing();
     let mut args = Args::parse();
     let seeds: Vec<u64> = if args.sample {
         args.faults = schedule::SAMPLE_FAULTS;
@@ -243,6 +247,59 @@ async fn main() -> anyhow::Result<()> {
         "violations or errors with seeds {failed:?}"
     );
     Ok(())
+}
+
+/// The simulators' own log at `info` (nodesim: which runner registered when, which job it ran,
+/// when its pod was stopped), written to the running seed's `logs/sims.log` so a violation can
+/// be traced afterwards; stderr keeps `RUST_LOG` (default `warn`).
+static SIM_LOG: SimLog = SimLog(Mutex::new(None));
+
+/// Where [`SIM_LOG`] writes: the current seed's file, or nowhere between seeds.
+#[derive(Debug)]
+struct SimLog(Mutex<Option<std::fs::File>>);
+
+impl SimLog {
+    fn open(&self, path: &Path) -> std::io::Result<()> {
+        let file = std::fs::File::create(path)?;
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(file);
+        Ok(())
+    }
+}
+
+impl std::io::Write for &SimLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self.0.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            Some(file) => file.write(buf),
+            None => Ok(buf.len()),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self.0.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            Some(file) => file.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+fn init_tracing() {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::{EnvFilter, Layer as _, fmt};
+    let stderr = EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::registry()
+        .with(
+            fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(stderr),
+        )
+        .with(
+            fmt::layer()
+                .with_ansi(false)
+                .with_writer(|| &SIM_LOG)
+                .with_filter(EnvFilter::new("warn,nodesim=info,ghsim=info")),
+        )
+        .init();
 }
 
 /// One run: the schedule `seed` draws, on a private stack; the results written; an error if
@@ -284,6 +341,7 @@ async fn run_seed(args: &Args, seed: u64) -> anyhow::Result<()> {
     let dir = root.join(format!("target/chaos/{seed}"));
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs)?;
+    SIM_LOG.open(&logs.join("sims.log"))?;
     let cluster = dir.join("cluster");
     let mut options = StartOptions::new(&cluster, hangar_testkit::Binaries::configured());
     options.tie_to_pid = Some(std::process::id());
@@ -503,12 +561,29 @@ impl Run<'_> {
                     webhook,
                     child: None,
                     incarnation: 0,
+                    stopped_by_fault: false,
+                    exited_at: None,
                 })
                 .collect(),
         }));
         for i in 0..REPLICAS.len() {
             replicas.lock().expect("replicas").spawn(i)?;
         }
+        let supervisor = {
+            let replicas = replicas.clone();
+            Supervisor(tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    let restarted = replicas
+                        .lock()
+                        .expect("replicas")
+                        .restart_exited(Instant::now());
+                    if let Err(e) = restarted {
+                        eprintln!("chaos: restarting an exited replica failed: {e:#}");
+                    }
+                }
+            }))
+        };
         let secrets = Arc::new(Mutex::new(BTreeSet::from([
             CONTROLLER_PAT.to_owned(),
             RUNNER_PAT.to_owned(),
@@ -641,6 +716,7 @@ impl Run<'_> {
         });
         secret_watch.abort();
         reservation_watch.abort();
+        drop(supervisor);
         replicas.lock().expect("replicas").stop_all();
         nodes.shutdown().await?;
         let secrets = secrets.lock().expect("secrets").clone();
@@ -737,7 +813,7 @@ async fn set_up(
         "kind": "RunnerSet",
         "metadata": {"name": SET},
         "spec": {
-            "replicas": 1,
+            "replicas": SET_REPLICAS,
             "repository": "octo/app",
             "labels": [SET],
             "template": {"spec": pod_spec(0)},
@@ -754,7 +830,7 @@ async fn set_up(
             EPH,
             json!({
                 "minReplicas": 0,
-                "maxReplicas": 4,
+                "maxReplicas": MAX_REPLICAS,
                 "scaleUpTriggers": [{"githubEvent": {"workflowJob": {}}, "duration": "5m"}],
             }),
         ),
@@ -762,7 +838,7 @@ async fn set_up(
             PULL,
             json!({
                 "minReplicas": 1,
-                "maxReplicas": 4,
+                "maxReplicas": MAX_REPLICAS,
                 "metrics": [{"type": "TotalNumberOfQueuedAndInProgressWorkflowRuns"}],
             }),
         ),
@@ -774,7 +850,7 @@ async fn set_up(
             PERSIST,
             json!({
                 "minReplicas": 1,
-                "maxReplicas": 4,
+                "maxReplicas": MAX_REPLICAS,
                 "metrics": [{
                     "type": "PercentageRunnersBusy",
                     "scaleUpThreshold": "0.75",
@@ -1119,6 +1195,15 @@ const INVALID: &str = "invalid";
 /// How long a deleted owner may take to go (its busy runners finishing their jobs) before
 /// the harness gives up applying it again, which ends the run with an error.
 const REAPPLY_LIMIT: Duration = Duration::from_secs(300);
+/// How long a replica that exited on its own (it lost its lease) stays down: the kubelet's
+/// first crash-loop back-off.
+const SELF_EXIT_RESTART: Duration = Duration::from_secs(10);
+/// The autoscalers' `maxReplicas`.
+const MAX_REPLICAS: u32 = 4;
+/// How long an `hra-max-replicas` fault holds before the user puts the bound back: left in
+/// place, a pool capped at one runner cannot keep up with its share of the load, and the jobs
+/// queued meanwhile would be stranded by the harness, not by Hangar.
+const BOUNDS_HOLD: Duration = Duration::from_secs(30);
 
 struct Injector<'a> {
     client: Client,
@@ -1147,6 +1232,8 @@ struct Injector<'a> {
 struct ProxyWindows {
     gone: AtomicU64,
     conflicts: AtomicU64,
+    /// Per autoscaler (index in [`HRAS`]): the latest `hra-max-replicas` fault.
+    bounds: [AtomicU64; HRAS.len()],
 }
 
 /// How long the harness waits for a restarted apiserver before firing a fault that needs it.
@@ -1545,12 +1632,36 @@ impl Injector<'_> {
                 } else {
                     *max_replicas
                 };
+                let api =
+                    Api::<HorizontalRunnerAutoscaler>::namespaced(self.client.clone(), NAMESPACE);
                 let patch = json!({"spec": {"maxReplicas": max}});
-                Api::<HorizontalRunnerAutoscaler>::namespaced(self.client.clone(), NAMESPACE)
-                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
                     .with_context(|| format!("setting maxReplicas of {name}"))?;
-                Ok(format!("{name} maxReplicas {max}"))
+                let slot = HRAS.iter().position(|h| *h == name).unwrap_or_default();
+                let generation = self.windows.bounds[slot].fetch_add(1, Ordering::SeqCst) + 1;
+                let windows = self.windows.clone();
+                pending.spawn(async move {
+                    tokio::time::sleep(BOUNDS_HOLD).await;
+                    let back = json!({"spec": {"maxReplicas": MAX_REPLICAS}});
+                    let deadline = Instant::now() + REAPPLY_LIMIT;
+                    // Through an apiserver restart, like every put-back.
+                    while windows.bounds[slot].load(Ordering::SeqCst) == generation {
+                        match api
+                            .patch(name, &PatchParams::default(), &Patch::Merge(&back))
+                            .await
+                        {
+                            Ok(_) => break,
+                            Err(e) if Instant::now() >= deadline => {
+                                return Err(e)
+                                    .with_context(|| format!("restoring maxReplicas of {name}"));
+                            }
+                            Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+                        }
+                    }
+                    Ok(())
+                });
+                Ok(format!("{name} maxReplicas {max} for {BOUNDS_HOLD:?}"))
             }
         }
     }
@@ -1802,6 +1913,10 @@ struct Slot {
     child: Option<Child>,
     /// How many times it was started: each start logs to `<name>-<incarnation>.log`.
     incarnation: u32,
+    /// A fault stopped it; that fault's own restart brings it back.
+    stopped_by_fault: bool,
+    /// When it was first seen exited on its own (a replica that lost its lease exits).
+    exited_at: Option<Instant>,
 }
 
 impl Replicas {
@@ -1864,6 +1979,25 @@ impl Replicas {
             .spawn()
             .with_context(|| format!("failed to start {}", self.hangar.display()))?;
         slot.child = Some(child);
+        slot.stopped_by_fault = false;
+        slot.exited_at = None;
+        Ok(())
+    }
+
+    /// Restarts a replica that exited on its own [`SELF_EXIT_RESTART`] after it was first seen
+    /// exited, as the kubelet restarts a Deployment's container; a replica a fault stopped is
+    /// left to that fault's restart.
+    fn restart_exited(&mut self, now: Instant) -> anyhow::Result<()> {
+        for i in 0..self.slots.len() {
+            if self.slots[i].stopped_by_fault || self.alive(i) {
+                continue;
+            }
+            let exited_at = *self.slots[i].exited_at.get_or_insert(now);
+            if now.duration_since(exited_at) >= SELF_EXIT_RESTART {
+                self.reap(i)?;
+                self.spawn(i)?;
+            }
+        }
         Ok(())
     }
 
@@ -1879,6 +2013,7 @@ impl Replicas {
     /// incarnation, so a delayed restart can tell whether someone restarted it meanwhile.
     fn stop(&mut self, i: usize, term: bool) -> anyhow::Result<u32> {
         let incarnation = self.slots[i].incarnation;
+        self.slots[i].stopped_by_fault = true;
         let Some(child) = self.slots[i].child.as_mut() else {
             return Ok(incarnation);
         };
@@ -1913,6 +2048,16 @@ impl Replicas {
                 let _ = child.wait();
             }
         }
+    }
+}
+
+/// The task that restarts replicas that exited on their own ([`Replicas::restart_exited`]);
+/// it ends with the run, however the run ends.
+struct Supervisor(tokio::task::JoinHandle<()>);
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -22,6 +22,7 @@
 
 mod civil;
 
+pub mod after;
 pub mod batch;
 pub mod dedup;
 pub mod desired;

@@ -59,6 +59,7 @@ prop_compose! {
         requested in proptest::bool::weighted(0.15),
         complete in proptest::bool::weighted(0.05),
         settled in proptest::bool::weighted(0.9),
+        unseen_pods in proptest::bool::weighted(0.1),
         pods in proptest::collection::vec(pod_view(i), 0..3),
     ) -> OwnerView {
         OwnerView {
@@ -70,6 +71,7 @@ prop_compose! {
             unregistration_requested: requested || complete,
             unregistration_complete: complete,
             settled,
+            unseen_pods,
             pods,
         }
     }
@@ -124,6 +126,19 @@ proptest! {
                     o.unregistration_complete || !o.pods.iter().any(may_be_busy),
                     "plan deletes {owner} holding a possibly busy runner: {o:?}"
                 );
+            }
+        }
+    }
+
+    /// Only the pods the owner reports can be vouched for: while it has one the store does not
+    /// show, it is never marked unregistered (and so never deleted for it).
+    #[test]
+    fn never_marks_complete_an_owner_with_an_unseen_pod(input in situation()) {
+        let plan = plan(&input);
+        for action in &plan.actions {
+            if let Action::MarkUnregistrationComplete { owner } = action {
+                let o = input.owners.iter().find(|o| &o.name == owner).unwrap();
+                prop_assert!(!o.unseen_pods, "marked {owner} complete with an unseen pod: {o:?}");
             }
         }
     }

@@ -38,6 +38,7 @@ fn owner_at(name: &str, created: u64, phase: PodPhase) -> OwnerView {
         unregistration_requested: false,
         unregistration_complete: false,
         settled: true,
+        unseen_pods: false,
         pods: vec![pod(&format!("{name}-pod"), phase)],
     }
 }
@@ -279,6 +280,25 @@ fn a_runner_is_deleted_as_finished_only_when_it_cannot_come_back() {
             );
         }
     }
+}
+
+#[test]
+fn a_retiring_owner_whose_pod_is_not_seen_is_not_marked_complete() {
+    // The owner says it has a pod (a StatefulSet's status.replicas) that the pod store does
+    // not show yet: that pod may run a job, so "every seen pod is safe" proves nothing.
+    let mut unseen = running("a", 0);
+    unseen.unregistration_requested = true;
+    unseen.pods.clear();
+    unseen.unseen_pods = true;
+    let plan = plan(&input(0, vec![unseen.clone()], 1));
+    assert_eq!(plan.actions, vec![], "{plan:?}");
+
+    // Once the store shows no pod and the owner reports none, it is gone: complete.
+    unseen.unseen_pods = false;
+    assert_eq!(
+        super::plan(&input(0, vec![unseen], 1)).actions,
+        vec![Action::MarkUnregistrationComplete { owner: "a".into() }]
+    );
 }
 
 #[test]

@@ -187,6 +187,7 @@ impl Drop for Controller {
 }
 
 /// Logs to stderr, at `warn` unless `RUST_LOG` says otherwise.
+#[allow(dead_code)] // chaos also writes the simulators' log to a file
 pub fn init_tracing() {
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -25,8 +25,7 @@ use super::pod::PodProblem;
 use crate::controllers::runner_set::{JIT, REGISTRATION_ANNOTATION};
 use crate::runner_pod::RUNNER_CONTAINER;
 
-/// How many times one admission asks GitHub for a configuration (a conflict, then again).
-pub const MAX_GENERATE_ATTEMPTS: u32 = 3;
+pub use hangar_core::registration::{Existing, MAX_GENERATE_ATTEMPTS, OnConflict, on_conflict};
 
 /// The pod's JIT Secret: `<pod>-jit`.
 pub fn secret_name(pod: &str) -> String {
@@ -99,38 +98,6 @@ pub fn target(pod: &Pod) -> Result<Target, PodProblem> {
         labels: jit_runner_labels(&custom, arch),
         owner,
     })
-}
-
-/// A runner of the name GitHub refused to generate a configuration for (409), as found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Existing {
-    /// Its id.
-    pub id: u64,
-    /// Whether it runs a job.
-    pub busy: bool,
-}
-
-/// What to do after GitHub answered 409 to the `attempt`-th request (from 1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnConflict {
-    /// The runner is gone meanwhile: ask again.
-    GenerateAgain,
-    /// An idle orphan: delete it, then ask again.
-    DeleteThenGenerate(u64),
-    /// A runner of that name runs a job: refuse the pod, touch nothing.
-    RefuseBusy(u64),
-    /// Still a conflict after [`MAX_GENERATE_ATTEMPTS`]: refuse the pod.
-    GiveUp,
-}
-
-/// The decision after a 409, from the runner found by name (if any). Pure.
-pub fn on_conflict(existing: Option<Existing>, attempt: u32) -> OnConflict {
-    match existing {
-        Some(Existing { id, busy: true }) => OnConflict::RefuseBusy(id),
-        _ if attempt >= MAX_GENERATE_ATTEMPTS => OnConflict::GiveUp,
-        Some(Existing { id, busy: false }) => OnConflict::DeleteThenGenerate(id),
-        None => OnConflict::GenerateAgain,
-    }
 }
 
 #[cfg(test)]
@@ -219,26 +186,5 @@ mod tests {
             assert_eq!(wants_jit(&p), jit, "{annotations}");
         }
         assert!(!wants_jit(&pod(json!({"metadata": {"name": "x"}}))));
-    }
-
-    #[test]
-    fn a_conflict_replaces_an_idle_orphan_and_never_a_busy_runner() {
-        let idle = Some(Existing { id: 7, busy: false });
-        let busy = Some(Existing { id: 7, busy: true });
-        for (existing, attempt, want) in [
-            (idle, 1, OnConflict::DeleteThenGenerate(7)),
-            (idle, 2, OnConflict::DeleteThenGenerate(7)),
-            (idle, MAX_GENERATE_ATTEMPTS, OnConflict::GiveUp),
-            (busy, 1, OnConflict::RefuseBusy(7)),
-            (busy, MAX_GENERATE_ATTEMPTS, OnConflict::RefuseBusy(7)),
-            (None, 1, OnConflict::GenerateAgain),
-            (None, MAX_GENERATE_ATTEMPTS, OnConflict::GiveUp),
-        ] {
-            assert_eq!(
-                on_conflict(existing, attempt),
-                want,
-                "{existing:?} {attempt}"
-            );
-        }
     }
 }

@@ -1,17 +1,29 @@
 //! Kubernetes admission webhooks, served over HTTPS with certificates Hangar manages itself
 //! (no cert-manager).
 //!
+//! `hangar run --admission-addr` serves them: an axum router over tokio-rustls (ring). Every
+//! decision is a pure function with table tests ([`validate`], [`pod`], [`jit`], [`certs`],
+//! `hangar_core::retirement::pod_deletion` for [`retire`]); the server only wraps them.
+//!
 //! - `POST /mutate-runner-set-pod`: RunnerSet pods (label
 //!   `actions-runner-controller/inject-registration-token=true`) get `RUNNER_NAME`, a
 //!   registration credential by Secret reference, `restartPolicy: Never` and the token-expiry
 //!   annotation ([`pod`], [`registration`]); pods annotated `hangar.dev/registration: jit` get
 //!   a JIT configuration generated for their name in a Secret of their own ([`jit`]). When no
 //!   credential can be had from GitHub the pod is refused with the reason (fail closed: a
-//!   runner pod without a credential would only crash).
+//!   runner pod without a credential would only crash). Refusals use code 403 even when GitHub
+//!   is down: clients retry a 503 themselves, and the pod's controller already retries with its
+//!   own back-off. A JIT name conflict on GitHub is settled by [`jit::on_conflict`] (an idle
+//!   orphan is deleted and the configuration generated again, at most
+//!   [`jit::MAX_GENERATE_ATTEMPTS`] times; a busy runner is never touched); all GitHub calls of
+//!   one admission share one timeout, below the webhook's. A create of a pod that exists
+//!   already (a controller on a stale cache; it fails with AlreadyExists after admission)
+//!   generates nothing: it would replace the live pod's runner.
 //! - `POST /validate-actions-summerwind-dev-v1alpha1-{runner,runnerreplicaset,
 //!   runnerdeployment,runnerset}`: the checks the CRD schema cannot express ([`validate`]).
-//!   On UPDATE an unchanged spec is always accepted, so objects stored before a rule existed
-//!   can still be edited (finalizers, labels) and deleted.
+//!   On UPDATE an unchanged spec, or an object being deleted, is always accepted
+//!   ([`validate_request`]), so objects stored before a rule existed can still be edited
+//!   (finalizers, labels) and deleted.
 //! - `POST /validate-runner-pod-deletion`, `POST /validate-runner-statefulset-deletion`: a
 //!   runner pod (or RunnerSet StatefulSet) of a terminating namespace is not deleted while its
 //!   runner may be running a job, until its retirement timeout ([`retire`]).
@@ -22,7 +34,14 @@
 //!
 //! Certificates: [`rotation::CertManager`] keeps a CA and serving certificate in a Secret,
 //! renews them before expiry, patches the configurations' `caBundle` ([`configurations`]) and
-//! swaps the served certificate in place ([`tls`]). Several replicas share the Secret.
+//! swaps the served certificate in place ([`tls`]). Several replicas share the Secret. The
+//! configurations are patched, not owned, by default; `--admission-create-configurations`
+//! creates them if absent, for the local stack, where the apiserver calls
+//! `https://127.0.0.1:PORT/...` ([`configurations`]; why: docs/adr/0011-admission-certificates.md).
+//!
+//! Tested: table tests in each module; `tests/admission.rs` registers configurations limited to
+//! its namespace by a `namespaceSelector`, deletes them from a drop guard, and drives rotation
+//! with an injected clock.
 //!
 //! The server runs within [`AdmissionConfig::limits`] ([`crate::serve`]): a connection cap,
 //! header and request timeouts, and a body limit (8 MiB by default) answered with 413.

@@ -226,10 +226,9 @@ pub fn recorded_expiry(secret: &Secret) -> Option<String> {
 
 /// Whether a token expiring at `expires_at` (RFC 3339) can still be handed out at `now`.
 pub fn is_fresh(expires_at: Option<&str>, now: Timestamp) -> bool {
-    let Some(at) = expires_at.and_then(|s| s.parse::<Timestamp>().ok()) else {
-        return false;
-    };
-    at.duration_since(now).as_secs_f64() >= MIN_TTL.as_secs_f64()
+    expires_at
+        .and_then(|s| s.parse::<Timestamp>().ok())
+        .is_some_and(|at| hangar_core::registration::token_fresh(at.into(), now.into(), MIN_TTL))
 }
 
 /// One refresh at a time per (namespace, Secret name).

@@ -28,26 +28,21 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use futures::StreamExt;
-use hangar_api::horizontal_runner_autoscaler::{
-    CapacityReservation, MetricSpec, MetricType, RecurrenceFrequency, ScaleTargetKind,
-    ScheduledOverride as ApiOverride,
-};
+use hangar_api::horizontal_runner_autoscaler::{CapacityReservation, ScaleTargetKind};
 use hangar_api::{
     HorizontalRunnerAutoscaler, HorizontalRunnerAutoscalerStatus, RunnerConfig, RunnerDeployment,
     RunnerSet, annotation as ann, label,
 };
 use hangar_core::RunnerScope;
+use hangar_core::autoscaler::after::{AfterInput, after};
 use hangar_core::autoscaler::metrics::{
-    GitHubRunner, JobStatus, MetricField, MetricTarget, RunnerObservation, WorkflowJob,
-    WorkflowRun, parse_decimal,
+    GitHubRunner, JobStatus, MetricTarget, RunnerObservation, WorkflowJob, WorkflowRun,
 };
 use hangar_core::autoscaler::{
-    DesiredInput, Evaluation, Frequency, JobKey, Metric, MetricKind, Needed, Observations,
-    Recurrence, Reservation, ScheduledOverride, desired_replicas, suggest_replicas,
-    upcoming_override,
+    DesiredInput, Evaluation, Needed, Observations, Reservation, desired_replicas, suggest_replicas,
 };
 use hangar_github::{GitHubApi, RunStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -65,6 +60,10 @@ use crate::context::Context;
 use crate::error::{Error, Retry, github_err, kube_err};
 use crate::manager::Triggers;
 
+pub use hangar_api::convert::{
+    capacity_reservation, metric_of, reservation_of, scheduled_overrides,
+};
+
 /// Field manager for what this controller writes.
 pub const MANAGER: &str = "hangar-hra";
 
@@ -77,10 +76,6 @@ fn patch_params() -> PatchParams {
         ..PatchParams::default()
     }
 }
-
-/// Slack added to requeue times computed from instants, so that the reconcile runs just after
-/// the boundary (reservations expire when `expirationTime` is no longer after now).
-const BOUNDARY_SLACK: Duration = Duration::from_millis(100);
 
 /// Runs the controller until the stream ends.
 pub async fn run(ctx: Arc<Context>, hras: Triggers<HorizontalRunnerAutoscaler>) {
@@ -255,41 +250,43 @@ pub async fn reconcile(
         now,
     };
     let decision = desired_replicas(&input).map_err(|e| invalid(&hra, e))?;
-    let desired = i32::try_from(decision.desired).unwrap_or(i32::MAX);
     debug!(autoscaler = %object_name(hra.as_ref()), reason = %decision.reason, "decided");
 
+    let plan = after(&AfterInput {
+        decision: &decision,
+        target_replicas: target.replicas,
+        target_effective_time: target.effective_time,
+        reservations: &reservations,
+        overrides: &overrides,
+        last_scale_out: input.last_scale_out,
+        now,
+        sync_period: ctx.settings.sync_period,
+    });
+    let desired = plan.desired;
+
     // Apply: the target first (the point of it all), then the autoscaler's own spec.
-    let effective_time = decision
-        .effective_time
-        .filter(|t| target.effective_time.map(whole_seconds) != Some(whole_seconds(*t)));
-    if target.replicas != Some(desired) || effective_time.is_some() {
-        patch_target(&ctx, &ns, &target, desired, effective_time).await?;
-        if target.replicas != Some(desired) {
-            let from = target
-                .replicas
-                .map_or_else(|| "unset".to_owned(), |r| r.to_string());
-            info!(autoscaler = %object_name(hra.as_ref()), target = %target.describe(), from, to = desired, reason = %decision.reason, "scaling");
-            ctx.event(
-                hra.object_ref(&()),
-                false,
-                REASON_SCALED,
-                format!(
-                    "{} scaled from {from} to {desired}: {}",
-                    target.describe(),
-                    decision.reason
-                ),
-            );
-        }
+    if let Some(patch) = plan.patch_target {
+        patch_target(&ctx, &ns, &target, patch.replicas, patch.effective_time).await?;
     }
-    let active: Vec<&CapacityReservation> = stored_reservations
-        .iter()
-        .zip(&reservations)
-        .filter(|(_, r)| r.is_active(now))
-        .map(|(stored, _)| stored)
-        .collect();
-    if active.len() < stored_reservations.len() {
+    if let Some(from) = plan.scaled_from {
+        let from = from.map_or_else(|| "unset".to_owned(), |r| r.to_string());
+        info!(autoscaler = %object_name(hra.as_ref()), target = %target.describe(), from, to = desired, reason = %decision.reason, "scaling");
+        ctx.event(
+            hra.object_ref(&()),
+            false,
+            REASON_SCALED,
+            format!(
+                "{} scaled from {from} to {desired}: {}",
+                target.describe(),
+                decision.reason
+            ),
+        );
+    }
+    if let Some(keep) = &plan.keep {
         // Expired reservations no longer count; removing them is housekeeping, retried by the
         // next reconcile rather than failing this one.
+        let active: Vec<&CapacityReservation> =
+            keep.iter().map(|&n| &stored_reservations[n]).collect();
         if let Err(error) = prune_reservations(&ctx, &hra, &ns, &active).await {
             warn!(autoscaler = %object_name(hra.as_ref()), %error, "cannot prune reservations");
         }
@@ -299,11 +296,10 @@ pub async fn reconcile(
     let new_status = HorizontalRunnerAutoscalerStatus {
         observed_generation: hra.metadata.generation,
         desired_replicas: Some(desired),
-        last_successful_scale_out_time: if decision.scale_out {
-            jiff::Timestamp::try_from(now).ok().map(Time)
-        } else {
-            status.last_successful_scale_out_time.clone()
-        },
+        last_successful_scale_out_time: plan
+            .last_scale_out
+            .and_then(|t| jiff::Timestamp::try_from(t).ok())
+            .map(Time),
         cache_entries: status.cache_entries.clone(),
         scheduled_overrides_summary: decision.schedule_summary.clone(),
         conditions: Some(conditions::merge(
@@ -334,34 +330,8 @@ pub async fn reconcile(
             ))?;
     }
 
-    // Requeue at the next instant that can change the decision.
-    let mut wake_ups: Vec<SystemTime> = reservations
-        .iter()
-        .filter(|r| r.is_active(now))
-        .map(|r| r.expiration_time)
-        .collect();
-    wake_ups.extend(decision.held_until);
-    if decision.backlog {
-        wake_ups.push(now + hangar_core::autoscaler::desired::BACKLOG_REFRESH);
-    }
-    wake_ups.extend(decision.active_override.as_ref().map(|a| a.window.end));
-    if let Ok(Some(next)) = upcoming_override(&overrides, now) {
-        wake_ups.push(next.window.start);
-    }
     ctx.backoff.reset(&backoff_key(&object_name(hra.as_ref())));
-    Ok(Action::requeue(requeue_after(
-        now,
-        &wake_ups,
-        ctx.settings.sync_period,
-    )))
-}
-
-/// The earliest of `period` and the instants in `wake_ups` (plus a little slack), from `now`.
-pub fn requeue_after(now: SystemTime, wake_ups: &[SystemTime], period: Duration) -> Duration {
-    wake_ups
-        .iter()
-        .map(|t| t.duration_since(now).unwrap_or_default() + BOUNDARY_SLACK)
-        .fold(period, Duration::min)
+    Ok(Action::requeue(plan.requeue))
 }
 
 /// Whether two statuses carry the same information (timestamps compared at second precision,
@@ -373,12 +343,6 @@ fn same_status(a: &HorizontalRunnerAutoscalerStatus, b: &HorizontalRunnerAutosca
         && secs(&a.last_successful_scale_out_time) == secs(&b.last_successful_scale_out_time)
         && a.scheduled_overrides_summary == b.scheduled_overrides_summary
         && a.conditions == b.conditions
-}
-
-fn whole_seconds(t: SystemTime) -> u64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 /// Reads the target named by `scaleTargetRef`.
@@ -636,110 +600,6 @@ pub fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409 || s.code == 422)
 }
 
-/// A stored reservation as the core sees it. Missing times count as the epoch (never active),
-/// as Go's zero time did in ARC; a negative replica count as zero.
-pub fn reservation_of(r: &CapacityReservation) -> Reservation {
-    Reservation {
-        name: r.name.clone(),
-        effective_time: r
-            .effective_time
-            .as_ref()
-            .map_or(SystemTime::UNIX_EPOCH, k8s_time),
-        expiration_time: r
-            .expiration_time
-            .as_ref()
-            .map_or(SystemTime::UNIX_EPOCH, k8s_time),
-        replicas: r.replicas.and_then(|n| u32::try_from(n).ok()).unwrap_or(0),
-        job: r
-            .job_id
-            .and_then(|id| u64::try_from(id).ok())
-            .map(|id| JobKey {
-                id,
-                attempt: r
-                    .run_attempt
-                    .and_then(|a| u32::try_from(a).ok())
-                    .unwrap_or(1),
-            }),
-        delivery: r.delivery_id.clone(),
-    }
-}
-
-/// A core reservation in the API's shape.
-pub fn capacity_reservation(r: &Reservation) -> CapacityReservation {
-    let time = |t: SystemTime| jiff::Timestamp::try_from(t).ok().map(Time);
-    CapacityReservation {
-        name: r.name.clone(),
-        effective_time: time(r.effective_time),
-        expiration_time: time(r.expiration_time),
-        replicas: Some(i32::try_from(r.replicas).unwrap_or(i32::MAX)),
-        job_id: r.job.and_then(|j| i64::try_from(j.id).ok()),
-        run_attempt: r.job.and_then(|j| i32::try_from(j.attempt).ok()),
-        delivery_id: r.delivery.clone(),
-    }
-}
-
-/// One `spec.metrics` entry in the core's terms; the error names the entry and field.
-pub fn metric_of(index: usize, spec: &MetricSpec) -> Result<Metric, String> {
-    let kind = match spec.type_ {
-        Some(MetricType::TotalNumberOfQueuedAndInProgressWorkflowRuns) => {
-            MetricKind::TotalNumberOfQueuedAndInProgressWorkflowRuns
-        }
-        Some(MetricType::PercentageRunnersBusy) => MetricKind::PercentageRunnersBusy,
-        None => return Err(format!("metrics[{index}].type is required")),
-    };
-    let decimal = |field, value: &Option<String>| {
-        parse_decimal(field, value.as_deref()).map_err(|e| e.to_string())
-    };
-    Ok(Metric {
-        kind,
-        repository_names: spec.repository_names.clone().unwrap_or_default(),
-        scale_up_threshold: decimal(MetricField::ScaleUpThreshold, &spec.scale_up_threshold)?,
-        scale_down_threshold: decimal(MetricField::ScaleDownThreshold, &spec.scale_down_threshold)?,
-        scale_up_factor: decimal(MetricField::ScaleUpFactor, &spec.scale_up_factor)?,
-        scale_down_factor: decimal(MetricField::ScaleDownFactor, &spec.scale_down_factor)?,
-        scale_up_adjustment: spec.scale_up_adjustment,
-        scale_down_adjustment: spec.scale_down_adjustment,
-    })
-}
-
-/// `spec.scheduledOverrides` in the core's terms.
-pub fn scheduled_overrides(overrides: &[ApiOverride]) -> Result<Vec<ScheduledOverride>, String> {
-    overrides
-        .iter()
-        .enumerate()
-        .map(|(index, o)| {
-            let min_replicas = o
-                .min_replicas
-                .map(|m| {
-                    u32::try_from(m).map_err(|_| {
-                        format!(
-                            "scheduledOverrides[{index}].minReplicas is {m}; it must be 0 or more"
-                        )
-                    })
-                })
-                .transpose()?;
-            let recurrence = o.recurrence_rule.as_ref().and_then(|rule| {
-                let frequency = match rule.frequency? {
-                    RecurrenceFrequency::Daily => Frequency::Daily,
-                    RecurrenceFrequency::Weekly => Frequency::Weekly,
-                    RecurrenceFrequency::Monthly => Frequency::Monthly,
-                    RecurrenceFrequency::Yearly => Frequency::Yearly,
-                };
-                Some(Recurrence {
-                    frequency,
-                    until: rule.until_time.as_ref().map(k8s_time),
-                })
-            });
-            Ok(ScheduledOverride {
-                start: k8s_time(&o.start_time),
-                end: k8s_time(&o.end_time),
-                min_replicas,
-                recurrence,
-            })
-        })
-        .collect()
-}
-
 /// Bad specs are reported as a Warning event and retried after the sync period, not on the
 /// next change only: a missing target may be created later, and time moves schedules. Other
 /// failures back off per autoscaler ([`crate::error::Backoff`]); credential and permission
@@ -776,93 +636,4 @@ pub fn error_policy(
 
 fn backoff_key(object: &str) -> String {
     format!("hra/{object}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn at(secs: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
-    }
-
-    #[test]
-    fn requeue_is_the_earliest_wake_up_or_the_period() {
-        let period = Duration::from_secs(60);
-        assert_eq!(requeue_after(at(100), &[], period), period);
-        assert_eq!(
-            requeue_after(at(100), &[at(110), at(130)], period),
-            Duration::from_secs(10) + BOUNDARY_SLACK
-        );
-        // A boundary already passed wakes at once (plus slack), never panics.
-        assert_eq!(requeue_after(at(100), &[at(90)], period), BOUNDARY_SLACK);
-    }
-
-    #[test]
-    fn reservations_round_trip_and_missing_times_never_count() {
-        let r = Reservation {
-            name: None,
-            effective_time: at(1_700_000_000),
-            expiration_time: at(1_700_000_600),
-            replicas: 1,
-            job: None,
-            delivery: None,
-        };
-        assert_eq!(reservation_of(&capacity_reservation(&r)), r);
-        let tombstone = Reservation {
-            replicas: 0,
-            job: Some(JobKey { id: 7, attempt: 2 }),
-            delivery: Some("d-7".into()),
-            ..r.clone()
-        };
-        let stored = capacity_reservation(&tombstone);
-        assert_eq!(
-            (
-                stored.job_id,
-                stored.run_attempt,
-                stored.delivery_id.as_deref()
-            ),
-            (Some(7), Some(2), Some("d-7"))
-        );
-        assert_eq!(reservation_of(&stored), tombstone);
-        let empty = reservation_of(&CapacityReservation::default());
-        assert!(!empty.is_active(at(1)));
-        assert_eq!(empty.replicas, 0);
-    }
-
-    #[test]
-    fn metric_strings_are_parsed_and_errors_name_the_field() {
-        let spec = MetricSpec {
-            type_: Some(MetricType::PercentageRunnersBusy),
-            scale_up_threshold: Some("0.75".into()),
-            ..MetricSpec::default()
-        };
-        let m = metric_of(0, &spec).unwrap();
-        assert_eq!(m.kind, MetricKind::PercentageRunnersBusy);
-        assert_eq!(m.scale_up_threshold, Some(0.75));
-        let bad = MetricSpec {
-            scale_down_factor: Some("lots".into()),
-            ..spec
-        };
-        assert!(metric_of(1, &bad).unwrap_err().contains("scaleDownFactor"));
-        assert!(
-            metric_of(2, &MetricSpec::default())
-                .unwrap_err()
-                .contains("metrics[2].type")
-        );
-    }
-
-    #[test]
-    fn recurrence_without_frequency_happens_once() {
-        let o: ApiOverride = serde_json::from_value(json!({
-            "startTime": "2024-05-04T09:00:00Z",
-            "endTime": "2024-05-04T17:00:00Z",
-            "minReplicas": 3,
-            "recurrenceRule": {}
-        }))
-        .unwrap();
-        let core = scheduled_overrides(&[o]).unwrap();
-        assert_eq!(core[0].min_replicas, Some(3));
-        assert_eq!(core[0].recurrence, None);
-    }
 }

@@ -285,6 +285,9 @@ impl SharedTokens {
 /// Whether a token expiring at `expires_at` is still valid for at least
 /// [`crate::admission::registration::MIN_TTL`] after `now`.
 fn lasts(expires_at: jiff::Timestamp, now: jiff::Timestamp) -> bool {
-    expires_at.duration_since(now).as_secs_f64()
-        >= crate::admission::registration::MIN_TTL.as_secs_f64()
+    hangar_core::registration::token_fresh(
+        expires_at.into(),
+        now.into(),
+        crate::admission::registration::MIN_TTL,
+    )
 }

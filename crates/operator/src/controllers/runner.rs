@@ -36,6 +36,7 @@ use futures::StreamExt;
 use hangar_api::{Runner, RunnerStatus, annotation as ann, finalizer};
 use hangar_core::RunnerScope;
 use hangar_core::retirement::{RunnerPod, RunnerStep};
+use hangar_core::runner::{PodFacts, RunnerFacts, RunnerStep as Step};
 use hangar_github::{GitHubApi, GitHubError};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -231,80 +232,80 @@ async fn drive(runner: &Runner, ctx: &Context, report: &mut Report) -> Result<Ac
     let ns = runner.namespace().unwrap_or_default();
     let name = runner.name_any();
     let api: Api<Runner> = Api::namespaced(ctx.client.clone(), &ns);
-    if let Some(since) = retirement::deleting_since(runner) {
-        ctx.finished_runners
-            .forget(&runner.uid().unwrap_or_default());
+    let uid = runner.uid().unwrap_or_default();
+    let deleting_since = retirement::deleting_since(runner);
+    let pod_ref = kube::runtime::reflector::ObjectRef::<Pod>::new(&name).within(&ns);
+    let pod = ctx.stores.pods.get(&pod_ref);
+    let facts = RunnerFacts {
+        deleting: deleting_since.is_some(),
+        holds_finalizer: retirement::holds(runner, finalizer::RUNNER),
+        retiring: runner
+            .annotations()
+            .contains_key(ann::UNREGISTRATION_REQUEST_TIMESTAMP),
+        had_pod: runner
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_ref())
+            .is_some(),
+        owned: !runner.owner_references().is_empty(),
+        // A finished runner's pod is deleted by its set, which deletes the Runner next:
+        // nothing to check for a while (under load that GET was two per job).
+        finished_at: ctx
+            .finished_runners
+            .get(&uid)
+            .or_else(|| reported_finished(runner)),
+        pod: pod.as_deref().map(|p| PodFacts {
+            phase: pod_phase(p),
+            stopped: super::runner_stopped(p),
+            deleting: p.metadata.deletion_timestamp.is_some(),
+        }),
+        uses_jit: uses_jit(runner, ctx),
+        now: ctx.now(),
+    };
+    let plan = hangar_core::runner::drive(&facts);
+    if let Some(since) = deleting_since {
+        ctx.finished_runners.forget(&uid);
         report.leave_status = true;
-        if !retirement::holds(runner, finalizer::RUNNER) {
-            return Ok(Action::await_change()); // the pod goes with it (owner reference)
-        }
-        return retire(runner, since, ctx).await;
+        return match plan.step {
+            Step::Retire => retire(runner, since, ctx).await,
+            // The pod goes with it (owner reference).
+            _ => Ok(Action::await_change()),
+        };
     }
-    if !retirement::holds(runner, finalizer::RUNNER) {
+    if plan.add_finalizer {
         retirement::set_finalizer(&api, runner, finalizer::RUNNER, true).await?;
     }
     let scope = scope_of(runner)?;
-    let pod_ref = kube::runtime::reflector::ObjectRef::<Pod>::new(&name).within(&ns);
-    let pod = ctx.stores.pods.get(&pod_ref);
-
-    match pod {
-        None => {
-            // A Runner being retired never gets a new pod.
-            let retiring = runner
-                .annotations()
-                .contains_key(ann::UNREGISTRATION_REQUEST_TIMESTAMP);
-            if retiring {
-                return Ok(Action::requeue(ctx.settings.sync_period));
-            }
+    let (delete_finished_pod, refresh_shared_token, hand_on_unregistration) = match plan.step {
+        // Only for a deleted Runner, handled above.
+        Step::LetGo | Step::Retire => return Ok(Action::await_change()),
+        Step::WaitRetiring => return Ok(Action::requeue(ctx.settings.sync_period)),
+        Step::WaitForSet { after } => return Ok(Action::requeue(after)),
+        Step::CheckVanished => {
             // A Runner of a set whose pod existed and vanished (force-deleted, node lost) is not
             // resurrected: it is deleted and the set replaces it with a fresh runner. The store
             // may lag behind our own create, so the API has the last word (a GET, rarely).
-            let had_pod = runner
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.as_ref())
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+            let exists = pods
+                .get_opt(&name)
+                .await
+                .map_err(kube_err("get pod", format!("{ns}/{name}")))?
                 .is_some();
-            // A finished runner's pod is deleted by its set, which deletes the Runner next:
-            // nothing to check yet (under load that GET was two per job). Still here once
-            // that should long have happened (the set's delete failed, or a user deleted the
-            // pod), it is treated as a vanished pod below.
-            let owned = !runner.owner_references().is_empty();
-            let finished = ctx
-                .finished_runners
-                .get(&runner.uid().unwrap_or_default())
-                .or_else(|| reported_finished(runner));
-            if had_pod
-                && owned
-                && let Some(finished) = finished
-            {
-                let settle = ctx.now().duration_since(finished).unwrap_or_default();
-                if settle < FINISHED_RUNNER_DELETION_WAIT {
-                    return Ok(Action::requeue(
-                        FINISHED_RUNNER_DELETION_WAIT - settle + Duration::from_millis(100),
-                    ));
-                }
+            if exists {
+                return Ok(Action::requeue(Duration::from_secs(1)));
             }
-            if had_pod && owned {
-                let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-                let exists = pods
-                    .get_opt(&name)
-                    .await
-                    .map_err(kube_err("get pod", format!("{ns}/{name}")))?
-                    .is_some();
-                if exists {
-                    return Ok(Action::requeue(Duration::from_secs(1)));
-                }
-                Api::<Runner>::namespaced(ctx.client.clone(), &ns)
-                    .delete(&name, &DeleteParams::background())
-                    .await
-                    .map(drop)
-                    .or_else(ignore_not_found)
-                    .map_err(kube_err(
-                        "delete runner whose pod vanished",
-                        format!("{ns}/{name}"),
-                    ))?;
-                return Ok(Action::await_change());
-            }
+            Api::<Runner>::namespaced(ctx.client.clone(), &ns)
+                .delete(&name, &DeleteParams::background())
+                .await
+                .map(drop)
+                .or_else(ignore_not_found)
+                .map_err(kube_err(
+                    "delete runner whose pod vanished",
+                    format!("{ns}/{name}"),
+                ))?;
+            return Ok(Action::await_change());
+        }
+        Step::CreatePod => {
             let github = ctx
                 .github_for(&ns, runner.spec.config.github_api_credentials_from.as_ref())
                 .await?;
@@ -314,57 +315,62 @@ async fn drive(runner: &Runner, ctx: &Context, report: &mut Report) -> Result<Ac
             report.status = Some(status_from_pod(&pod));
             report.conditions = conditions_from_pod(&pod);
             report.conditions.push(credentials_accepted(runner));
-            Ok(Action::requeue(ctx.settings.sync_period))
+            return Ok(Action::requeue(ctx.settings.sync_period));
         }
-        Some(pod) => {
-            if let Some(requested) =
-                super::annotation(runner, ann::UNREGISTRATION_REQUEST_TIMESTAMP)
-            {
-                let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-                super::sets::hand_on_unregistration_request(&pods, requested, &pod).await?;
-            }
-            let phase = pod_phase(&pod);
-            let standalone = runner.owner_references().is_empty();
-            let finished = matches!(
-                phase,
-                hangar_core::owner_sync::PodPhase::Succeeded
-                    | hangar_core::owner_sync::PodPhase::Failed
-            ) || super::runner_stopped(&pod);
-            if finished && !standalone {
-                // Its set deletes it next: a status saying so would be overwritten by nothing
-                // but the deletion.
-                ctx.finished_runners
-                    .note(&runner.uid().unwrap_or_default(), ctx.now());
-                report.leave_status = true;
-                return Ok(Action::requeue(ctx.settings.sync_period));
-            }
-            if finished && standalone && pod.metadata.deletion_timestamp.is_none() {
-                // ARC restarts a standalone runner: a new pod registers a new runner.
-                Api::<Pod>::namespaced(ctx.client.clone(), &ns)
-                    .delete(&name, &DeleteParams::default())
-                    .await
-                    .map(drop)
-                    .or_else(ignore_not_found)
-                    .map_err(kube_err("delete finished pod", format!("{ns}/{name}")))?;
-            }
-            report.status = Some(status_from_pod(&pod));
-            report.conditions = conditions_from_pod(&pod);
-            // The pod needs the credentials until its runner is unregistered: a Secret deleted
-            // or broken meanwhile shows here, not only when the runner is retired.
-            let github = ctx
-                .github_for(&ns, runner.spec.config.github_api_credentials_from.as_ref())
-                .await?;
-            // A pod that has not started reads the shared token Secret when it does: keep it
-            // there and fresh (free while it is known to be; a read every
-            // `SHARED_TOKEN_RECHECK` otherwise).
-            if phase == hangar_core::owner_sync::PodPhase::Pending && !uses_jit(runner, ctx) {
-                shared_token_secret(runner, &scope, ctx, github.as_ref()).await?;
-            }
-            // What the pod says (a refused removal) outranks a successful read of the credential.
-            report.conditions.insert(0, credentials_accepted(runner));
-            Ok(Action::requeue(ctx.settings.sync_period))
-        }
+        Step::NoteFinished {
+            hand_on_unregistration,
+        } => (false, false, hand_on_unregistration),
+        Step::Mirror {
+            delete_finished_pod,
+            refresh_shared_token,
+            hand_on_unregistration,
+        } => (
+            delete_finished_pod,
+            refresh_shared_token,
+            hand_on_unregistration,
+        ),
+    };
+    // The plan notes or mirrors a pod only when the store has one.
+    let Some(pod) = pod else {
+        return Ok(Action::requeue(ctx.settings.sync_period));
+    };
+    if hand_on_unregistration
+        && let Some(requested) = super::annotation(runner, ann::UNREGISTRATION_REQUEST_TIMESTAMP)
+    {
+        let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+        super::sets::hand_on_unregistration_request(&pods, requested, &pod).await?;
     }
+    if let Step::NoteFinished { .. } = plan.step {
+        // Its set deletes it next: a status saying so would be overwritten by nothing but the
+        // deletion.
+        ctx.finished_runners.note(&uid, ctx.now());
+        report.leave_status = true;
+        return Ok(Action::requeue(ctx.settings.sync_period));
+    }
+    if delete_finished_pod {
+        // ARC restarts a standalone runner: a new pod registers a new runner.
+        Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+            .delete(&name, &DeleteParams::default())
+            .await
+            .map(drop)
+            .or_else(ignore_not_found)
+            .map_err(kube_err("delete finished pod", format!("{ns}/{name}")))?;
+    }
+    report.status = Some(status_from_pod(&pod));
+    report.conditions = conditions_from_pod(&pod);
+    // The pod needs the credentials until its runner is unregistered: a Secret deleted or
+    // broken meanwhile shows here, not only when the runner is retired.
+    let github = ctx
+        .github_for(&ns, runner.spec.config.github_api_credentials_from.as_ref())
+        .await?;
+    // A pod that has not started reads the shared token Secret when it does: keep it there
+    // and fresh (free while it is known to be; a read every `SHARED_TOKEN_RECHECK` otherwise).
+    if refresh_shared_token {
+        shared_token_secret(runner, &scope, ctx, github.as_ref()).await?;
+    }
+    // What the pod says (a refused removal) outranks a successful read of the credential.
+    report.conditions.insert(0, credentials_accepted(runner));
+    Ok(Action::requeue(ctx.settings.sync_period))
 }
 
 /// One step of a deleted Runner's retirement ([`hangar_core::retirement::runner_step`]).
@@ -468,9 +474,7 @@ async fn retire(
     Ok(retirement::released(written))
 }
 
-/// How long after its runner finished a Runner whose pod is gone is left to its set to delete,
-/// before the Runner controller checks for a vanished pod itself.
-pub const FINISHED_RUNNER_DELETION_WAIT: Duration = Duration::from_secs(10);
+pub use hangar_core::runner::FINISHED_RUNNER_DELETION_WAIT;
 
 /// When the Runner's status says its runner finished (condition `Registered` turned False
 /// with reason `RunnerFinished`), if it does.

@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use hangar_api::{RunnerDeployment, RunnerReplicaSet, RunnerReplicaSetSpec, finalizer, label};
+use hangar_core::rollout::{self, RolloutInput, SetView};
 use hangar_core::template_hash::template_hash;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -160,54 +161,41 @@ pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<A
         .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
         .filter(|s| s.owner_references().iter().any(|o| o.uid == uid))
         .collect();
-    let newest_ready = newest
-        .status
-        .as_ref()
-        .and_then(|s| s.ready_replicas)
-        .unwrap_or(0);
-    let rolled_out = newest_ready >= replicas;
-    let mut requeue = ctx.settings.sync_period;
-    for old in sets.iter().filter(|s| s.name_any() != desired_name) {
-        let old_name = old.name_any();
-        let old_replicas = old.status.as_ref().and_then(|s| s.replicas).unwrap_or(0);
-        if old.spec.replicas != Some(0) {
-            if rolled_out {
-                let patch = serde_json::json!({ "spec": { "replicas": 0 } });
-                api.patch(&old_name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map_err(kube_err(
-                        "scale down old runnerreplicaset",
-                        format!("{ns}/{old_name}"),
-                    ))?;
-                info!(deployment = %object_name(rd.as_ref()), set = old_name, "scaling old runnerreplicaset to 0");
-            }
-            requeue = Duration::from_secs(5);
-        } else if old_replicas == 0 && old.metadata.deletion_timestamp.is_none() {
-            api.delete(&old_name, &DeleteParams::background())
-                .await
-                .map(drop)
-                .or_else(ignore_not_found)
-                .map_err(kube_err(
-                    "delete old runnerreplicaset",
-                    format!("{ns}/{old_name}"),
-                ))?;
-            info!(deployment = %object_name(rd.as_ref()), set = old_name, "deleted old runnerreplicaset");
-        } else {
-            requeue = Duration::from_secs(5);
-        }
+    let newest_status = newest.status.clone().unwrap_or_default();
+    let plan = rollout::plan(&RolloutInput {
+        newest: desired_name.clone(),
+        replicas,
+        newest_ready: newest_status.ready_replicas.unwrap_or(0),
+        newest_replicas: newest_status.replicas.unwrap_or(0),
+        sets: sets.iter().map(|s| set_view(s)).collect(),
+        sync_period: ctx.settings.sync_period,
+    });
+    for old_name in &plan.scale_to_zero {
+        let patch = serde_json::json!({ "spec": { "replicas": 0 } });
+        api.patch(old_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(kube_err(
+                "scale down old runnerreplicaset",
+                format!("{ns}/{old_name}"),
+            ))?;
+        info!(deployment = %object_name(rd.as_ref()), set = old_name, "scaling old runnerreplicaset to 0");
+    }
+    for old_name in &plan.delete {
+        api.delete(old_name, &DeleteParams::background())
+            .await
+            .map(drop)
+            .or_else(ignore_not_found)
+            .map_err(kube_err(
+                "delete old runnerreplicaset",
+                format!("{ns}/{old_name}"),
+            ))?;
+        info!(deployment = %object_name(rd.as_ref()), set = old_name, "deleted old runnerreplicaset");
     }
 
-    // Status: sums over all sets; up-to-date = the newest set's runners.
-    let sum = |f: fn(&hangar_api::RunnerReplicaSetStatus) -> Option<i32>| -> i32 {
-        sets.iter()
-            .filter_map(|s| s.status.as_ref().and_then(f))
-            .sum()
-    };
+    let counts = plan.counts;
     // Before the status write: the placeholder's patch is conditional on the resourceVersion
     // read, which a status write would move.
-    super::placeholder::sync(&rd, &desired, sum(|s| s.ready_replicas), &ctx).await?;
-    let newest_status = newest.status.clone().unwrap_or_default();
-    let old_sets = sets.iter().filter(|s| s.name_any() != desired_name).count();
+    super::placeholder::sync(&rd, &desired, counts.ready, &ctx).await?;
     let old_conditions = rd
         .status
         .as_ref()
@@ -216,20 +204,20 @@ pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<A
     let conditions = conditions::merge(
         &old_conditions,
         &deployment_conditions(
-            replicas,
-            sum(|s| s.ready_replicas),
+            counts.desired,
+            counts.ready,
             &newest_status,
-            old_sets,
+            counts.old_sets,
         ),
         rd.metadata.generation,
         ctx.now(),
     );
     let status = serde_json::json!({ "status": {
-        "desiredReplicas": replicas,
-        "replicas": sum(|s| s.replicas),
-        "readyReplicas": sum(|s| s.ready_replicas),
-        "availableReplicas": sum(|s| s.available_replicas),
-        "updatedReplicas": newest_status.replicas.unwrap_or(0),
+        "desiredReplicas": counts.desired,
+        "replicas": counts.replicas,
+        "readyReplicas": counts.ready,
+        "availableReplicas": counts.available,
+        "updatedReplicas": counts.updated,
         "conditions": conditions,
     }});
     let current = serde_json::to_value(&rd.status).unwrap_or_default();
@@ -246,7 +234,20 @@ pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<A
                 object_name(rd.as_ref()),
             ))?;
     }
-    Ok(Action::requeue(requeue))
+    Ok(Action::requeue(plan.requeue))
+}
+
+/// A RunnerReplicaSet as the rollout sees it.
+fn set_view(s: &RunnerReplicaSet) -> SetView {
+    let status = s.status.clone().unwrap_or_default();
+    SetView {
+        name: s.name_any(),
+        spec_replicas: s.spec.replicas,
+        status_replicas: status.replicas.unwrap_or(0),
+        ready: status.ready_replicas.unwrap_or(0),
+        available: status.available_replicas.unwrap_or(0),
+        deleting: s.metadata.deletion_timestamp.is_some(),
+    }
 }
 
 /// One step of a deleted deployment's retirement: its sets are deleted (each retires its own

@@ -26,6 +26,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use hangar_api::{Runner, annotation as ann, finalizer};
 use hangar_core::authority::{Authority, Untrusted};
+use hangar_core::runner_pod::{ForceDelete, PodFacts, PodStep};
 use hangar_core::unregistration::{
     self, AfterDelete, AfterNotFound, DeleteOutcome, Finished, ListedByName, PodState, Step,
 };
@@ -46,8 +47,7 @@ use crate::error::{Error, github_err, ignore_not_found, kube_err};
 use crate::manager::Triggers;
 use crate::runner_directory::Lookup;
 
-/// How long a deleting pod may linger before it is force-deleted (ARC: 1 minute).
-pub const FORCE_DELETE_AFTER: Duration = Duration::from_secs(60);
+pub use hangar_core::runner_pod::FORCE_DELETE_AFTER;
 /// When a pod changed between the view a decision was made on and its write: the change's own
 /// watch event normally brings the pod back sooner.
 const CHANGED_RECHECK: Duration = Duration::from_secs(1);
@@ -144,15 +144,38 @@ async fn set_finalizers(pod: &Pod, ctx: &Context, finalizers: Vec<String>) -> Re
 pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error> {
     let now = ctx.now();
     let has_finalizer = pod.finalizers().iter().any(|f| f == finalizer::RUNNER_POD);
-    let deleting = pod.metadata.deletion_timestamp.is_some();
-    let authority = match granted(&pod, &ctx).await? {
+    let granted = granted(&pod, &ctx).await?;
+    let phase = pod_phase(&pod);
+    let plan = hangar_core::runner_pod::step(&PodFacts {
+        trusted: granted.is_ok(),
+        deleting_since: pod
+            .metadata
+            .deletion_timestamp
+            .as_ref()
+            .map(super::k8s_time),
+        has_finalizer,
+        finished: runner_stopped(&pod)
+            || matches!(
+                phase,
+                hangar_core::owner_sync::PodPhase::Succeeded
+                    | hangar_core::owner_sync::PodPhase::Failed
+            ),
+        phase,
+        has_runner_id: runner_id(&pod).is_some(),
+        unregistration_requested: annotation(pod.as_ref(), ann::UNREGISTRATION_REQUEST_TIMESTAMP)
+            .is_some(),
+        unregistration_complete: annotation(pod.as_ref(), ann::UNREGISTRATION_COMPLETE_TIMESTAMP)
+            .is_some(),
+        now,
+    });
+    let authority = match granted {
         Ok(authority) => authority,
         Err(untrusted) => {
             // Not a pod Hangar may act for: no GitHub call, no finalizer. One that carries our
             // finalizer anyway (written by its author, or granted before a restart whose owner
             // is gone now) is released when deleted, so it cannot hang; its containers are
             // stopped by the kubelet either way.
-            if deleting && has_finalizer {
+            if plan == PodStep::ReleaseUntrusted {
                 warn!(pod = %object_name(pod.as_ref()), reason = %untrusted,
                       "releasing a runner pod Hangar cannot act for");
                 release_finalizer(&pod, &ctx).await?;
@@ -164,78 +187,75 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error
         }
     };
 
-    if deleting {
-        if has_finalizer {
+    match plan {
+        // Only for a pod Hangar may not act for, handled above.
+        PodStep::ReleaseUntrusted | PodStep::Ignore => Ok(Action::await_change()),
+        PodStep::Deleting {
+            delete_parent,
+            unregister: unregistering,
+            force,
+        } => {
             // A finished runner's pod is deleted by its set, which deletes the Runner itself;
             // should it not (a user deleted the pod), the Runner controller deletes a Runner
             // whose pod vanished `FINISHED_RUNNER_DELETION_WAIT` after its runner finished.
-            if !runner_stopped(&pod)
-                && !matches!(
-                    pod_phase(&pod),
-                    hangar_core::owner_sync::PodPhase::Succeeded
-                        | hangar_core::owner_sync::PodPhase::Failed
-                )
-            {
+            if delete_parent {
                 delete_parent_runner(&pod, &ctx).await?;
             }
-            match unregister(&pod, &ctx, &authority, now).await? {
-                Some(wait) => return Ok(Action::requeue(wait)),
-                None => release_finalizer(&pod, &ctx).await?,
+            if unregistering {
+                match unregister(&pod, &ctx, &authority, now).await? {
+                    Some(wait) => return Ok(Action::requeue(wait)),
+                    None => release_finalizer(&pod, &ctx).await?,
+                }
+            }
+            match force {
+                ForceDelete::Now => {
+                    info!(pod = %object_name(pod.as_ref()), "force-deleting pod stuck terminating");
+                    Api::<Pod>::namespaced(
+                        ctx.client.clone(),
+                        &pod.namespace().unwrap_or_default(),
+                    )
+                    .delete(&pod.name_any(), &DeleteParams::default().grace_period(0))
+                    .await
+                    .map(drop)
+                    .or_else(ignore_not_found)
+                    .map_err(kube_err("force-delete pod", object_name(pod.as_ref())))?;
+                    Ok(Action::await_change())
+                }
+                ForceDelete::RecheckIn(after) => Ok(Action::requeue(after)),
             }
         }
-        let since = pod
-            .metadata
-            .deletion_timestamp
-            .as_ref()
-            .map(super::k8s_time)
-            .unwrap_or(now);
-        let lingering = now.duration_since(since).unwrap_or_default();
-        if lingering >= FORCE_DELETE_AFTER {
-            info!(pod = %object_name(pod.as_ref()), "force-deleting pod stuck terminating");
-            Api::<Pod>::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default())
-                .delete(&pod.name_any(), &DeleteParams::default().grace_period(0))
-                .await
-                .map(drop)
-                .or_else(ignore_not_found)
-                .map_err(kube_err("force-delete pod", object_name(pod.as_ref())))?;
-            return Ok(Action::await_change());
+        PodStep::AddFinalizer => {
+            let mut all = pod.finalizers().to_vec();
+            all.push(finalizer::RUNNER_POD.to_owned());
+            set_finalizers(&pod, &ctx, all).await?;
+            Ok(Action::requeue(Duration::from_millis(100)))
         }
-        return Ok(Action::requeue(
-            FORCE_DELETE_AFTER - lingering + Duration::from_secs(1),
-        ));
-    }
-
-    if !has_finalizer {
-        let mut all = pod.finalizers().to_vec();
-        all.push(finalizer::RUNNER_POD.to_owned());
-        set_finalizers(&pod, &ctx, all).await?;
-        return Ok(Action::requeue(Duration::from_millis(100)));
-    }
-
-    let mut requeue = ctx.settings.sync_period;
-    if runner_id(&pod).is_none() && pod_phase(&pod) == hangar_core::owner_sync::PodPhase::Running {
-        match find_runner_id(&pod, &ctx, &authority).await? {
-            Lookup::Found(id) => {
-                annotate(&pod, &ctx, &[(ann::RUNNER_ID, Some(id.to_string()))]).await?;
-                info!(pod = %object_name(pod.as_ref()), runner_id = id, "runner registered");
-                ctx.event(
-                    pod.object_ref(&()),
-                    false,
-                    "RunnerRegistered",
-                    format!("registered on GitHub as runner {id}"),
-                );
+        PodStep::Live {
+            look_up_id,
+            unregister: unregistering,
+        } => {
+            let mut requeue = ctx.settings.sync_period;
+            if look_up_id {
+                match find_runner_id(&pod, &ctx, &authority).await? {
+                    Lookup::Found(id) => {
+                        annotate(&pod, &ctx, &[(ann::RUNNER_ID, Some(id.to_string()))]).await?;
+                        info!(pod = %object_name(pod.as_ref()), runner_id = id, "runner registered");
+                        ctx.event(
+                            pod.object_ref(&()),
+                            false,
+                            "RunnerRegistered",
+                            format!("registered on GitHub as runner {id}"),
+                        );
+                    }
+                    Lookup::NotYet { recheck_after } => requeue = recheck_after,
+                }
             }
-            Lookup::NotYet { recheck_after } => requeue = recheck_after,
+            if unregistering && let Some(wait) = unregister(&pod, &ctx, &authority, now).await? {
+                requeue = requeue.min(wait);
+            }
+            Ok(Action::requeue(requeue))
         }
     }
-
-    if annotation(pod.as_ref(), ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_some()
-        && annotation(pod.as_ref(), ann::UNREGISTRATION_COMPLETE_TIMESTAMP).is_none()
-        && let Some(wait) = unregister(&pod, &ctx, &authority, now).await?
-    {
-        requeue = requeue.min(wait);
-    }
-    Ok(Action::requeue(requeue))
 }
 
 /// Deletes the Runner that owns `pod`, so a pod deleted by a user is not resurrected.

@@ -144,6 +144,9 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
                 // A Runner has created its pod once its status has a phase.
                 settled: r.status.as_ref().and_then(|s| s.phase.as_ref()).is_some()
                     || pod.is_some(),
+                // A Runner reports no pod count; its pod is looked up by name (the Runner
+                // controller checks a vanished pod with a GET before it gives up on it).
+                unseen_pods: false,
                 pods: pod.iter().map(|p| pod_view(p)).collect(),
             }
         })

@@ -536,6 +536,9 @@ fn owner_view(ctx: &Context, sts: &StatefulSet, now: SystemTime, spent: bool) ->
         // Settled once the StatefulSet controller created its pods and they reached our store:
         // pods not yet seen must not count as missing.
         settled: have == want && pods.len() == usize::try_from(want).unwrap_or(0),
+        // status.replicas counts the pods that exist: one the pod store does not show (yet)
+        // may hold a job, so the StatefulSet is not unregistered until it is seen.
+        unseen_pods: usize::try_from(have).unwrap_or(0) > pods.len(),
         pods: pods.iter().map(|p| stateful_pod_view(p, spent)).collect(),
     }
 }

@@ -2,6 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
+mod after;
 mod batch;
 mod dedup;
 mod desired;
