@@ -22,12 +22,14 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ghsim::webhooks::{ContentType, NewHook};
 use ghsim::world::{JobStatus, SubmitJobs};
 use hangar_chart_tests::{RELEASE, apply_rbac, documents, of_kind, render, repo_root};
 use hangar_testkit::control_plane::free_port;
+use hangar_testkit::eventually::eventually;
+use hangar_testkit::http;
 use hangar_testkit::{TestCluster, TestNamespace};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
@@ -43,7 +45,6 @@ use kube::{Api, Client};
 use nodesim::program::RunnerProgram;
 use nodesim::{NodeSim, NodeSimConfig, NodeSimHandle, Timing};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The controller's PAT in ghsim.
 const TOKEN: &str = "ghp_chart_controller";
@@ -51,6 +52,9 @@ const TOKEN: &str = "ghp_chart_controller";
 const RUNNER_PAT: &str = "ghp_chart_runner";
 const WEBHOOK_SECRET: &str = "chart-rbac-webhook-secret";
 const WAIT: Duration = Duration::from_secs(120);
+/// The limit of a wait that no outer limit bounds: a little over [`WAIT`], so that
+/// `World::eventually`'s own limit fires first, with its account of the world.
+const UNBOUNDED_WAIT: Duration = Duration::from_secs(125);
 
 /// How the chart is rendered and the controller run.
 #[derive(Clone, Copy, Debug)]
@@ -154,11 +158,15 @@ async fn run_with_chart_rbac(mode: Mode) {
         bindings.push(("create", "coordination.k8s.io", "leases", Some(release_ns)));
     }
     for (verb, group, resource, namespace) in bindings {
-        eventually(&format!("{verb} {resource} to be granted"), || async {
-            allowed(&account, verb, group, resource, namespace)
-                .await
-                .then_some(())
-        })
+        eventually(
+            &format!("{verb} {resource} to be granted"),
+            UNBOUNDED_WAIT,
+            || async {
+                allowed(&account, verb, group, resource, namespace)
+                    .await
+                    .then_some(())
+            },
+        )
         .await;
     }
 
@@ -170,14 +178,8 @@ async fn run_with_chart_rbac(mode: Mode) {
         w.add_org("octo", None);
         w.add_repo("octo", "app", true);
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let github = format!("http://{}/", listener.local_addr().unwrap());
-    let ghsim_task = tokio::spawn({
-        let sim = sim.clone();
-        async move {
-            let _ = ghsim::serve(listener, sim, std::future::pending()).await;
-        }
-    });
+    let gh = ghsim::spawn(sim.clone()).await.unwrap();
+    let github = gh.url.to_string();
     let nodes = NodeSim::start(
         admin.clone(),
         NodeSimConfig::new(format!("{}-{}", mode.prefix, std::process::id()), 2)
@@ -209,7 +211,7 @@ async fn run_with_chart_rbac(mode: Mode) {
     };
     world
         .eventually("the controller to be ready", || async {
-            let (status, _) = http_get(metrics_port, "/readyz").await?;
+            let (status, _) = http::get(http::loopback(metrics_port), "/readyz").await?;
             (status == 200).then_some(())
         })
         .await;
@@ -377,7 +379,7 @@ async fn run_with_chart_rbac(mode: Mode) {
     assert_eq!(interrupted, 0, "interrupted jobs");
 
     // Not one call was refused, and the count is real: the same scrape counts the calls made.
-    let (_, metrics) = http_get(metrics_port, "/metrics")
+    let (_, metrics) = http::get(http::loopback(metrics_port), "/metrics")
         .await
         .expect("the metrics endpoint answers");
     let requests: Vec<&str> = metrics
@@ -430,7 +432,7 @@ async fn run_with_chart_rbac(mode: Mode) {
         forbidden.join("\n")
     );
     world.nodes.shutdown().await.unwrap();
-    ghsim_task.abort();
+    drop(gh);
 }
 
 /// What `hangar run` is started with.
@@ -676,63 +678,50 @@ impl World {
         format!("--- last lines of {}:\n{tail}", self.log.display())
     }
 
-    /// [`eventually`], failing with what the world looks like.
+    /// [`eventually`], failing with what the world looks like; a check still running at the
+    /// limit is cut short.
     async fn eventually<T, F, Fut>(&self, what: &str, check: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Option<T>>,
     {
-        match tokio::time::timeout(WAIT, eventually(what, check)).await {
+        match tokio::time::timeout(WAIT, eventually(what, UNBOUNDED_WAIT, check)).await {
             Ok(v) => v,
-            Err(_) => {
-                let pods: Vec<String> = self
-                    .list::<Pod>()
-                    .await
-                    .iter()
-                    .map(|p| {
-                        format!(
-                            "{} {:?}",
-                            p.metadata.name.as_deref().unwrap_or_default(),
-                            p.status.as_ref().and_then(|s| s.phase.as_deref())
-                        )
-                    })
-                    .collect();
-                let metrics = http_get(self.metrics_port, "/metrics")
-                    .await
-                    .map(|(_, m)| {
-                        m.lines()
-                            .filter(|l| l.starts_with("rest_client_requests_total"))
-                            .collect::<Vec<_>>()
-                            .join("\n")
-                    })
-                    .unwrap_or_default();
-                panic!(
-                    "timed out after {WAIT:?} waiting for {what}\npods: {pods:?}\nregistered: \
-                     {:?}\n{metrics}\n{}",
-                    self.registered(),
-                    self.log_tail()
-                )
-            }
+            Err(_) => panic!(
+                "timed out after {WAIT:?} waiting for {what}\n{}",
+                self.describe().await
+            ),
         }
     }
-}
 
-/// Polls `check` every 200 ms until it yields (callers bound the time).
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let started = Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            started.elapsed() < WAIT + Duration::from_secs(5),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    /// Pods, registrations, the controller's API requests and the end of its log.
+    async fn describe(&self) -> String {
+        let pods: Vec<String> = self
+            .list::<Pod>()
+            .await
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} {:?}",
+                    p.metadata.name.as_deref().unwrap_or_default(),
+                    p.status.as_ref().and_then(|s| s.phase.as_deref())
+                )
+            })
+            .collect();
+        let metrics = http::get(http::loopback(self.metrics_port), "/metrics")
+            .await
+            .map(|(_, m)| {
+                m.lines()
+                    .filter(|l| l.starts_with("rest_client_requests_total"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_default();
+        format!(
+            "pods: {pods:?}\nregistered: {:?}\n{metrics}\n{}",
+            self.registered(),
+            self.log_tail()
+        )
     }
 }
 
@@ -750,25 +739,4 @@ fn tempdir(prefix: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("hangar-{prefix}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// `GET path` on loopback `port` (HTTP/1.0); status and body.
-async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .ok()?;
-        let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await.ok()?;
-        let text = String::from_utf8_lossy(&raw);
-        let (head, body) = text.split_once("\r\n\r\n")?;
-        let status = head.split_whitespace().nth(1)?.parse().ok()?;
-        Some((status, body.to_owned()))
-    };
-    tokio::time::timeout(Duration::from_secs(10), exchange)
-        .await
-        .ok()
-        .flatten()
 }

@@ -5,14 +5,14 @@
 use std::fmt::Write;
 
 use hangar_github::clock::until;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::render::ts;
 use crate::sim::Sim;
 use crate::world::{JobStatus, World};
 
 /// API calls of one endpoint by one credential.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CallRow {
     /// `METHOD /template`.
     pub endpoint: String,
@@ -29,7 +29,7 @@ pub struct CallRow {
 }
 
 /// One job's history.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct JobRow {
     /// Job id.
     pub id: u64,
@@ -60,7 +60,7 @@ pub struct JobRow {
 }
 
 /// Job totals.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct JobSummary {
     /// All jobs.
     pub total: u64,
@@ -81,7 +81,7 @@ pub struct JobSummary {
 }
 
 /// Runner totals.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct RunnerSummary {
     /// Registered now.
     pub registered: u64,
@@ -98,7 +98,7 @@ pub struct RunnerSummary {
 }
 
 /// Webhook totals.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct WebhookSummary {
     /// Deliveries created.
     pub deliveries: u64,
@@ -117,7 +117,7 @@ pub struct WebhookSummary {
 }
 
 /// Everything, as served by `GET /_ghsim/accounting`.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Accounting {
     /// Calls by endpoint and credential.
     pub api_calls: Vec<CallRow>,

@@ -7,14 +7,16 @@
 //! for every call and job.
 //!
 //! # Layout
-//! - [`world`]: the state and every transition, synchronous, with `now` as input.
+//! - [`world`]: the state and every transition, synchronous, with `now` as input (one file per
+//!   concern under `world/`).
 //! - [`routing`]: pure job → runner assignment.
 //! - [`render`]: GitHub's JSON shapes.
 //! - [`sim`]: [`Sim`], the shared handle (world + clock + faults + hooks).
 //! - [`rest`]: the GitHub REST API and the auth/rate-limit/ETag layer around it.
 //! - [`runner_api`]: the runner protocol under `/_ghsim/runner/`; [`runner`]: its client.
-//! - [`control`]: the control API under `/_ghsim/`.
-//! - [`webhooks`], [`faults`], [`scenario`], [`accounting`].
+//! - [`control`]: the control API under `/_ghsim/`, and [`control::Client`], its typed client.
+//! - [`webhooks`]: hooks and the delivery log; `delivery`: the sender that posts them.
+//! - [`faults`], [`scenario`], [`accounting`].
 //! - [`conformance`]: fetches GitHub's OpenAPI description and webhook examples for tests.
 //!
 //! # Starting one in a test
@@ -37,6 +39,7 @@ pub mod accounting;
 pub mod conformance;
 pub mod conn;
 pub mod control;
+mod delivery;
 pub mod faults;
 pub mod http;
 pub mod render;
@@ -79,7 +82,7 @@ pub async fn serve(
         let url = url::Url::parse(&format!("http://{addr}/")).expect("socket addresses form URLs");
         sim.set_public_url(url);
     }
-    let background = sim.start_background();
+    let background = delivery::start(&sim);
     let service = router(sim).into_make_service_with_connect_info::<conn::Connection>();
     let result = axum::serve(conn::ResettableListener(listener), service)
         .with_graceful_shutdown(shutdown)

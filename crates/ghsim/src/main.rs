@@ -132,23 +132,19 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
-    let http = hangar_github::client::http_builder()?.build()?;
-    let response = http
-        .post(args.url.join("_ghsim/jobs")?)
-        .json(&serde_json::json!({
-            "repository": args.repository,
-            "count": args.count,
-            "labels": args.labels,
-            "duration_ms": args.duration_ms,
-            "conclusion": args.conclusion,
-        }))
-        .send()
-        .await
-        .context("unable to reach ghsim")?;
-    let status = response.status();
-    let body = response.text().await?;
-    anyhow::ensure!(status.is_success(), "ghsim answered {status}: {body}");
-    println!("{body}");
+    let client = ghsim::control::Client::new(args.url)?;
+    let submitted = client
+        .submit_jobs(&ghsim::world::SubmitJobs {
+            repository: args.repository,
+            count: args.count,
+            labels: args.labels,
+            duration_ms: args.duration_ms,
+            conclusion: Some(args.conclusion),
+            workflow: None,
+            job_name: None,
+        })
+        .await?;
+    println!("{}", serde_json::to_string(&submitted)?);
     Ok(())
 }
 

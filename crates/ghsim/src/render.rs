@@ -4,13 +4,12 @@
 //! conformance tests against `@octokit/openapi`), with URLs under ghsim's public URL, which
 //! serves both as API host and as web host.
 
-use hangar_github::Scope;
 use jiff::Timestamp;
 use serde_json::{Value, json};
-use url::Url;
 
 use crate::world::{
-    Group, GroupOwner, Installation, Job, JobStatus, Repo, Run, Runner, Visibility, World,
+    Emitted, Group, GroupOwner, Installation, Job, JobStatus, Payload, Repo, Run, Runner,
+    Visibility, World,
 };
 
 fn base(world: &World) -> String {
@@ -25,15 +24,6 @@ fn base(world: &World) -> String {
 /// GitHub's timestamp format: seconds, `Z`.
 pub fn ts(t: Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
-
-/// The `config.sh --url` of a scope.
-pub fn config_url(public: &Url, scope: &Scope) -> String {
-    format!(
-        "{}/{}",
-        public.as_str().trim_end_matches('/'),
-        scope.config_path()
-    )
 }
 
 /// A `simple-user` for a login; organizations get `type: Organization`.
@@ -205,9 +195,17 @@ pub fn group(world: &World, group: &Group) -> Value {
 
 /// A `job`.
 pub fn job(world: &World, job: &Job) -> Value {
+    job_of(
+        world,
+        job,
+        &world.runs[&job.run_id],
+        &world.repos[&job.repo_id],
+    )
+}
+
+/// A `job` of the given run and repository (copies taken when an event happened).
+fn job_of(world: &World, job: &Job, run: &Run, repo: &Repo) -> Value {
     let b = base(world);
-    let repo = &world.repos[&job.repo_id];
-    let run = &world.runs[&job.run_id];
     let full = repo.full_name();
     let started = job.started_at.unwrap_or(job.created_at);
     let (group_id, group_name) = match (&job.runner_group, job.status) {
@@ -387,13 +385,38 @@ pub fn envelope(world: &World, repo: &Repo, mut body: Value) -> Value {
 
 /// A `workflow_job` webhook payload for a job at this moment.
 pub fn workflow_job_event(world: &World, action: &str, job_id: u64) -> Value {
-    let job_value = job(world, &world.jobs[&job_id]);
-    let repo = &world.repos[&world.jobs[&job_id].repo_id];
+    let job = &world.jobs[&job_id];
+    workflow_job_payload(
+        world,
+        action,
+        job,
+        &world.runs[&job.run_id],
+        &world.repos[&job.repo_id],
+    )
+}
+
+fn workflow_job_payload(world: &World, action: &str, job: &Job, run: &Run, repo: &Repo) -> Value {
+    let job_value = job_of(world, job, run, repo);
     envelope(
         world,
         repo,
         json!({"action": action, "workflow_job": job_value}),
     )
+}
+
+/// The JSON payload of an emitted event. A `workflow_job` shows the job, run and repository
+/// as they were when it happened; owners, organizations and URLs come from `world` (set-up
+/// data no transition changes).
+pub fn emitted(world: &World, event: &Emitted) -> Value {
+    match &event.payload {
+        Payload::WorkflowJob {
+            action,
+            job,
+            run,
+            repo,
+        } => workflow_job_payload(world, action, job, run, repo),
+        Payload::Rendered(value) => value.clone(),
+    }
 }
 
 /// A `ping` payload for a new hook.

@@ -2,8 +2,8 @@
 //!
 //! Every change goes through [`Sim::update`], which takes the world lock, first applies the
 //! timers that are due (so state is current even without the background ticker), runs the
-//! change, hands the webhook events it produced to the sender, and — if a job was assigned or
-//! a session ended — wakes runners that are long-polling.
+//! change, renders the webhook events it produced and queues them for the webhook sender, and
+//! — if a job was assigned or a session ended — wakes runners that are long-polling.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,6 +13,7 @@ use jiff::Timestamp;
 use tokio::sync::{Notify, mpsc};
 
 use crate::faults::Faults;
+use crate::render;
 use crate::webhooks::{self, Hook, HookTable, NewHook, Outgoing};
 use crate::world::{SimError, World, WorldConfig};
 
@@ -133,14 +134,18 @@ impl Sim {
             let before = world.wake_generation;
             world.tick(now);
             let result = change(&mut world, now);
-            (
-                result,
-                world.drain_events(),
-                world.wake_generation != before,
-            )
+            let events: Vec<_> = world
+                .drain_events()
+                .into_iter()
+                .map(|event| {
+                    let payload = render::emitted(&world, &event);
+                    (event, payload)
+                })
+                .collect();
+            (result, events, world.wake_generation != before)
         };
-        for event in events {
-            self.dispatch(&event.event, &event.payload, event.owner.as_deref());
+        for (event, payload) in events {
+            self.dispatch(&event.event, &payload, event.owner.as_deref());
         }
         // Only assignments and ended sessions concern long-polling runners; waking them on
         // every change would make each poll wake itself.
@@ -257,26 +262,23 @@ impl Sim {
         self.update(|w, now| f(w, now))
     }
 
-    /// Starts the webhook sender and the ticker, once. Called by [`crate::serve`].
-    pub(crate) fn start_background(&self) -> Vec<tokio::task::JoinHandle<()>> {
-        let Some(rx) = self.inner.outgoing_rx.lock().expect("rx lock").take() else {
-            return Vec::new();
-        };
-        let sender = tokio::spawn(webhooks::run_worker(
-            self.clone(),
-            rx,
-            self.inner.webhook_timeout,
-        ));
-        let sim = self.clone();
-        let interval = self.inner.tick_interval;
-        let ticker = tokio::spawn(async move {
-            let mut every = tokio::time::interval(interval);
-            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                every.tick().await;
-                sim.tick();
-            }
-        });
-        vec![sender, ticker]
+    /// The receiving end of the delivery queue, once: the first caller runs the sender.
+    pub(crate) fn take_outgoing(&self) -> Option<mpsc::UnboundedReceiver<Outgoing>> {
+        self.inner.outgoing_rx.lock().expect("rx lock").take()
+    }
+
+    /// How long a webhook delivery may take.
+    pub(crate) fn webhook_timeout(&self) -> Duration {
+        self.inner.webhook_timeout
+    }
+
+    /// Applies due timers every tick interval (real time), forever.
+    pub(crate) async fn run_ticker(self) {
+        let mut every = tokio::time::interval(self.inner.tick_interval);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            self.tick();
+        }
     }
 }

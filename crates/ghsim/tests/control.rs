@@ -379,3 +379,109 @@ async fn scenario_replays_on_the_simulated_clock() {
         .unwrap();
     assert_eq!(bad.status(), 400);
 }
+
+#[tokio::test]
+async fn the_typed_client_reads_back_what_the_control_api_holds() {
+    use ghsim::control::{Client, ControlError};
+    use ghsim::webhooks::NewHook;
+    use ghsim::world::{JobStatus, RegisterRunner, SubmitJobs, TokenKind};
+    use hangar_github::RunnerStatus;
+
+    let clock = ManualClock::at_epoch_2026();
+    let gh = start(&clock).await;
+    gh.sim.update(|w, _| {
+        w.add_org("acme", None);
+        w.add_repo("acme", "app", true);
+    });
+    let client = Client::new(gh.url.clone()).unwrap();
+    client.add_token("ghp_typed", "typed").await.unwrap();
+    let submitted = client
+        .submit_jobs(&SubmitJobs {
+            repository: "acme/app".into(),
+            count: 2,
+            labels: vec!["self-hosted".into()],
+            duration_ms: 1000,
+            conclusion: None,
+            workflow: None,
+            job_name: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(submitted.job_ids.len(), 2);
+
+    let state = client.state().await.unwrap();
+    let jobs: Vec<u64> = state.jobs.iter().map(|j| j.id).collect();
+    assert_eq!(jobs, submitted.job_ids);
+    assert!(state.jobs.iter().all(|j| j.status == JobStatus::Queued));
+    assert_eq!(state.repos[0].full_name(), "acme/app");
+    assert!(state.runners.is_empty());
+
+    // A runner that registered, connected and picked up the first job.
+    let running = gh.sim.update(|w, now| {
+        let scope = hangar_github::Scope::org("acme");
+        let (token, _) = w.create_runner_token(&scope, TokenKind::Registration, now);
+        let request = RegisterRunner {
+            url: format!("http://127.0.0.1/{}", scope.config_path()),
+            token,
+            name: "worker-1".into(),
+            labels: vec!["self-hosted".into()],
+            no_default_labels: false,
+            runner_group: None,
+            ephemeral: true,
+            replace: false,
+        };
+        let (_, credential) = w.register_runner(request, now).unwrap();
+        let session = w.open_session(&credential, None, None, now).unwrap().1;
+        w.poll(&session, now).unwrap().unwrap().id
+    });
+    let state = client.state().await.unwrap();
+    let [runner] = state.runners.as_slice() else {
+        panic!("one runner, got {:?}", state.runners);
+    };
+    assert_eq!(runner.runner.name, "worker-1");
+    assert_eq!(runner.runner.status, RunnerStatus::Online);
+    assert!(runner.runner.busy);
+    assert_eq!(runner.scope, "acme");
+    assert_eq!(runner.running_job, Some(running));
+
+    let (status, _, _) = get(&gh, "orgs/acme/actions/runners", Some("ghp_typed")).await;
+    assert_eq!(status, 200);
+    let accounting = client.accounting().await.unwrap();
+    assert_eq!(accounting.api_calls[0].credential, "pat:typed");
+    assert_eq!(accounting.jobs_summary.queued, 1);
+    assert_eq!(accounting.jobs_summary.in_progress, 1);
+
+    let faults = client
+        .set_faults(&json!({"server_error_rate": 0.5}))
+        .await
+        .unwrap();
+    assert_eq!(faults.server_error_rate, 0.5);
+    assert_eq!(client.faults().await.unwrap(), faults);
+
+    // Nobody listens at the hook's URL: the ping is recorded as failed, without a status.
+    let hook = client
+        .add_hook(&NewHook {
+            url: "http://127.0.0.1:9/".into(),
+            secret: Some("s".into()),
+            content_type: Default::default(),
+            events: vec!["workflow_job".into()],
+            owner: None,
+        })
+        .await
+        .unwrap();
+    let deliveries = client.deliveries().await.unwrap();
+    assert_eq!(deliveries[0].hook_id, hook.id);
+    assert_eq!(deliveries[0].event, "ping");
+
+    // Failures name the call and keep ghsim's answer.
+    let refused = client
+        .submit_jobs(&serde_json::from_value(json!({"repository": "acme/nope"})).unwrap())
+        .await
+        .unwrap_err();
+    match refused {
+        ControlError::Status { call, status, .. } => {
+            assert_eq!((call.as_str(), status), ("POST /_ghsim/jobs", 404));
+        }
+        other => panic!("expected a status error, got {other:?}"),
+    }
+}

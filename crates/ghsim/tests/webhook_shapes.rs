@@ -108,8 +108,15 @@ fn world_with_a_finished_job() -> (World, u64) {
 #[test]
 fn workflow_job_payloads_look_like_githubs() {
     let (mut w, job) = world_with_a_finished_job();
-    let sent: Vec<Value> = w.drain_events().into_iter().map(|e| e.payload).collect();
+    let sent: Vec<Value> = w
+        .drain_events()
+        .iter()
+        .map(|e| render::emitted(&w, e))
+        .collect();
     assert_eq!(sent.len(), 3, "queued, in_progress, completed");
+    // Each payload shows the job as it was when the event happened, not as it is when drained.
+    let statuses: Vec<&Value> = sent.iter().map(|p| &p["workflow_job"]["status"]).collect();
+    assert_eq!(statuses, ["queued", "in_progress", "completed"]);
     let real = examples("workflow_job");
     let mut problems = Vec::new();
     for ours in &sent {

@@ -30,6 +30,7 @@ use clap::{Parser, ValueEnum};
 use futures::{StreamExt, TryStreamExt};
 use ghsim::world::TokenKind;
 use hangar_github::Scope;
+use hangar_testkit::eventually;
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, EnvVarSource, Namespace, ObjectFieldSelector, Pod, PodSpec, Secret,
     SecretKeySelector, ServiceAccount,
@@ -382,13 +383,10 @@ struct Measured {
     stats: StatsSnapshot,
 }
 
-/// Polls `done` every 100 ms until it holds; fails after 10 minutes.
-async fn until(what: &str, mut done: impl FnMut() -> bool) -> anyhow::Result<Instant> {
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while !done() {
-        anyhow::ensure!(Instant::now() < deadline, "{what}: not within 10 minutes");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// Polls `done` every 100 ms until it holds (then the time); fails after 10 minutes.
+async fn until(what: &str, done: impl FnMut() -> bool) -> anyhow::Result<Instant> {
+    let (limit, poll) = (Duration::from_secs(600), Duration::from_millis(100));
+    eventually::until(what, limit, poll, done).await?;
     Ok(Instant::now())
 }
 

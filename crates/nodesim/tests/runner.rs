@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::{container, container_status, pod, start_with, wait_deleted, wait_for, when};
 use ghsim::world::{JobStatus, SubmitJobs, TokenKind};
 use hangar_github::Scope;
+use hangar_testkit::eventually;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodTemplateSpec, Secret,
@@ -162,14 +163,10 @@ fn runner_state(gh: &ghsim::Running, name: &str) -> Option<(bool, bool)> {
 }
 
 /// Polls ghsim every 50 ms until `check` holds; panics after 30 s.
-async fn until_gh(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !check() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+async fn until_gh(what: &str, check: impl FnMut() -> bool) {
+    let (limit, poll) = (Duration::from_secs(30), Duration::from_millis(50));
+    if let Err(e) = eventually::until(what, limit, poll, check).await {
+        panic!("{e}");
     }
 }
 

@@ -24,13 +24,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{Context as _, bail, ensure};
+use anyhow::{Context as _, bail};
 use clap::Parser;
 use common::{CONTROLLER_PAT, Controller, NAMESPACE, World};
 use futures::StreamExt;
 use ghsim::world::{JobStatus, SubmitJobs};
 use hangar_api::{Runner, RunnerDeployment};
 use hangar_testkit::control_plane::{ControlPlane, StartOptions};
+use hangar_testkit::eventually;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{PartialObjectMeta, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
@@ -384,12 +385,8 @@ where
 }
 
 /// Polls `done` every 100 ms until it holds, for at most [`LIMIT`].
-async fn until(what: &str, mut done: impl FnMut() -> bool) -> anyhow::Result<()> {
-    let deadline = Instant::now() + LIMIT;
-    while !done() {
-        ensure!(Instant::now() < deadline, "{what}: not within {LIMIT:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+async fn until(what: &str, done: impl FnMut() -> bool) -> anyhow::Result<()> {
+    eventually::until(what, LIMIT, Duration::from_millis(100), done).await?;
     Ok(())
 }
 

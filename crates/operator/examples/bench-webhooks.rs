@@ -44,6 +44,7 @@ use ghsim::webhooks::{ContentType, NewHook};
 use ghsim::world::{Job, JobStatus, SubmitJobs};
 use hangar_api::{HorizontalRunnerAutoscaler, RunnerDeployment};
 use hangar_testkit::control_plane::{ControlPlane, StartOptions, free_port};
+use hangar_testkit::eventually;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
@@ -51,7 +52,6 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde::Serialize;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 
 #[derive(Debug, Parser)]
@@ -424,12 +424,8 @@ fn progress(sim: &ghsim::Sim, ids: &[u64], pods: &Mutex<BTreeMap<String, PodSeen
 }
 
 /// Polls `done` every 100 ms until it holds, for at most `limit`.
-async fn until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> anyhow::Result<()> {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        ensure!(Instant::now() < deadline, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+async fn until(what: &str, limit: Duration, done: impl FnMut() -> bool) -> anyhow::Result<()> {
+    eventually::until(what, limit, Duration::from_millis(100), done).await?;
     Ok(())
 }
 
@@ -625,20 +621,10 @@ async fn scrape_metrics(addr: SocketAddr) -> BTreeMap<String, f64> {
         .collect()
 }
 
-/// A plain HTTP/1.0 GET on loopback; status and body.
+/// A plain HTTP GET on loopback, given 5 s; status and body.
 async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-        let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await.ok()?;
-        let text = String::from_utf8_lossy(&raw);
-        let (head, body) = text.split_once("\r\n\r\n")?;
-        let status: u16 = head.split_whitespace().nth(1)?.parse().ok()?;
-        Some((status, body.to_owned()))
-    };
-    tokio::time::timeout(Duration::from_secs(5), exchange)
+    let get = hangar_testkit::http::get(addr, path);
+    tokio::time::timeout(Duration::from_secs(5), get)
         .await
         .ok()
         .flatten()

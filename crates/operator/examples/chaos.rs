@@ -68,6 +68,7 @@ use ghsim::webhooks::{ContentType, NewHook};
 use ghsim::world::{JobStatus, SubmitJobs};
 use hangar_api::{HorizontalRunnerAutoscaler, Runner, RunnerDeployment, RunnerSet};
 use hangar_testkit::control_plane::{ControlPlane, Signal, StartOptions, free_port};
+use hangar_testkit::eventually;
 use hangar_testkit::fault_proxy::{self, FaultProxy};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -1154,17 +1155,11 @@ async fn leftover(client: &Client, sim: &ghsim::Sim) -> anyhow::Result<Leftover>
 }
 
 /// Polls `done` every 200 ms for at most `limit`; whether it held.
-async fn until_true(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    loop {
-        if done() {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+async fn until_true(limit: Duration, done: impl FnMut() -> bool) -> bool {
+    let poll = Duration::from_millis(200);
+    eventually::until("a chaos condition", limit, poll, done)
+        .await
+        .is_ok()
 }
 
 // ---------------------------------------------------------------------------------------------

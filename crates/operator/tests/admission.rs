@@ -17,13 +17,14 @@ use hangar_github::{
     ClientOptions, ClientRegistry, Credentials, Endpoint as GitHubEndpoint, GitHubApi, RetryPolicy,
     Scope, Secret as GhSecret,
 };
+use hangar_testkit::eventually::eventually;
 use hangar_testkit::{TestCluster, TestNamespace, crds};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -59,46 +60,11 @@ struct ConfigurationGuard {
 
 impl Drop for ConfigurationGuard {
     fn drop(&mut self) {
-        let kubeconfig = self.kubeconfig.clone();
-        let (m, v) = (self.mutating.clone(), self.validating.clone());
-        let done = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            rt.block_on(async move {
-                let client = hangar_testkit::control_plane::admin_client(&kubeconfig)
-                    .await
-                    .ok()?;
-                let dp = DeleteParams::default();
-                let _ = Api::<MutatingWebhookConfiguration>::all(client.clone())
-                    .delete(&m, &dp)
-                    .await;
-                let _ = Api::<ValidatingWebhookConfiguration>::all(client)
-                    .delete(&v, &dp)
-                    .await;
-                Some(())
-            })
-        })
-        .join();
-        if !matches!(done, Ok(Some(()))) {
-            eprintln!("could not delete webhook configurations {}", self.mutating);
-        }
-    }
-}
-
-async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let until = Instant::now() + timeout;
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        hangar_testkit::cleanup::delete_webhook_configurations(
+            &self.kubeconfig,
+            &self.mutating,
+            &self.validating,
+        );
     }
 }
 

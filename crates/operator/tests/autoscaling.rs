@@ -20,6 +20,7 @@ use futures::StreamExt;
 use ghsim::webhooks::{ContentType, NewHook};
 use hangar_api::{HorizontalRunnerAutoscaler, Runner, RunnerDeployment};
 use hangar_github::Secret;
+use hangar_testkit::eventually::{Describe, eventually_of};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::ListParams;
@@ -27,7 +28,6 @@ use kube::runtime::{WatchStreamExt, watcher};
 use nodesim::NodeSimHandle;
 use serde_json::{Value, json};
 use support::Harness;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const WAIT: Duration = Duration::from_secs(60);
 const SECRET: &str = "hangar-autoscaling-test-secret";
@@ -101,7 +101,7 @@ impl Stack {
             events: vec!["workflow_job".to_owned()],
             owner: None,
         });
-        eventually(self, "the ping to be answered", WAIT, || async {
+        eventually_of(self, "the ping to be answered", WAIT, || async {
             self.h
                 .sim
                 .deliveries()
@@ -247,6 +247,16 @@ impl Stack {
         seen
     }
 
+    async fn shutdown(mut self) {
+        if let Some(nodes) = self.nodes.take() {
+            nodes.shutdown().await.unwrap();
+        }
+    }
+}
+
+impl Describe for Stack {
+    const POLL: Duration = Duration::from_millis(100);
+
     /// What a failing test should print.
     async fn describe(&self) -> String {
         let mut out = String::new();
@@ -323,29 +333,12 @@ impl Stack {
         });
         out + &jobs
     }
-
-    async fn shutdown(mut self) {
-        if let Some(nodes) = self.nodes.take() {
-            nodes.shutdown().await.unwrap();
-        }
-    }
-}
-
-/// Polls `check` every 100 ms until it returns `Some`; on timeout, panics with `what` and the
-/// state of the test's objects.
-async fn eventually<T, F, Fut>(s: &Stack, what: &str, timeout: Duration, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let poll = Duration::from_millis(100);
-    support::eventually_described(what, timeout, poll, || s.describe(), check).await
 }
 
 /// Waits until the autoscaler has reconciled once (its status has a desired count) and the
 /// deployment carries it.
 async fn wait_reconciled(s: &Stack, name: &str, desired: i32) {
-    eventually(
+    eventually_of(
         s,
         &format!("{name} reconciled to {desired}"),
         WAIT,
@@ -360,7 +353,7 @@ async fn wait_reconciled(s: &Stack, name: &str, desired: i32) {
 
 /// Waits until the deployment has no runners and no pods left.
 async fn wait_empty(s: &Stack, name: &str) {
-    eventually(s, "no runners or pods left", WAIT, || async {
+    eventually_of(s, "no runners or pods left", WAIT, || async {
         let ok = s.replicas(name).await == Some(0)
             && s.runners().await.is_empty()
             && s.pods().await.is_empty();
@@ -389,31 +382,15 @@ async fn post_delivery(
     secret: &str,
     payload: &Value,
 ) -> (u16, String) {
-    let body = serde_json::to_vec(payload).unwrap();
     let addr = url
         .trim_start_matches("http://")
         .trim_end_matches('/')
-        .to_owned();
-    let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    let head = format!(
-        "POST / HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\nx-github-event: {event}\r\nx-github-delivery: {guid}\r\n\
-         x-hub-signature-256: {}\r\n\r\n",
-        body.len(),
-        hangar_github::webhook::sign(secret.as_bytes(), &body)
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(&body).await.unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.unwrap();
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
-    (status, body)
+        .parse()
+        .unwrap();
+    let body = serde_json::to_vec(payload).unwrap();
+    hangar_testkit::http::deliver(addr, secret.as_bytes(), event, guid, &body)
+        .await
+        .expect("the webhook server answers")
 }
 
 fn rfc3339(t: SystemTime) -> String {
@@ -445,7 +422,7 @@ async fn queued_jobs_scale_a_deployment_from_zero_and_back_to_min() {
 
     let submitted = Instant::now();
     let jobs = s.submit(3, "zero", Duration::from_secs(2), "success");
-    eventually(&s, "3 jobs done by 3 new runners", WAIT, || async {
+    eventually_of(&s, "3 jobs done by 3 new runners", WAIT, || async {
         s.all_completed(&jobs, "success").then_some(())
     })
     .await;
@@ -454,7 +431,7 @@ async fn queued_jobs_scale_a_deployment_from_zero_and_back_to_min() {
     // Every job's in_progress delivery told how long it waited; pods served queued
     // deliveries (not necessarily all three: a runner that takes a job whose pod is not yet
     // created leaves that pod nothing to serve).
-    eventually(&s, "3 queue-to-assignment observations", WAIT, || async {
+    eventually_of(&s, "3 queue-to-assignment observations", WAIT, || async {
         (s.histogram_count("hangar_job_queue_to_assignment_seconds") == 3).then_some(())
     })
     .await;
@@ -477,7 +454,7 @@ async fn queued_jobs_scale_a_deployment_from_zero_and_back_to_min() {
 
     // Completions release the reservations; the count is held for the scale-down delay (10
     // minutes by default), then returns to minReplicas.
-    eventually(&s, "reservations released", WAIT, || async {
+    eventually_of(&s, "reservations released", WAIT, || async {
         (s.reservations("zero").await == 0).then_some(())
     })
     .await;
@@ -510,13 +487,13 @@ async fn duplicated_and_reordered_deliveries_neither_double_scale_nor_strand_a_j
     let max = s.track_max_replicas("faults");
 
     let jobs = s.submit(4, "faults", Duration::from_secs(2), "success");
-    eventually(&s, "4 jobs done", WAIT, || async {
+    eventually_of(&s, "4 jobs done", WAIT, || async {
         s.all_completed(&jobs, "success").then_some(())
     })
     .await;
     // Every completed delivery (and its duplicates) has been answered by now or soon; then
     // nothing is reserved any more and the deployment is back at zero.
-    eventually(
+    eventually_of(
         &s,
         "reservations released and scaled to zero",
         WAIT,
@@ -549,7 +526,7 @@ async fn duplicated_and_reordered_deliveries_neither_double_scale_nor_strand_a_j
             .find(|d| d.action.as_deref() == Some("queued"))
             .unwrap();
     s.h.sim.redeliver(&queued.guid).unwrap();
-    let answer = eventually(&s, "the redelivery answered", WAIT, || async {
+    let answer = eventually_of(&s, "the redelivery answered", WAIT, || async {
         let answers = s.answers("workflow_job", "queued");
         (answers.len() > before).then(|| answers[answers.len() - 1])
     })
@@ -571,7 +548,7 @@ async fn deliveries_with_a_wrong_signature_are_rejected_with_401() {
     s.apply_hra("sig", webhook_spec(0, 3));
     wait_reconciled(&s, "sig", 0).await;
     s.submit(1, "sig", Duration::from_secs(1), "success");
-    let answers = eventually(&s, "the queued delivery answered", WAIT, || async {
+    let answers = eventually_of(&s, "the queued delivery answered", WAIT, || async {
         let answers = s.answers("workflow_job", "queued");
         (!answers.is_empty()).then_some(answers)
     })
@@ -614,7 +591,7 @@ async fn dropped_deliveries_are_made_up_for_by_the_queued_jobs_metric() {
     wait_reconciled(&s, "drop", 0).await;
 
     let jobs = s.submit(6, "drop", Duration::from_secs(2), "success");
-    eventually(
+    eventually_of(
         &s,
         "6 jobs done despite dropped deliveries",
         WAIT,
@@ -653,7 +630,7 @@ async fn the_queued_jobs_metric_alone_scales_up_and_back_down() {
     // Jobs for other runners do not count.
     s.submit(2, "someone-else", Duration::from_secs(1), "success");
     let jobs = s.submit(3, "pull", Duration::from_secs(3), "success");
-    eventually(&s, "3 jobs done", WAIT, || async {
+    eventually_of(&s, "3 jobs done", WAIT, || async {
         s.all_completed(&jobs, "success").then_some(())
     })
     .await;
@@ -688,17 +665,17 @@ async fn percentage_runners_busy_adds_runners_when_most_are_busy() {
     let max = s.track_max_replicas("busy");
     // Both runners take a long job: 2 of 2 busy ≥ 75% → ceil(2 × 1.3) = 3.
     let jobs = s.submit(2, "busy", Duration::from_secs(15), "success");
-    eventually(&s, "a third runner while both are busy", WAIT, || async {
+    eventually_of(&s, "a third runner while both are busy", WAIT, || async {
         (s.replicas("busy").await == Some(3)).then_some(())
     })
     .await;
-    eventually(&s, "the long jobs done", WAIT, || async {
+    eventually_of(&s, "the long jobs done", WAIT, || async {
         s.all_completed(&jobs, "success").then_some(())
     })
     .await;
     // Idle again: below 30% busy → floor(3 × 0.7) = 2, once the scale-down delay has passed.
     s.h.clock.advance(Duration::from_secs(11 * 60));
-    eventually(&s, "back to 2 runners", WAIT, || async {
+    eventually_of(&s, "back to 2 runners", WAIT, || async {
         (s.replicas("busy").await == Some(2)).then_some(())
     })
     .await;
@@ -765,7 +742,7 @@ async fn a_rerun_of_a_failed_job_is_not_stuck_by_its_old_completed_event() {
     wait_reconciled(&s, "rerun", 0).await;
 
     let failed = s.submit(1, "rerun", Duration::from_secs(1), "failure");
-    eventually(&s, "the first attempt to fail", WAIT, || async {
+    eventually_of(&s, "the first attempt to fail", WAIT, || async {
         s.all_completed(&failed, "failure").then_some(())
     })
     .await;
@@ -778,7 +755,7 @@ async fn a_rerun_of_a_failed_job_is_not_stuck_by_its_old_completed_event() {
     // #4315), which must not cancel the new job's reservation.
     // Long enough that its reservation is still there when the test looks.
     let rerun = s.submit(1, "rerun", Duration::from_secs(5), "success");
-    eventually(&s, "the re-run's reservation", WAIT, || async {
+    eventually_of(&s, "the re-run's reservation", WAIT, || async {
         (s.reservations("rerun").await == 1).then_some(())
     })
     .await;
@@ -805,7 +782,7 @@ async fn a_rerun_of_a_failed_job_is_not_stuck_by_its_old_completed_event() {
     .await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("duplicate"), "{body}");
-    eventually(&s, "the re-run to succeed", WAIT, || async {
+    eventually_of(&s, "the re-run to succeed", WAIT, || async {
         s.all_completed(&rerun, "success").then_some(())
     })
     .await;
@@ -860,7 +837,7 @@ async fn a_runner_set_target_gets_replicas_and_the_newest_reservation_as_effecti
         .to_string(),
     );
     let api = s.h.api::<hangar_api::RunnerSet>();
-    let set = eventually(
+    let set = eventually_of(
         &s,
         "the RunnerSet scaled to 1 + 1 reserved",
         WAIT,
@@ -880,7 +857,7 @@ async fn a_runner_set_target_gets_replicas_and_the_newest_reservation_as_effecti
         "ephemeral runners: effectiveTime is the newest reservation's"
     );
     // Status is written after the target and the pruning: wait for all three.
-    eventually(&s, "the expired reservation pruned", WAIT, || async {
+    eventually_of(&s, "the expired reservation pruned", WAIT, || async {
         let ok = s.reservations("set").await == 1 && s.desired("set").await == Some(2);
         ok.then_some(())
     })
@@ -910,13 +887,13 @@ async fn an_autoscaler_that_cannot_work_says_why_in_a_warning_event() {
                 .collect::<Vec<_>>()
         }
     };
-    let ghost = eventually(&s, "a warning about the missing target", WAIT, || async {
+    let ghost = eventually_of(&s, "a warning about the missing target", WAIT, || async {
         let notes = warnings("ghost").await;
         (!notes.is_empty()).then_some(notes)
     })
     .await;
     assert!(ghost[0].contains("does not exist"), "{ghost:?}");
-    let unbounded = eventually(&s, "a warning about maxReplicas", WAIT, || async {
+    let unbounded = eventually_of(&s, "a warning about maxReplicas", WAIT, || async {
         let notes = warnings("unbounded").await;
         (!notes.is_empty()).then_some(notes)
     })
@@ -937,7 +914,7 @@ async fn an_autoscaler_that_cannot_work_says_why_in_a_warning_event() {
                 .find(|c| c.type_ == "ScalingActive")
         }
     };
-    let condition = eventually(&s, "a False ScalingActive condition", WAIT, || async {
+    let condition = eventually_of(&s, "a False ScalingActive condition", WAIT, || async {
         scaling_active("unbounded")
             .await
             .filter(|c| c.status == "False")
@@ -948,7 +925,7 @@ async fn an_autoscaler_that_cannot_work_says_why_in_a_warning_event() {
     let ghost = scaling_active("ghost").await.expect("a condition on ghost");
     assert!(ghost.message.contains("does not exist"), "{ghost:?}");
     s.apply_hra("unbounded", json!({"minReplicas": 0, "maxReplicas": 3}));
-    eventually(&s, "a True ScalingActive condition", WAIT, || async {
+    eventually_of(&s, "a True ScalingActive condition", WAIT, || async {
         scaling_active("unbounded")
             .await
             .filter(|c| c.status == "True")

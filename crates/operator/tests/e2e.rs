@@ -14,11 +14,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use ghsim::world::JobStatus;
+use hangar_testkit::eventually::{Describe, eventually_of};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::ListParams;
 use serde_json::json;
-use support::e2e::{Deployment, E2e, WAIT, eventually};
+use support::e2e::{Deployment, E2e, WAIT};
 
 #[tokio::test]
 async fn scale_from_zero_to_three_and_back_registers_and_removes_every_runner() {
@@ -42,7 +43,7 @@ async fn scale_from_zero_to_three_and_back_registers_and_removes_every_runner() 
     }
 
     e.apply(&rd.clone().replicas(0));
-    eventually(
+    eventually_of(
         &e,
         "no runners, pods or GitHub registrations",
         WAIT,
@@ -66,7 +67,7 @@ async fn scale_down_while_jobs_run_interrupts_no_job() {
     let names = e.wait_running(3).await;
 
     let jobs = e.submit(3, "busy", Duration::from_secs(8), false);
-    eventually(&e, "all three runners busy", WAIT, || async {
+    eventually_of(&e, "all three runners busy", WAIT, || async {
         (e.h.busy() == names).then_some(())
     })
     .await;
@@ -112,7 +113,7 @@ async fn a_completed_ephemeral_runner_is_replaced() {
     };
 
     let jobs = e.submit(1, "replace", Duration::from_secs(1), false);
-    let second = eventually(&e, "a new runner after the job", WAIT, || async {
+    let second = eventually_of(&e, "a new runner after the job", WAIT, || async {
         let running = e.running().await;
         let replaced = running.len() == 1
             && running.is_disjoint(&first)
@@ -143,7 +144,7 @@ async fn one_runner_finished_and_held_back(e: &E2e, rd: &Deployment) -> String {
     // effective time (ARC's guard against recreating completed ephemeral runners, which
     // needs the sync time of a remaining runner).
     let jobs = e.submit(1, &rd.labels[0], Duration::from_millis(500), false);
-    eventually(e, "the finished runner deleted", WAIT, || async {
+    eventually_of(e, "the finished runner deleted", WAIT, || async {
         (e.all_succeeded(&jobs) && e.runners().await.len() == 1).then_some(())
     })
     .await;
@@ -192,7 +193,7 @@ async fn effective_time_holds_back_recreation_until_the_delay_passed() {
     // (A new runner may then be retired again: its pod's Ready time is real time, eleven
     // minutes behind the controllers' clock, so it looks past the registration window until it
     // registers. Its creation is what this test is about.)
-    eventually(&e, "a runner recreated after the delay", WAIT, || async {
+    eventually_of(&e, "a runner recreated after the delay", WAIT, || async {
         let runners: BTreeSet<String> = e.runners().await.iter().map(|r| r.name_any()).collect();
         (runners.len() == 2 && runners.contains(&remaining)).then_some(())
     })
@@ -216,7 +217,7 @@ async fn a_template_change_rolls_out_without_interrupting_jobs() {
     assert_eq!(old_sets.len(), 1);
 
     let jobs = e.submit(2, "roll", Duration::from_secs(8), false);
-    eventually(&e, "both runners busy", WAIT, || async {
+    eventually_of(&e, "both runners busy", WAIT, || async {
         (e.h.busy() == old).then_some(())
     })
     .await;
@@ -225,7 +226,7 @@ async fn a_template_change_rolls_out_without_interrupting_jobs() {
     changed.env.push(("ROLLOUT".into(), "v2".into()));
     e.apply(&changed);
 
-    let new = eventually(&e, "the rollout to finish", WAIT, || async {
+    let new = eventually_of(&e, "the rollout to finish", WAIT, || async {
         e.assert_no_busy_runner_pod_deleting().await;
         let sets = e.replica_sets().await;
         let done = sets.len() == 1 && !old_sets.contains(&sets[0].name_any());
@@ -258,7 +259,7 @@ async fn a_runner_that_never_registers_is_replaced_after_the_registration_timeou
     rd.termination_grace_seconds = Some(2);
     e.apply(&rd);
 
-    let first = eventually(&e, "a ready, unregistered runner pod", WAIT, || async {
+    let first = eventually_of(&e, "a ready, unregistered runner pod", WAIT, || async {
         let pods = e.pods().await;
         let pod = pods.first()?;
         let ready = pod
@@ -272,7 +273,7 @@ async fn a_runner_that_never_registers_is_replaced_after_the_registration_timeou
     })
     .await;
     // The Runner reports its running pod as Pending until GitHub knows the runner.
-    eventually(
+    eventually_of(
         &e,
         "the runner to report RegistrationPending",
         WAIT,
@@ -299,7 +300,7 @@ async fn a_runner_that_never_registers_is_replaced_after_the_registration_timeou
     assert!(e.h.registered().is_empty());
 
     e.h.clock.advance(Duration::from_secs(11 * 60));
-    eventually(&e, "the stuck runner replaced", WAIT, || async {
+    eventually_of(&e, "the stuck runner replaced", WAIT, || async {
         let names: Vec<String> = e.runners().await.iter().map(|r| r.name_any()).collect();
         (!names.is_empty() && !names.contains(&first)).then_some(())
     })
@@ -328,7 +329,7 @@ async fn jit_runners_take_and_finish_jobs() {
 
     // JIT runners carry exactly the labels requested (no self-hosted/OS/arch defaults).
     let jobs = e.submit(2, "jit", Duration::from_secs(1), true);
-    let second = eventually(
+    let second = eventually_of(
         &e,
         "both runners replaced after their jobs",
         WAIT,
@@ -367,7 +368,7 @@ async fn jit_runners_released_before_their_pods_start_leave_no_registration() {
         .annotation("hangar.dev/registration", "jit")
         .annotation("program.nodesim.hangar.dev/runner", "stuck");
     e.apply(&rd);
-    eventually(&e, "two pending pods with JIT runners", WAIT, || async {
+    eventually_of(&e, "two pending pods with JIT runners", WAIT, || async {
         let pods = e.pods().await;
         let pending = pods.len() == 2
             && pods.iter().all(|p| {
@@ -379,7 +380,7 @@ async fn jit_runners_released_before_their_pods_start_leave_no_registration() {
     .await;
 
     e.apply(&rd.clone().replicas(0));
-    eventually(
+    eventually_of(
         &e,
         "no runners, pods or GitHub registrations",
         WAIT,
@@ -525,7 +526,7 @@ async fn scaling_through_github_errors_and_rate_limits_converges_without_interru
     scale_up_faults["failing_endpoints"] = json!(["/registration-token"]);
     e.set_faults(scale_up_faults);
     e.apply(&rd.clone().replicas(3));
-    eventually(
+    eventually_of(
         &e,
         "the controllers to meet GitHub errors",
         WAIT,
@@ -540,7 +541,7 @@ async fn scaling_through_github_errors_and_rate_limits_converges_without_interru
     // Scale down with two runners busy, through the same faults: the idle runner is
     // unregistered (GitHub's errors only delay it), the busy ones wait for their jobs.
     let jobs = e.submit(2, "faulty", Duration::from_secs(6), false);
-    let busy = eventually(&e, "two runners busy", WAIT, || async {
+    let busy = eventually_of(&e, "two runners busy", WAIT, || async {
         let busy = e.h.busy();
         (busy.len() == 2 && busy.is_subset(&names)).then_some(busy)
     })
@@ -548,7 +549,7 @@ async fn scaling_through_github_errors_and_rate_limits_converges_without_interru
     let idle: Vec<&String> = names.difference(&busy).collect();
     e.set_faults(faults);
     e.apply(&rd.clone().replicas(0));
-    eventually(
+    eventually_of(
         &e,
         "the idle runner unregistered through the faults",
         WAIT,
@@ -560,7 +561,7 @@ async fn scaling_through_github_errors_and_rate_limits_converges_without_interru
     )
     .await;
     e.set_faults(json!({"server_error_rate": 0.0, "secondary_limit_rate": 0.0}));
-    eventually(
+    eventually_of(
         &e,
         "no runners, pods or GitHub registrations",
         WAIT * 2,
@@ -592,7 +593,7 @@ async fn a_missing_or_rejected_credentials_secret_is_reported_and_fixing_it_reco
     e.apply(&rd);
 
     // No Secret: the Runner says so, as a condition and a Warning event, and creates no pod.
-    let (_, _, message) = eventually(
+    let (_, _, message) = eventually_of(
         &e,
         "CredentialsValid=False SecretNotFound",
         WAIT,
@@ -605,12 +606,12 @@ async fn a_missing_or_rejected_credentials_secret_is_reported_and_fixing_it_reco
     .await;
     assert!(message.contains("octo-creds"), "{message}");
     let runner = e.runners().await[0].name_any();
-    eventually(&e, "a Warning event naming the secret", WAIT, || async {
+    eventually_of(&e, "a Warning event naming the secret", WAIT, || async {
         let notes = e.warnings(&runner, "GitHubCredentialsError").await;
         notes.iter().any(|n| n.contains("octo-creds")).then_some(())
     })
     .await;
-    eventually(
+    eventually_of(
         &e,
         "the deployment to name the failing runner",
         WAIT,
@@ -627,7 +628,7 @@ async fn a_missing_or_rejected_credentials_secret_is_reported_and_fixing_it_reco
 
     // A Secret GitHub rejects (401) is reported as such.
     e.put_token_secret("octo-creds", "ghp_revoked").await;
-    eventually(&e, "CredentialsValid=False Unauthorized", WAIT, || async {
+    eventually_of(&e, "CredentialsValid=False Unauthorized", WAIT, || async {
         e.runner_condition("CredentialsValid")
             .await
             .filter(|(status, reason, _)| status == "False" && reason == "Unauthorized")
@@ -641,7 +642,7 @@ async fn a_missing_or_rejected_credentials_secret_is_reported_and_fixing_it_reco
         let (status, _, message) = e.runner_condition(kind).await.unwrap();
         assert_eq!(status, "True", "{kind}: {message}");
     }
-    eventually(&e, "the deployment Available", WAIT, || async {
+    eventually_of(&e, "the deployment Available", WAIT, || async {
         e.deployment_condition("creds", "Available")
             .await
             .filter(|(s, _, _)| s == "True")
@@ -669,12 +670,12 @@ async fn a_per_resource_credential_registers_and_unregisters_its_runners() {
         );
     }
     let jobs = e.submit(1, "percred", Duration::from_secs(1), false);
-    eventually(&e, "the job done", WAIT, || async {
+    eventually_of(&e, "the job done", WAIT, || async {
         e.all_succeeded(&jobs).then_some(())
     })
     .await;
     e.apply(&rd.clone().replicas(0));
-    eventually(
+    eventually_of(
         &e,
         "no runners, pods or GitHub registrations",
         WAIT,
@@ -753,7 +754,7 @@ async fn a_deployment_at_zero_keeps_a_registration_only_runner_so_jobs_queue_on_
 
     let rd = Deployment::new("placeholder", 0, "placeholder");
     e.apply(&rd);
-    eventually(&e, "a registered placeholder, remembered", WAIT, || async {
+    eventually_of(&e, "a registered placeholder, remembered", WAIT, || async {
         let registered = e.h.registered();
         (registered == BTreeSet::from([placeholder.to_owned()])
             && e.h.online().is_empty()
@@ -770,7 +771,7 @@ async fn a_deployment_at_zero_keeps_a_registration_only_runner_so_jobs_queue_on_
     assert!(queued, "the job must wait for a runner, not fail");
 
     e.apply(&rd.clone().replicas(1));
-    eventually(
+    eventually_of(
         &e,
         "the job done and the placeholder gone",
         WAIT,
@@ -783,7 +784,7 @@ async fn a_deployment_at_zero_keeps_a_registration_only_runner_so_jobs_queue_on_
     .await;
 
     e.apply(&rd.clone().replicas(0));
-    eventually(&e, "a placeholder again at zero", WAIT, || async {
+    eventually_of(&e, "a placeholder again at zero", WAIT, || async {
         (e.h.registered() == BTreeSet::from([placeholder.to_owned()])
             && remembered().await.is_some())
         .then_some(())
@@ -794,7 +795,7 @@ async fn a_deployment_at_zero_keeps_a_registration_only_runner_so_jobs_queue_on_
         .delete("placeholder", &Default::default())
         .await
         .unwrap();
-    eventually(
+    eventually_of(
         &e,
         "the deployment and its placeholder gone",
         WAIT,

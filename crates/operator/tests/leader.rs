@@ -16,14 +16,13 @@ fn config(ns: &str, identity: &str) -> ElectionConfig {
     c
 }
 
-/// Waits up to `limit` for `check`; returns how long it took.
-async fn within(what: &str, limit: Duration, mut check: impl FnMut() -> bool) -> Duration {
-    let started = Instant::now();
-    while !check() {
-        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+/// Waits up to `limit` for `check`, polling every 50 ms; returns how long it took.
+async fn within(what: &str, limit: Duration, check: impl FnMut() -> bool) -> Duration {
+    let poll = Duration::from_millis(50);
+    match hangar_testkit::eventually::until(what, limit, poll, check).await {
+        Ok(took) => took,
+        Err(e) => panic!("{e}"),
     }
-    started.elapsed()
 }
 
 #[tokio::test]

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use hangar::controllers::runner_set::RunnerSetRegistration;
 use hangar_api::RunnerSet;
+use hangar_testkit::eventually::{Describe, eventually_of};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret};
 use kube::ResourceExt;
@@ -127,7 +128,7 @@ impl Rs {
     /// Waits until exactly `n` StatefulSets exist, each with a registered online runner pod
     /// (and nothing else is registered on GitHub); returns the pod names.
     async fn wait_running(&self, n: usize) -> BTreeSet<String> {
-        eventually(self, &format!("{n} registered runners"), WAIT, || async {
+        eventually_of(self, &format!("{n} registered runners"), WAIT, || async {
             let sets = self.stateful_sets().await;
             let pods = self.registered_pods().await;
             let ok = sets.len() == n && pods.len() == n && self.h.registered() == pods;
@@ -148,6 +149,13 @@ impl Rs {
         }
     }
 
+    async fn shutdown(self) {
+        self.nodes.shutdown().await.unwrap();
+        drop(self.admission);
+    }
+}
+
+impl Describe for Rs {
     async fn describe(&self) -> String {
         let mut out = String::new();
         for s in self.stateful_sets().await {
@@ -179,20 +187,6 @@ impl Rs {
         out += &self.h.describe_github_runners();
         out
     }
-
-    async fn shutdown(self) {
-        self.nodes.shutdown().await.unwrap();
-        drop(self.admission);
-    }
-}
-
-async fn eventually<T, F, Fut>(e: &Rs, what: &str, timeout: Duration, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let poll = Duration::from_millis(200);
-    support::eventually_described(what, timeout, poll, || e.describe(), check).await
 }
 
 fn kubectl_scale(e: &Rs, name: &str, replicas: i32) {
@@ -229,7 +223,7 @@ async fn scale_from_zero_to_three_and_back_registers_and_removes_every_runner() 
         );
         assert!(names.contains(&format!("{}-0", s.name_any())));
     }
-    let status = eventually(&e, "status with 3 ready runners", WAIT, || async {
+    let status = eventually_of(&e, "status with 3 ready runners", WAIT, || async {
         let st = e.set("scale").await.status.unwrap_or_default();
         (st.ready_replicas == Some(3)).then_some(st)
     })
@@ -246,7 +240,7 @@ async fn scale_from_zero_to_three_and_back_registers_and_removes_every_runner() 
     assert_eq!(available.status, "True");
 
     kubectl_scale(&e, "scale", 0);
-    eventually(
+    eventually_of(
         &e,
         "no statefulsets, pods, registration secrets or GitHub registrations",
         WAIT,
@@ -276,12 +270,12 @@ async fn scale_down_while_jobs_run_interrupts_no_job() {
     e.wait_running(3).await;
 
     let jobs = e.submit(2, "busy", Duration::from_secs(4));
-    eventually(&e, "two busy runners", WAIT, || async {
+    eventually_of(&e, "two busy runners", WAIT, || async {
         (e.h.busy().len() == 2).then_some(())
     })
     .await;
     kubectl_scale(&e, "busy", 0);
-    eventually(&e, "jobs finished and every runner gone", WAIT, || async {
+    eventually_of(&e, "jobs finished and every runner gone", WAIT, || async {
         e.assert_no_busy_runner_pod_deleting().await;
         let done = e.all_succeeded(&jobs)
             && e.stateful_sets().await.is_empty()
@@ -301,11 +295,11 @@ async fn a_finished_ephemeral_runner_is_replaced() {
     let first = e.wait_running(1).await;
 
     let jobs = e.submit(1, "eph", Duration::from_millis(300));
-    eventually(&e, "the job done", WAIT, || async {
+    eventually_of(&e, "the job done", WAIT, || async {
         e.all_succeeded(&jobs).then_some(())
     })
     .await;
-    let second = eventually(&e, "a fresh runner in a new statefulset", WAIT, || async {
+    let second = eventually_of(&e, "a fresh runner in a new statefulset", WAIT, || async {
         let now = e.wait_running_once(1).await?;
         (now.is_disjoint(&first)).then_some(now)
     })
@@ -329,7 +323,7 @@ async fn without_the_pod_webhook_a_job_queued_behind_a_finished_one_is_not_inter
 
     let first = e.submit(1, "queued", Duration::from_millis(300));
     let second = e.submit(1, "queued", Duration::from_secs(3));
-    eventually(&e, "both jobs done (or one interrupted)", WAIT, || async {
+    eventually_of(&e, "both jobs done (or one interrupted)", WAIT, || async {
         e.assert_no_busy_runner_pod_deleting().await;
         let done = e.all_succeeded(&first) && e.all_succeeded(&second);
         (done || e.h.interrupted() > 0).then_some(())
@@ -366,12 +360,12 @@ async fn a_template_change_rolls_out_without_interrupting_jobs() {
     let old_hash = e.stateful_sets().await[0].labels()["runner-template-hash"].clone();
 
     let jobs = e.submit(2, "roll", Duration::from_secs(4));
-    eventually(&e, "two busy runners", WAIT, || async {
+    eventually_of(&e, "two busy runners", WAIT, || async {
         (e.h.busy().len() == 2).then_some(())
     })
     .await;
     e.h.apply(&e.runner_set("roll", 2, "roll", &[("STAGE", "two")]));
-    let new = eventually(&e, "two runners of the new template only", WAIT, || async {
+    let new = eventually_of(&e, "two runners of the new template only", WAIT, || async {
         e.assert_no_busy_runner_pod_deleting().await;
         let sets = e.stateful_sets().await;
         let all_new = sets
@@ -417,7 +411,7 @@ async fn the_seed_002_example_applies_unchanged_and_its_runners_register() {
     ));
     // Accepted and turned into runner StatefulSets; their pods fit no node yet (the manifest
     // places them nowhere in particular, and every simulated node is tainted).
-    eventually(
+    eventually_of(
         &e,
         "two runner statefulsets of the example",
         WAIT,
@@ -643,7 +637,7 @@ async fn a_later_runner_binds_the_persistent_volume_a_finished_runner_used() {
     for _ in 0..3 {
         let (pod, volume, uid) = e.next_runner_with_volume(&class, &seen).await;
         let jobs = e.submit(1, "pv", Duration::from_millis(300));
-        eventually(&e, "the job done", WAIT, || async {
+        eventually_of(&e, "the job done", WAIT, || async {
             e.all_succeeded(&jobs).then_some(())
         })
         .await;
@@ -666,7 +660,7 @@ async fn a_later_runner_binds_the_persistent_volume_a_finished_runner_used() {
     // The finished runners' claims are deleted; what remains is at most the claim of the
     // runner that replaces the last one, and no volume is left marked for cleanup once its
     // claim is gone.
-    eventually(&e, "finished runners' claims deleted", WAIT, || async {
+    eventually_of(&e, "finished runners' claims deleted", WAIT, || async {
         let claims = e.h.list::<PersistentVolumeClaim>().await;
         let stale = claims.iter().any(|c| {
             used.iter()
@@ -718,7 +712,7 @@ async fn with_the_pod_webhook_the_seed_002_example_registers_runners_that_take_j
     e.h.apply(include_str!(
         "../../../examples/runnerset-seed002-pod-template.yaml"
     ));
-    eventually(
+    eventually_of(
         &e,
         "two runner statefulsets of the example",
         WAIT,
@@ -785,7 +779,7 @@ async fn with_the_pod_webhook_the_seed_002_example_registers_runners_that_take_j
         };
         w.submit_jobs(&request, now).unwrap().1
     });
-    eventually(&e, "the example's jobs done", WAIT, || async {
+    eventually_of(&e, "the example's jobs done", WAIT, || async {
         e.all_succeeded(&jobs).then_some(())
     })
     .await;
@@ -824,7 +818,7 @@ async fn with_the_pod_webhook_a_jit_pod_deleted_directly_comes_back_with_a_fresh
     // `kubectl delete pod`: the StatefulSet recreates it under the same name, the webhook
     // generates a fresh configuration, and the new runner registers.
     pods.delete(&first, &Default::default()).await.unwrap();
-    let again = eventually(&e, "the pod back with a new runner", WAIT, || async {
+    let again = eventually_of(&e, "the pod back with a new runner", WAIT, || async {
         let p = pods.get_opt(&first).await.unwrap()?;
         let id = p.annotations().get("actions-runner/id")?.clone();
         let fresh = p.uid() != before.uid() && id != first_id;
@@ -844,13 +838,13 @@ async fn with_the_pod_webhook_a_jit_pod_deleted_directly_comes_back_with_a_fresh
     );
 
     let jobs = e.submit(1, "jit", Duration::from_millis(300));
-    eventually(&e, "the job done", WAIT, || async {
+    eventually_of(&e, "the job done", WAIT, || async {
         e.all_succeeded(&jobs).then_some(())
     })
     .await;
 
     kubectl_scale(&e, "jit", 0);
-    eventually(
+    eventually_of(
         &e,
         "no statefulsets, pods, JIT secrets or GitHub registrations",
         WAIT,
@@ -880,13 +874,13 @@ async fn with_the_pod_webhook_pods_are_refused_while_github_is_down_and_created_
         ..ghsim::Faults::default()
     });
     e.h.apply(&e.runner_set("down", 1, "down", &[]));
-    let sts = eventually(&e, "the runner statefulset", WAIT, || async {
+    let sts = eventually_of(&e, "the runner statefulset", WAIT, || async {
         e.stateful_sets().await.into_iter().next()
     })
     .await;
     // The StatefulSet controller's FailedCreate event carries the webhook's refusal.
     let events: kube::Api<k8s_openapi::api::core::v1::Event> = e.h.api();
-    let message = eventually(
+    let message = eventually_of(
         &e,
         "a FailedCreate event with the refusal",
         WAIT,
@@ -907,7 +901,7 @@ async fn with_the_pod_webhook_pods_are_refused_while_github_is_down_and_created_
     assert!(e.pods().await.is_empty(), "{}", e.describe().await);
 
     e.h.sim.set_faults(ghsim::Faults::default());
-    let names = eventually(
+    let names = eventually_of(
         &e,
         "the runner registered after recovery",
         Duration::from_secs(120),

@@ -720,20 +720,12 @@ async fn readyz(client: &kube::Client) -> bool {
     matches!(client.request_text(req).await, Ok(body) if body.trim() == "ok")
 }
 
-/// A minimal HTTP/1.0 GET on loopback; etcd's `/health` needs nothing more.
+/// Whether `GET path` on loopback `port` answers 200; etcd's `/health` needs nothing more.
 async fn http_get_ok(port: u16, path: &str) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
-        return false;
-    };
-    let req = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-    if stream.write_all(req.as_bytes()).await.is_err() {
-        return false;
-    }
-    let mut resp = Vec::new();
-    let _ = stream.read_to_end(&mut resp).await;
-    let text = String::from_utf8_lossy(&resp);
-    text.starts_with("HTTP/1.0 200") || text.starts_with("HTTP/1.1 200")
+    matches!(
+        crate::http::get(crate::http::loopback(port), path).await,
+        Some((200, _))
+    )
 }
 
 async fn wait_until<F, Fut>(

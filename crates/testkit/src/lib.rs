@@ -13,16 +13,23 @@
 //!   410 Gone, write conflicts ([`fault_proxy`]);
 //! - gives each test binary a cluster — the one named by `HANGAR_TEST_KUBECONFIG`, or one of its
 //!   own that dies with the test process ([`cluster`]) — and each test its own namespace
-//!   ([`namespace`]), with Hangar's CRDs installed ([`crds`]).
+//!   ([`namespace`]), with Hangar's CRDs installed ([`crds`]), and deletes what a test left
+//!   on the shared control plane from `Drop`, also on panic ([`cleanup`]);
+//! - waits for what happens asynchronously, saying what it waited for when it gives up
+//!   ([`eventually`]), and talks plain HTTP to Hangar's servers, webhooks signed as GitHub
+//!   signs them ([`http`]).
 //!
 //! It is a dev-dependency and a library for `xtask`; product crates never depend on it.
 
 pub mod binaries;
+pub mod cleanup;
 pub mod cluster;
 pub mod control_plane;
 pub mod crds;
+pub mod eventually;
 pub mod fault_proxy;
 pub mod helm;
+pub mod http;
 pub mod namespace;
 pub mod pki;
 

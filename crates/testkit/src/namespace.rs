@@ -83,22 +83,13 @@ impl Drop for TestNamespace {
             return;
         }
         let name = self.name.clone();
-        let kubeconfig = self.kubeconfig.clone();
-        let deleted = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            runtime.block_on(async move {
-                let client = crate::control_plane::admin_client(&kubeconfig).await.ok()?;
-                Api::<Namespace>::all(client)
-                    .delete(&name, &DeleteParams::background())
-                    .await
-                    .ok()
-            })
-        })
-        .join();
-        if !matches!(deleted, Ok(Some(_))) {
+        let deleted = crate::cleanup::with_admin_client(&self.kubeconfig, |client| async move {
+            Api::<Namespace>::all(client)
+                .delete(&name, &DeleteParams::background())
+                .await
+                .ok()
+        });
+        if deleted.is_none() {
             eprintln!("hangar-testkit: could not delete namespace {}", self.name);
         }
     }

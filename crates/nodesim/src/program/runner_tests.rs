@@ -97,11 +97,10 @@ fn start(program: RunnerProgram, env: &[(&str, String)]) -> (JoinHandle<Exit>, C
 }
 
 /// Waits (virtual time) until `check` holds; panics after ten virtual minutes.
-async fn until(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+async fn until(what: &str, check: impl FnMut() -> bool) {
+    let (limit, poll) = (Duration::from_secs(600), Duration::from_millis(20));
+    if let Err(e) = hangar_testkit::eventually::until(what, limit, poll, check).await {
+        panic!("{e}");
     }
 }
 

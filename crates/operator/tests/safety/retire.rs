@@ -15,7 +15,9 @@ use kube::ResourceExt;
 use kube::api::DeleteParams;
 use serde_json::{Value, json};
 
-use crate::support::e2e::{Deployment, E2e, WAIT, eventually};
+use hangar_testkit::eventually::{Describe, eventually_of};
+
+use crate::support::e2e::{Deployment, E2e, WAIT};
 
 /// Checks every 200 ms until `done` holds that no pod of a busy runner is being deleted.
 async fn hold_until<F, Fut>(e: &E2e, what: &str, mut done: F)
@@ -23,7 +25,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    eventually(e, what, WAIT, || {
+    eventually_of(e, what, WAIT, || {
         let check = done();
         async {
             e.assert_no_busy_runner_pod_deleting().await;
@@ -36,7 +38,7 @@ where
 /// Waits until the namespace has no Runner, RunnerReplicaSet, RunnerDeployment, RunnerSet,
 /// StatefulSet or pod left and GitHub no runner.
 async fn wait_all_gone(e: &E2e) {
-    eventually(e, "every object and registration gone", WAIT, || async {
+    eventually_of(e, "every object and registration gone", WAIT, || async {
         let gone = e.h.list::<RunnerDeployment>().await.is_empty()
             && e.h.list::<RunnerReplicaSet>().await.is_empty()
             && e.h.list::<Runner>().await.is_empty()
@@ -82,7 +84,7 @@ async fn one_busy_among(
     duration: Duration,
 ) -> (u64, String, std::collections::BTreeSet<String>) {
     let job = e.submit(1, label, duration, false)[0];
-    let busy = eventually(e, "one runner busy", WAIT, || async {
+    let busy = eventually_of(e, "one runner busy", WAIT, || async {
         e.h.busy().into_iter().next()
     })
     .await;
@@ -154,7 +156,7 @@ async fn deleting_a_standalone_runner_lets_it_finish_its_job() {
 
     // While it waits for its job, the Runner says so in its status.
     let retiring =
-        eventually(
+        eventually_of(
             &e,
             "the Runner's Progressing=Retiring condition",
             WAIT,
@@ -233,7 +235,7 @@ fn runner_set(e: &E2e, name: &str, replicas: i32, label: &str) -> String {
 
 /// Waits until `n` runner pods are registered and online; returns their names.
 async fn wait_registered_pods(e: &E2e, n: usize) -> std::collections::BTreeSet<String> {
-    eventually(e, &format!("{n} registered runner pods"), WAIT, || async {
+    eventually_of(e, &format!("{n} registered runner pods"), WAIT, || async {
         let online = e.h.online();
         let pods: std::collections::BTreeSet<String> = e
             .pods()
@@ -278,7 +280,7 @@ async fn a_runner_set_forces_its_busy_runner_out_once_its_retirement_timeout_has
     wait_registered_pods(&e, 1).await;
     // A job far longer than the test waits: only the forced deletion ends it.
     let job = e.submit(1, "bounded-set", Duration::from_secs(600), false)[0];
-    eventually(&e, "the runner busy", WAIT, || async {
+    eventually_of(&e, "the runner busy", WAIT, || async {
         e.h.busy().into_iter().next()
     })
     .await;
@@ -303,7 +305,7 @@ async fn a_runner_set_forces_its_busy_runner_out_once_its_retirement_timeout_has
 async fn wait_namespace_gone(e: &E2e) {
     use k8s_openapi::api::core::v1::Namespace;
     let namespaces = kube::Api::<Namespace>::all(e.h.client.clone());
-    eventually(
+    eventually_of(
         e,
         "the namespace gone",
         Duration::from_secs(150),

@@ -16,7 +16,9 @@ use hangar_github::Secret;
 use k8s_openapi::api::core::v1::{Event, Secret as KubeSecret};
 use kube::ResourceExt;
 
-use crate::support::e2e::{Deployment, E2e, WAIT, eventually};
+use hangar_testkit::eventually::eventually_of;
+
+use crate::support::e2e::{Deployment, E2e, WAIT};
 use crate::support::{Harness, TOKEN, uncached};
 
 /// A per-resource PAT (the `githubAPICredentialsFrom` Secret of one pool).
@@ -196,11 +198,11 @@ async fn no_credential_reaches_logs_events_or_status() {
         e.submit(1, "jit", Duration::from_secs(1), false),
     ]
     .concat();
-    eventually(&e, "both jobs to succeed", WAIT, || async {
+    eventually_of(&e, "both jobs to succeed", WAIT, || async {
         e.all_succeeded(&jobs).then_some(())
     })
     .await;
-    eventually(
+    eventually_of(
         &e,
         "the misplaced credential to be reported",
         WAIT,

@@ -12,7 +12,9 @@ use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use nodesim::program::{PodMatch, RunnerFault};
 
-use crate::support::e2e::{Deployment, E2e, WAIT, eventually};
+use hangar_testkit::eventually::{Describe, eventually_of};
+
+use crate::support::e2e::{Deployment, E2e, WAIT};
 
 /// A Runner's Warning events with `reason`, as `kubectl describe runner` shows them.
 async fn runner_events(e: &E2e, runner: &str, reason: &str) -> Vec<String> {
@@ -58,7 +60,7 @@ async fn a_403_on_runner_removal_keeps_the_pod_and_tells_the_owner_which_permiss
     // One runner takes a job; then the controller's credential loses the permission to remove
     // runners, and the deployment scales to zero.
     let jobs = e.submit(1, "forbidden", Duration::from_secs(6), false);
-    let busy = eventually(&e, "one runner busy", WAIT, || async {
+    let busy = eventually_of(&e, "one runner busy", WAIT, || async {
         e.h.busy().into_iter().next()
     })
     .await;
@@ -70,7 +72,7 @@ async fn a_403_on_runner_removal_keeps_the_pod_and_tells_the_owner_which_permiss
     e.apply(&rd.clone().replicas(0));
 
     // The idle runner's removal is refused: its pod stays, and its Runner says why.
-    let message = eventually(
+    let message = eventually_of(
         &e,
         "a Warning event naming the missing permission",
         WAIT,
@@ -87,7 +89,7 @@ async fn a_403_on_runner_removal_keeps_the_pod_and_tells_the_owner_which_permiss
         message.contains("Administration") && message.contains("octo/app"),
         "{message}"
     );
-    let condition = eventually(&e, "CredentialsValid=False on the Runner", WAIT, || async {
+    let condition = eventually_of(&e, "CredentialsValid=False on the Runner", WAIT, || async {
         let runner = e
             .runners()
             .await
@@ -132,7 +134,7 @@ async fn a_404_for_a_stale_runner_id_is_checked_by_name_before_the_pod_goes() {
     e.apply(&rd);
     let name = e.wait_running(1).await.into_iter().next().unwrap();
     let jobs = e.submit(1, "stale", Duration::from_secs(6), false);
-    eventually(&e, "the runner busy", WAIT, || async {
+    eventually_of(&e, "the runner busy", WAIT, || async {
         e.h.busy().contains(&name).then_some(())
     })
     .await;
@@ -189,7 +191,7 @@ async fn a_scheduled_pod_that_looks_pending_waits_for_its_runner_before_it_goes(
     );
     let rd = Deployment::new("pending", 1, "pending");
     e.apply(&rd);
-    let pod = eventually(
+    let pod = eventually_of(
         &e,
         "a scheduled pod waiting for its image",
         WAIT,

@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use ghsim::world::JobStatus;
 use hangar_api::{Runner, RunnerReplicaSet};
+use hangar_testkit::eventually::{Describe, eventually_of};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use nodesim::NodeSimHandle;
@@ -74,7 +75,7 @@ impl E2e {
     /// Waits until exactly `n` Runners exist, all Running, each online on GitHub; returns
     /// their names.
     pub async fn wait_running(&self, n: usize) -> BTreeSet<String> {
-        eventually(
+        eventually_of(
             self,
             &format!("{n} registered, online runners"),
             WAIT,
@@ -139,7 +140,7 @@ impl E2e {
     /// Waits until no Runner, pod or GitHub registration is left, failing at once if a busy
     /// runner's pod is on its way out meanwhile: how every scale-down and deletion must end.
     pub async fn wait_all_gone_without_killing_busy_runners(&self, what: &str) {
-        eventually(self, what, WAIT, || async {
+        eventually_of(self, what, WAIT, || async {
             self.assert_no_busy_runner_pod_deleting().await;
             let gone = self.runners().await.is_empty()
                 && self.pods().await.is_empty()
@@ -149,8 +150,14 @@ impl E2e {
         .await;
     }
 
+    pub async fn shutdown(self) {
+        self.nodes.shutdown().await.unwrap();
+    }
+}
+
+impl Describe for E2e {
     /// What a failing test should print: Runners, pods and GitHub's runners.
-    pub async fn describe(&self) -> String {
+    async fn describe(&self) -> String {
         let mut out = String::new();
         for r in self.runners().await {
             let st = r.status.clone().unwrap_or_default();
@@ -184,21 +191,6 @@ impl E2e {
         let gh = self.h.describe_github_runners();
         out + &gh
     }
-
-    pub async fn shutdown(self) {
-        self.nodes.shutdown().await.unwrap();
-    }
-}
-
-/// Polls `check` every 200 ms until it returns `Some`; on timeout, panics with `what` and the
-/// state of the test's objects.
-pub async fn eventually<T, F, Fut>(e: &E2e, what: &str, timeout: Duration, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let poll = Duration::from_millis(200);
-    super::eventually_described(what, timeout, poll, || e.describe(), check).await
 }
 
 pub fn phase(r: &Runner) -> Option<&str> {

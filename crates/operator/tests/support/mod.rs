@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ghsim::world::{JobStatus, SubmitJobs};
 
@@ -18,6 +18,8 @@ use nodesim::program::{RunnerFaults, RunnerProgram};
 use nodesim::{NodeSim, NodeSimConfig, NodeSimHandle, Timing};
 
 pub mod e2e;
+
+pub use hangar_testkit::eventually::eventually;
 
 /// The PAT the simulated GitHub accepts.
 pub const TOKEN: &str = "ghp_hangar_test";
@@ -357,36 +359,11 @@ pub struct AdmissionServer {
 impl Drop for AdmissionServer {
     fn drop(&mut self) {
         self.task.abort();
-        let kubeconfig = self.kubeconfig.clone();
-        let (m, v) = (self.mutating.clone(), self.validating.clone());
-        // Its own runtime: drop may run inside (or after) the test's.
-        let done = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            rt.block_on(async move {
-                let client = hangar_testkit::control_plane::admin_client(&kubeconfig)
-                    .await
-                    .ok()?;
-                let dp = kube::api::DeleteParams::default();
-                let _ = kube::Api::<
-                    k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration,
-                >::all(client.clone())
-                .delete(&m, &dp)
-                .await;
-                let _ = kube::Api::<
-                    k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
-                >::all(client)
-                .delete(&v, &dp)
-                .await;
-                Some(())
-            })
-        })
-        .join();
-        if !matches!(done, Ok(Some(()))) {
-            eprintln!("could not delete webhook configurations {}", self.mutating);
-        }
+        hangar_testkit::cleanup::delete_webhook_configurations(
+            &self.kubeconfig,
+            &self.mutating,
+            &self.validating,
+        );
     }
 }
 
@@ -512,53 +489,4 @@ pub fn kubectl_with_stdin(cmd: &mut std::process::Command, input: &str) -> std::
         .write_all(input.as_bytes())
         .unwrap();
     child.wait_with_output().unwrap()
-}
-
-/// Polls `check` every 200 ms until it returns `Some`, or panics with `what` after `timeout`.
-pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let until = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < until,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// Polls `check` every `poll` until it returns `Some`; on timeout, panics with `what` and what
-/// `describe` says (the state of the test's objects).
-pub async fn eventually_described<T, F, Fut, D, DFut>(
-    what: &str,
-    timeout: Duration,
-    poll: Duration,
-    describe: D,
-    mut check: F,
-) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-    D: FnOnce() -> DFut,
-    DFut: std::future::Future<Output = String>,
-{
-    let until = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        if tokio::time::Instant::now() >= until {
-            panic!(
-                "timed out after {timeout:?} waiting for {what}\n{}",
-                describe().await
-            );
-        }
-        tokio::time::sleep(poll).await;
-    }
 }

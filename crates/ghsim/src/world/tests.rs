@@ -75,7 +75,7 @@ fn submit(w: &mut World, repo: &str, labels: &[&str], count: u32) -> Vec<u64> {
 fn events(w: &mut World) -> Vec<String> {
     w.drain_events()
         .into_iter()
-        .map(|e| format!("{}:{}", e.event, e.payload["action"].as_str().unwrap_or("")))
+        .map(|e| format!("{}:{}", e.event, e.action().unwrap_or("")))
         .collect()
 }
 

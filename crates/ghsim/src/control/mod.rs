@@ -21,13 +21,16 @@
 //! | `POST /_ghsim/tick` | applies due timers now |
 //! | `GET /_ghsim/accounting` | [`crate::accounting::Accounting`] |
 //! | `GET /_ghsim/metrics` | Prometheus text |
+//!
+//! [`Client`] calls it from Rust, typed with the records below and ghsim's own
+//! ([`crate::accounting::Accounting`], [`crate::webhooks::DeliveryRecord`], …).
 
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::accounting;
@@ -36,7 +39,70 @@ use crate::render;
 use crate::scenario;
 use crate::sim::Sim;
 use crate::webhooks::NewHook;
-use crate::world::{GroupOwner, SimError, SubmitJobs, Visibility};
+use crate::world::{
+    Enterprise, Group, GroupOwner, Installation, Job, Org, Repo, Run, SimError, SubmitJobs,
+    Visibility,
+};
+
+mod client;
+
+pub use client::{Client, ControlError};
+
+/// The answer of `GET /_ghsim/state`: the whole world but credentials.
+///
+/// Read-side only: the server renders runners in GitHub's shape (`render::runner`) and adds
+/// ghsim's view of each, which [`RunnerView`] reads back.
+#[derive(Clone, Debug, Deserialize)]
+pub struct WorldState {
+    /// Enterprises.
+    pub enterprises: Vec<Enterprise>,
+    /// Organizations.
+    pub orgs: Vec<Org>,
+    /// Repositories.
+    pub repos: Vec<Repo>,
+    /// Runner groups.
+    pub runner_groups: Vec<Group>,
+    /// Registered runners.
+    pub runners: Vec<RunnerView>,
+    /// Workflow runs.
+    pub runs: Vec<Run>,
+    /// Jobs.
+    pub jobs: Vec<Job>,
+    /// App installations.
+    pub installations: Vec<Installation>,
+}
+
+/// A runner in [`WorldState`]: GitHub's runner object plus what only ghsim knows.
+#[derive(Clone, Debug, Deserialize)]
+pub struct RunnerView {
+    /// The runner as GitHub's REST API shows it.
+    #[serde(flatten)]
+    pub runner: hangar_github::Runner,
+    /// Its scope's path (`acme`, `acme/app`, `enterprises/big`).
+    pub scope: String,
+    /// The job assigned to it and not yet picked up.
+    pub assigned_job: Option<u64>,
+    /// The job it is running.
+    pub running_job: Option<u64>,
+}
+
+/// The answer of `POST /_ghsim/jobs`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Submitted {
+    /// The run the jobs belong to.
+    pub run_id: u64,
+    /// The jobs, in order.
+    pub job_ids: Vec<u64>,
+}
+
+/// A personal access token for `POST /_ghsim/tokens`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NewToken {
+    /// The token (a secret of the simulated GitHub only).
+    pub token: String,
+    /// The credential label its calls are accounted under (`pat:{label}`).
+    pub label: Option<String>,
+}
 
 /// The control router (mounted at `/_ghsim`).
 pub fn router(sim: Sim) -> Router {
@@ -135,12 +201,6 @@ async fn add_repo(
     Ok((StatusCode::CREATED, Json(json!({"id": id}))))
 }
 
-#[derive(Deserialize)]
-struct NewToken {
-    token: String,
-    label: Option<String>,
-}
-
 async fn add_token(State(sim): State<Sim>, Json(body): Json<NewToken>) -> StatusCode {
     let label = body.label.unwrap_or_else(|| "token".into());
     sim.update(|w, _| w.add_pat(&body.token, &label));
@@ -221,12 +281,9 @@ async fn add_group(
 async fn submit_jobs(
     State(sim): State<Sim>,
     Json(body): Json<SubmitJobs>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<Submitted>), ApiError> {
     let (run_id, job_ids) = sim.update(|w, now| w.submit_jobs(&body, now))?;
-    Ok((
-        StatusCode::CREATED,
-        Json(json!({"run_id": run_id, "job_ids": job_ids})),
-    ))
+    Ok((StatusCode::CREATED, Json(Submitted { run_id, job_ids })))
 }
 
 async fn start_scenario(
