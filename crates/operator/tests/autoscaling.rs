@@ -645,6 +645,56 @@ async fn the_queued_jobs_metric_alone_scales_up_and_back_down() {
     s.shutdown().await;
 }
 
+/// With more runs waiting than `maxReplicas` runners can take, the queued-jobs metric lists the
+/// jobs of only as many runs as it takes to reach `maxReplicas` (found by chaos: listing every
+/// run's jobs each sync spent the hour's API budget while runs piled up).
+#[tokio::test]
+async fn the_queued_jobs_metric_lists_no_more_runs_jobs_than_max_replicas_needs() {
+    let s = Stack::start("as-pull-cap", true).await;
+    s.apply_deployment("cap", "cap", 0);
+    s.apply_hra(
+        "cap",
+        json!({
+            "minReplicas": 0,
+            "maxReplicas": 2,
+            "scaleDownDelaySecondsAfterScaleOut": 0,
+            "metrics": [{"type": "TotalNumberOfQueuedAndInProgressWorkflowRuns"}],
+        }),
+    );
+    wait_reconciled(&s, "cap", 0).await;
+    // One run per job, as pushes to eight branches would queue them.
+    let jobs: Vec<u64> = (0..8)
+        .flat_map(|_| s.submit(1, "cap", Duration::from_secs(5), "success"))
+        .collect();
+    eventually_of(&s, "8 jobs done on 2 runners", WAIT, || async {
+        s.all_completed(&jobs, "success").then_some(())
+    })
+    .await;
+    let calls = |template: &str| -> u64 {
+        ghsim::accounting::snapshot(&s.h.sim)
+            .api_calls
+            .iter()
+            .filter(|c| c.endpoint == template)
+            .map(|c| c.calls)
+            .sum()
+    };
+    let run_lists = calls("GET /repos/{owner}/{repo}/actions/runs");
+    let job_lists = calls("GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs");
+    // Each evaluation lists the queued and the in-progress runs (2 calls), then the jobs of at
+    // most `maxReplicas` = 2 runs.
+    assert!(
+        run_lists >= 2,
+        "the metric was evaluated: {run_lists} run lists"
+    );
+    assert!(
+        job_lists <= run_lists,
+        "{job_lists} job lists for {} evaluations: more than 2 runs' jobs listed per evaluation",
+        run_lists / 2
+    );
+    assert_eq!(s.h.interrupted(), 0);
+    s.shutdown().await;
+}
+
 #[tokio::test]
 async fn percentage_runners_busy_adds_runners_when_most_are_busy() {
     let mut s = Stack::start("as-busy", true).await;

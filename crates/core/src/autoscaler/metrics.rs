@@ -14,12 +14,14 @@
 //! Evaluation is a small protocol so that the GitHub calls stay outside and only the calls a
 //! decision needs are made: [`suggest_replicas`] either answers or says which observation it
 //! needs ([`Evaluation::Needs`]); the driver fetches that, adds it to [`Observations`] and calls
-//! again. A metric that suggests zero counts as no suggestion, so the autoscaler falls back to
+//! again. Jobs are asked for one run at a time, and counting stops once the matching jobs
+//! reach `maxReplicas`: a larger count cannot change the decision, and listing every run's
+//! jobs each sync is what spends an API budget when many runs wait. A metric that suggests zero counts as no suggestion, so the autoscaler falls back to
 //! `minReplicas` — except the fallback metric's answer, which ARC uses as is, zero included;
 //! Hangar does the same so replica counts match ARC's.
 
 use std::collections::HashSet;
-use std::fmt;
+use std::fmt::{self, Write as _};
 
 use crate::scope::RunnerScope;
 
@@ -493,6 +495,15 @@ pub struct WorkflowJob {
     pub labels: Vec<String>,
 }
 
+/// A queued or in-progress workflow run, as listed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunRef {
+    /// Its repository.
+    pub repository: RepositoryRef,
+    /// Its ID.
+    pub id: u64,
+}
+
 /// A queued or in-progress workflow run and its jobs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorkflowRun {
@@ -556,6 +567,9 @@ pub struct MetricTarget<'a> {
     pub runner_labels: &'a [String],
     /// Its current `spec.replicas` (`None` counts as [`DEFAULT_TARGET_REPLICAS`]).
     pub replicas: Option<u32>,
+    /// The autoscaler's `maxReplicas`: a count that reaches it is the answer, since no count
+    /// above it can change the decision, so no further run's jobs are listed.
+    pub max_replicas: Option<u32>,
 }
 
 /// GitHub observations gathered so far.
@@ -564,8 +578,12 @@ pub struct Observations {
     /// For `PercentageRunnersBusy`.
     pub runners: Option<RunnerObservation>,
     /// For `TotalNumberOfQueuedAndInProgressWorkflowRuns`: the queued and in-progress runs of
-    /// every repository [`Needed::WorkflowRuns`] listed.
-    pub workflow_runs: Option<Vec<WorkflowRun>>,
+    /// every repository [`Needed::WorkflowRuns`] listed, each once, in the order their jobs are
+    /// looked at.
+    pub workflow_runs: Option<Vec<RunRef>>,
+    /// The jobs of the first `run_jobs.len()` of those runs, one run at a time as
+    /// [`Needed::Jobs`] asked for them.
+    pub run_jobs: Vec<WorkflowRun>,
 }
 
 /// An observation [`suggest_replicas`] needs before it can answer.
@@ -575,8 +593,13 @@ pub enum Needed {
     Runners,
     /// Fill [`Observations::workflow_runs`] from these repositories.
     WorkflowRuns {
-        /// Repositories whose queued and in-progress runs (with their jobs) to list.
+        /// Repositories whose queued and in-progress runs to list.
         repositories: Vec<RepositoryRef>,
+    },
+    /// Append this run's jobs to [`Observations::run_jobs`].
+    Jobs {
+        /// The next run whose jobs to count.
+        run: RunRef,
     },
 }
 
@@ -702,17 +725,29 @@ fn evaluate(
         }
         MetricKind::TotalNumberOfQueuedAndInProgressWorkflowRuns => {
             let repositories = workflow_run_repositories(target.scope, metric)?;
-            let Some(runs) = &observed.workflow_runs else {
-                return Ok(Err(Needed::WorkflowRuns { repositories }));
+            let counts = count_jobs(&observed.run_jobs, target.runner_labels);
+            let enough = target.max_replicas.is_some_and(|max| counts.total() >= max);
+            let runs = match &observed.workflow_runs {
+                Some(runs) => runs.as_slice(),
+                None if enough => &[],
+                None => return Ok(Err(Needed::WorkflowRuns { repositories })),
             };
-            let counts = count_jobs(runs, target.runner_labels);
-            Ok(Ok((
-                counts.total(),
-                format!(
-                    "{} queued and {} in-progress matching jobs",
-                    counts.queued, counts.in_progress
-                ),
-            )))
+            let looked_at = observed.run_jobs.len();
+            if let Some(next) = runs.get(looked_at).filter(|_| !enough) {
+                return Ok(Err(Needed::Jobs { run: next.clone() }));
+            }
+            let mut detail = format!(
+                "{} queued and {} in-progress matching jobs",
+                counts.queued, counts.in_progress
+            );
+            if looked_at < runs.len() {
+                let _ = write!(
+                    detail,
+                    " in {looked_at} of {} runs (counting stops at maxReplicas)",
+                    runs.len()
+                );
+            }
+            Ok(Ok((counts.total(), detail)))
         }
     }
 }

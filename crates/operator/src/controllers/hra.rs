@@ -26,7 +26,7 @@
 //! Warning event and retried after the sync period, never in a hot loop. The autoscaler's status
 //! has no `conditions` field in ARC's API, so events and logs are where such errors show.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -39,7 +39,8 @@ use hangar_api::{
 use hangar_core::RunnerScope;
 use hangar_core::autoscaler::after::{AfterInput, after};
 use hangar_core::autoscaler::metrics::{
-    GitHubRunner, JobStatus, MetricTarget, RunnerObservation, WorkflowJob, WorkflowRun,
+    GitHubRunner, JobStatus, MetricTarget, RepositoryRef, RunRef, RunnerObservation, WorkflowJob,
+    WorkflowRun,
 };
 use hangar_core::autoscaler::{
     DesiredInput, Evaluation, Needed, Observations, Reservation, desired_replicas, suggest_replicas,
@@ -189,6 +190,7 @@ pub async fn reconcile(
         scope: &scope,
         runner_labels: &labels,
         replicas: target.replicas.and_then(|r| u32::try_from(r).ok()),
+        max_replicas: hra.spec.max_replicas.and_then(|m| u32::try_from(m).ok()),
     };
     let mut observed = Observations::default();
     let mut github: Option<Arc<dyn GitHubApi>> = None;
@@ -215,10 +217,19 @@ pub async fn reconcile(
             }
             Needed::WorkflowRuns { repositories } if observed.workflow_runs.is_none() => {
                 let mut runs = Vec::new();
-                for repo in &repositories {
-                    runs.extend(observe_runs(&*gh, &repo.owner, &repo.name).await?);
+                for repo in repositories {
+                    runs.extend(list_runs(&*gh, repo).await?);
                 }
                 observed.workflow_runs = Some(runs);
+            }
+            Needed::Jobs { run }
+                if observed
+                    .workflow_runs
+                    .as_ref()
+                    .and_then(|r| r.get(observed.run_jobs.len()))
+                    == Some(&run) =>
+            {
+                observed.run_jobs.push(list_jobs(&*gh, &run).await?);
             }
             // The protocol asked twice for the same thing: a bug, not worth a hot loop.
             needed => {
@@ -478,39 +489,46 @@ async fn observe_runners(
     })
 }
 
-/// A repository's queued and in-progress runs with their jobs. A run that moves from queued
-/// to in progress between the two list calls is counted once.
-async fn observe_runs(
+/// A repository's queued and in-progress runs, oldest first. A run that moves from queued to
+/// in progress between the two list calls is listed once.
+async fn list_runs(
     github: &dyn GitHubApi,
-    owner: &str,
-    repo: &str,
-) -> Result<Vec<WorkflowRun>, Error> {
-    let scope = format!("{owner}/{repo}");
-    let mut run_ids = BTreeMap::new();
+    repository: RepositoryRef,
+) -> Result<Vec<RunRef>, Error> {
+    let scope = format!("{}/{}", repository.owner, repository.name);
+    let mut ids = BTreeSet::new();
     for status in [RunStatus::Queued, RunStatus::InProgress] {
         let runs = github
-            .list_workflow_runs(owner, repo, status)
+            .list_workflow_runs(&repository.owner, &repository.name, status)
             .await
             .map_err(github_err("list workflow runs", &scope))?;
-        run_ids.extend(runs.into_iter().map(|r| (r.id, ())));
+        ids.extend(runs.into_iter().map(|r| r.id));
     }
-    let mut out = Vec::with_capacity(run_ids.len());
-    for run_id in run_ids.into_keys() {
-        let jobs = github
-            .list_jobs(owner, repo, run_id)
-            .await
-            .map_err(github_err("list jobs", &scope))?;
-        out.push(WorkflowRun {
-            jobs: jobs
-                .into_iter()
-                .map(|j| WorkflowJob {
-                    status: JobStatus::from_github(j.status.as_str()),
-                    labels: j.labels,
-                })
-                .collect(),
-        });
-    }
-    Ok(out)
+    Ok(ids
+        .into_iter()
+        .map(|id| RunRef {
+            repository: repository.clone(),
+            id,
+        })
+        .collect())
+}
+
+/// The jobs of one run.
+async fn list_jobs(github: &dyn GitHubApi, run: &RunRef) -> Result<WorkflowRun, Error> {
+    let RepositoryRef { owner, name } = &run.repository;
+    let jobs = github
+        .list_jobs(owner, name, run.id)
+        .await
+        .map_err(github_err("list jobs", &format!("{owner}/{name}")))?;
+    Ok(WorkflowRun {
+        jobs: jobs
+            .into_iter()
+            .map(|j| WorkflowJob {
+                status: JobStatus::from_github(j.status.as_str()),
+                labels: j.labels,
+            })
+            .collect(),
+    })
 }
 
 /// Sets the target's `spec.replicas` and, when given, `spec.effectiveTime`. A merge patch: the

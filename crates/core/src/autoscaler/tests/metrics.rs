@@ -371,6 +371,88 @@ fn queued_runs(n: usize) -> Vec<WorkflowRun> {
         .collect()
 }
 
+fn run_ref(id: u64) -> RunRef {
+    RunRef {
+        repository: RepositoryRef {
+            owner: "o".into(),
+            name: "r".into(),
+        },
+        id,
+    }
+}
+
+/// Observations as a driver leaves them once it has listed `runs` and the jobs of each.
+fn observed_runs(runs: Vec<WorkflowRun>) -> Observations {
+    Observations {
+        workflow_runs: Some((0..runs.len() as u64).map(run_ref).collect()),
+        run_jobs: runs,
+        ..Observations::default()
+    }
+}
+
+/// Runs the protocol as a driver does, serving run `i`'s jobs from `runs[i]`: the answer and
+/// the IDs of the runs whose jobs were asked for.
+fn drive(max_replicas: Option<u32>, runs: &[WorkflowRun]) -> (Suggestion, Vec<u64>) {
+    let scope = repo_scope();
+    let labels = vec!["self-hosted".to_owned()];
+    let target = MetricTarget {
+        scope: &scope,
+        runner_labels: &labels,
+        replicas: Some(1),
+        max_replicas,
+    };
+    let mut observed = Observations::default();
+    let mut asked = vec![];
+    for _ in 0..=runs.len() + 1 {
+        match suggest_replicas(&[queued_metric()], &target, &observed).unwrap() {
+            Evaluation::Ready(s) => return (s, asked),
+            Evaluation::Needs(Needed::WorkflowRuns { .. }) => {
+                observed.workflow_runs = Some((0..runs.len() as u64).map(run_ref).collect());
+            }
+            Evaluation::Needs(Needed::Jobs { run }) => {
+                asked.push(run.id);
+                observed.run_jobs.push(runs[run.id as usize].clone());
+            }
+            Evaluation::Needs(other) => panic!("asked for {other:?}"),
+        }
+    }
+    panic!("no answer after every run was listed: asked for {asked:?}");
+}
+
+#[test]
+fn counting_jobs_stops_once_they_reach_max_replicas() {
+    let (s, asked) = drive(Some(3), &queued_runs(10));
+    assert_eq!(asked, [0, 1, 2], "jobs listed of runs {asked:?}");
+    assert_eq!(s.replicas, Some(3));
+    assert_eq!(
+        s.detail,
+        "3 queued and 0 in-progress matching jobs in 3 of 10 runs (counting stops at maxReplicas)"
+    );
+}
+
+#[test]
+fn every_run_is_counted_while_the_count_stays_below_max_replicas() {
+    let mut runs = queued_runs(2);
+    runs.push(WorkflowRun {
+        jobs: vec![job("queued", &["gpu"])],
+    });
+    runs.push(WorkflowRun { jobs: vec![] });
+    for max in [Some(3), None] {
+        let (s, asked) = drive(max, &runs);
+        assert_eq!(asked, [0, 1, 2, 3], "max {max:?}");
+        assert_eq!(s.replicas, Some(2), "max {max:?}");
+        assert_eq!(s.detail, "2 queued and 0 in-progress matching jobs");
+    }
+}
+
+#[test]
+fn max_replicas_zero_costs_no_listing() {
+    let (s, asked) = drive(Some(0), &queued_runs(4));
+    assert!(asked.is_empty(), "{asked:?}");
+    // A single metric's zero means minReplicas, which maxReplicas 0 caps at 0.
+    assert_eq!(s.replicas, None);
+}
+
 fn queued_metric() -> Metric {
     Metric::new(MetricKind::TotalNumberOfQueuedAndInProgressWorkflowRuns)
 }
@@ -385,6 +467,7 @@ fn evaluate(
         scope: &scope,
         runner_labels: &[],
         replicas,
+        max_replicas: None,
     };
     suggest_replicas(metrics, &target, observed)
 }
@@ -492,10 +575,7 @@ fn queued_jobs_ask_for_the_repositories_runs() {
 
 #[test]
 fn queued_jobs_suggest_one_runner_each() {
-    let observed = Observations {
-        workflow_runs: Some(queued_runs(3)),
-        ..Observations::default()
-    };
+    let observed = observed_runs(queued_runs(3));
     let s = ready(evaluate(&[queued_metric()], Some(1), &observed));
     assert_eq!(s.replicas, Some(3));
 }
@@ -519,7 +599,10 @@ fn the_fallback_is_consulted_only_when_the_first_metric_suggests_zero() {
         evaluate(&both, Some(1), &observed),
         Ok(Evaluation::Needs(Needed::WorkflowRuns { .. }))
     ));
-    observed.workflow_runs = Some(queued_runs(2));
+    observed = Observations {
+        runners: observed.runners,
+        ..observed_runs(queued_runs(2))
+    };
     let s = ready(evaluate(&both, Some(1), &observed));
     assert_eq!(
         (s.replicas, s.metric),
@@ -534,7 +617,7 @@ fn the_fallback_is_consulted_only_when_the_first_metric_suggests_zero() {
 fn the_fallbacks_zero_is_used_as_is() {
     let observed = Observations {
         runners: Some(busy_runners(0, 1)),
-        workflow_runs: Some(vec![]),
+        ..observed_runs(vec![])
     };
     let s = ready(evaluate(
         &[busy_metric(), queued_metric()],
