@@ -11,7 +11,7 @@ use reqwest::Method;
 use reqwest::header::HeaderValue;
 
 use super::GitHubClient;
-use super::transport::{As, Repeat, Request};
+use super::transport::{As, Request};
 use crate::auth::app::{AppAuth, InstallationToken, still_good};
 use crate::error::{AppAuthError, Call, GitHubError};
 use crate::secret::Secret;
@@ -79,12 +79,8 @@ impl GitHubClient {
             "access_tokens",
         ]);
         let response = Box::pin(self.send(Request {
-            method: Method::POST,
-            url,
-            body: None,
-            repeat: Repeat::Safe,
             auth: As::AppJwt,
-            revalidate: false,
+            ..Request::new(Method::POST, url)
         }))
         .await
         .map_err(|e| self.app_error(AppAuthError::Request(e)))?;

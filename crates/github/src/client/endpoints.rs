@@ -11,7 +11,7 @@ use reqwest::Method;
 use url::Url;
 
 use super::GitHubClient;
-use super::transport::{As, Repeat, Request};
+use super::transport::{Repeat, Request};
 use crate::api::GitHubApi;
 use crate::clock::add;
 use crate::error::GitHubError;
@@ -43,6 +43,18 @@ impl GitHubClient {
     async fn runner_token(&self, scope: &Scope, kind: &str) -> Result<RunnerToken, GitHubError> {
         let url = self.scope_url(scope, &["runners", kind]);
         self.post_json(url, None, Repeat::Safe).await
+    }
+
+    /// The runner groups of an organization or enterprise; with `visible_to` (a query
+    /// parameter and its value), only those visible to that repository or organization.
+    async fn runner_groups(
+        &self,
+        scope: &Scope,
+        visible_to: Option<(&str, &str)>,
+    ) -> Result<Vec<RunnerGroup>, GitHubError> {
+        let base = self.scope_url(scope, &["runner-groups"]);
+        self.get_all(self.list_url(base, visible_to.as_slice()), "runner_groups")
+            .await
     }
 }
 
@@ -111,15 +123,7 @@ impl GitHubApi for GitHubClient {
 
     async fn delete_runner(&self, scope: &Scope, id: RunnerId) -> Result<(), GitHubError> {
         let url = self.scope_url(scope, &["runners", &id.to_string()]);
-        self.send(Request {
-            method: Method::DELETE,
-            url,
-            body: None,
-            repeat: Repeat::Safe,
-            auth: As::Credential,
-            revalidate: false,
-        })
-        .await?;
+        self.send(Request::new(Method::DELETE, url)).await?;
         // The runner and every list that showed it changed; do not serve them stale.
         self.inner
             .cache
@@ -132,13 +136,8 @@ impl GitHubApi for GitHubClient {
         org: &str,
         visible_to_repository: Option<&str>,
     ) -> Result<Vec<RunnerGroup>, GitHubError> {
-        let base = self.scope_url(&Scope::org(org), &["runner-groups"]);
-        let query: Vec<(&str, &str)> = visible_to_repository
-            .map(|r| ("visible_to_repository", r))
-            .into_iter()
-            .collect();
-        self.get_all(self.list_url(base, &query), "runner_groups")
-            .await
+        let visible_to = visible_to_repository.map(|r| ("visible_to_repository", r));
+        self.runner_groups(&Scope::org(org), visible_to).await
     }
 
     async fn list_enterprise_runner_groups(
@@ -146,12 +145,8 @@ impl GitHubApi for GitHubClient {
         enterprise: &str,
         visible_to_organization: Option<&str>,
     ) -> Result<Vec<RunnerGroup>, GitHubError> {
-        let base = self.scope_url(&Scope::enterprise(enterprise), &["runner-groups"]);
-        let query: Vec<(&str, &str)> = visible_to_organization
-            .map(|o| ("visible_to_organization", o))
-            .into_iter()
-            .collect();
-        self.get_all(self.list_url(base, &query), "runner_groups")
+        let visible_to = visible_to_organization.map(|o| ("visible_to_organization", o));
+        self.runner_groups(&Scope::enterprise(enterprise), visible_to)
             .await
     }
 

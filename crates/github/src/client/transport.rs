@@ -54,6 +54,21 @@ pub(super) struct Request {
     pub(super) revalidate: bool,
 }
 
+impl Request {
+    /// A request with the client's credential, safe to repeat, answered by a fresh cached copy
+    /// (for a GET); the other cases set their field on top.
+    pub(super) fn new(method: Method, url: Url) -> Self {
+        Self {
+            method,
+            url,
+            body: None,
+            repeat: Repeat::Safe,
+            auth: As::Credential,
+            revalidate: false,
+        }
+    }
+}
+
 /// A successful response's body and `Link` header (from GitHub or the cache).
 pub(super) struct Response {
     pub(super) body: Arc<[u8]>,
@@ -289,16 +304,7 @@ impl GitHubClient {
 
     pub(super) async fn get_json<T: DeserializeOwned>(&self, url: Url) -> Result<T, GitHubError> {
         let path = url.path().to_owned();
-        let response = self
-            .send(Request {
-                method: Method::GET,
-                url,
-                body: None,
-                repeat: Repeat::Safe,
-                auth: As::Credential,
-                revalidate: false,
-            })
-            .await?;
+        let response = self.send(Request::new(Method::GET, url)).await?;
         decode("GET", path, &response.body)
     }
 
@@ -311,12 +317,9 @@ impl GitHubClient {
         let path = url.path().to_owned();
         let response = self
             .send(Request {
-                method: Method::POST,
-                url,
                 body,
                 repeat,
-                auth: As::Credential,
-                revalidate: false,
+                ..Request::new(Method::POST, url)
             })
             .await?;
         decode("POST", path, &response.body)
@@ -350,12 +353,8 @@ impl GitHubClient {
             let path = url.path().to_owned();
             let response = self
                 .send(Request {
-                    method: Method::GET,
-                    url,
-                    body: None,
-                    repeat: Repeat::Safe,
-                    auth: As::Credential,
                     revalidate,
+                    ..Request::new(Method::GET, url)
                 })
                 .await?;
             let mut page: serde_json::Map<String, serde_json::Value> =

@@ -372,12 +372,15 @@ pub fn summarize(args: &Args, o: &Observed) -> (Report, Vec<JobRecord>) {
                     0.0
                 }
             };
-            let mut by: Vec<(String, f64)> = o
-                .apiserver_writes
-                .iter()
-                .map(|((verb, resource), n)| (format!("{verb} {resource}"), per_job(*n)))
-                .collect();
-            by.sort_by(|a, b| b.1.total_cmp(&a.1));
+            // Per job, by `VERB resource`, largest first.
+            let by_request = |counts: &BTreeMap<(String, String), u64>| {
+                let mut rows: Vec<(String, f64)> = counts
+                    .iter()
+                    .map(|((verb, resource), n)| (format!("{verb} {resource}"), per_job(*n)))
+                    .collect();
+                rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+                rows
+            };
             let mut by_hangar: BTreeMap<String, u64> = BTreeMap::new();
             for (series, n) in &o.hangar_metrics {
                 let Some(labels) = series.strip_prefix("rest_client_requests_total{") else {
@@ -403,18 +406,12 @@ pub fn summarize(args: &Args, o: &Observed) -> (Report, Vec<JobRecord>) {
                 .map(|(k, n)| (k, per_job(n)))
                 .collect();
             by_hangar.sort_by(|a, b| b.1.total_cmp(&a.1));
-            let mut reads: Vec<(String, f64)> = o
-                .apiserver_reads
-                .iter()
-                .map(|((verb, resource), n)| (format!("{verb} {resource}"), per_job(*n)))
-                .collect();
-            reads.sort_by(|a, b| b.1.total_cmp(&a.1));
             ApiserverWrites {
                 total,
                 per_job: per_job(total),
-                per_job_by_request: by,
+                per_job_by_request: by_request(&o.apiserver_writes),
                 by_hangar_per_job_by_request: by_hangar,
-                reads_per_job_by_request: reads,
+                reads_per_job_by_request: by_request(&o.apiserver_reads),
             }
         },
         pod_watch_lag_upper_bound_seconds: Latency::of(
