@@ -3,7 +3,8 @@
 //! When an owner is retired, each of its runner pods is annotated
 //! `unregistration-request-timestamp`. The runner-pod controller then asks [`next_step`] what to
 //! do with the pod; the answer is to finish (the runner is gone from GitHub or never was there),
-//! to wait (the runner may still be registering), or to call GitHub's delete-runner endpoint. The
+//! to wait (the runner may still be registering), to withdraw a pod on no node (delete it at the
+//! version judged, so no scheduler can place it afterwards), or to call GitHub's delete-runner endpoint. The
 //! endpoint's answer goes through [`after_delete`]. GitHub refuses to delete a runner that is
 //! running a job (422), which is exactly the guarantee we need: a runner is unregistered only
 //! when idle, and once unregistered it cannot be given a job, so deleting its pod is safe.
@@ -15,8 +16,9 @@
 //! told which permission is missing ([`crate::RunnerScope::permission_hint`]), and the call is retried
 //! with the slow back-off of failures a person must fix.
 //!
-//! Only after `unregistration-complete-timestamp` is on every pod does the owner get deleted,
-//! so none of this is bounded by `terminationGracePeriodSeconds`.
+//! Only after `unregistration-complete-timestamp` is on every pod (or the pod is deleting) does
+//! the owner get deleted, so none of this is bounded by `terminationGracePeriodSeconds`. A
+//! deleting pod keeps its finalizer while a retiring StatefulSet would replace it ([`release`]).
 
 use std::time::{Duration, SystemTime};
 
@@ -54,6 +56,8 @@ pub struct PodState {
     /// When the pod was created: the registration window's start for a scheduled pod its
     /// kubelet has not reported starting (on a lost node it never will).
     pub created: Option<SystemTime>,
+    /// The pod is being deleted (`deletionTimestamp`): no scheduler binds it any more.
+    pub deleting: bool,
     /// `unregistration-complete-timestamp` is already set.
     pub unregistration_complete: bool,
     /// `runner-completion-wait-start-timestamp` is set: an ephemeral runner was found busy and we
@@ -93,6 +97,11 @@ pub enum Step {
         /// Re-check delay.
         recheck_after: Duration,
     },
+    /// The pod is on no node, so its runner never started, but the scheduler may still place
+    /// it: delete the pod, on condition that it is still the version this decision looked at
+    /// (a changed pod is decided again), and finish once it is deleting. A mark on a live pod
+    /// would be a claim the scheduler could falsify the moment after.
+    Withdraw,
     /// Call DELETE on the runner.
     Delete {
         /// GitHub runner ID.
@@ -121,7 +130,11 @@ pub fn next_step(pod: &PodState, now: SystemTime) -> Step {
             // avoids a dead-lock on volumes that can only be provisioned once the pod is gone.
             // (A scheduled pod that looks Pending may already run its runner: a kubelet reports
             // container starts after the fact, so it waits below like a started pod.)
-            return Step::Finish(Finished::NeverStarted);
+            return if pod.deleting {
+                Step::Finish(Finished::NeverStarted)
+            } else {
+                Step::Withdraw
+            };
         }
         let window_start = pod.ready_since.or(pod.started).or(pod.created);
         let in_window = window_start
@@ -218,6 +231,46 @@ pub fn after_delete(outcome: DeleteOutcome, ephemeral: bool) -> AfterDelete {
     }
 }
 
+/// How often a deleting pod held for its StatefulSet looks at the StatefulSet again.
+pub const SUCCESSOR_RECHECK: Duration = Duration::from_secs(2);
+
+/// Who would put a fresh pod in a deleting pod's place once the pod is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Successor {
+    /// Nobody: the pod belongs to a Runner (which never gets a new pod once its pod was
+    /// deleted while it was set-owned or retiring), or its StatefulSet is deleting or gone.
+    None,
+    /// A live StatefulSet that stays: the fresh pod it creates under the same name is wanted.
+    StatefulSet,
+    /// A live StatefulSet that is retiring. Its fresh pod would carry no unregistration
+    /// request and could take a job between owner sync's last look at the set and the set's
+    /// deletion, then die with it. Owner sync deletes the set once this pod is deleting.
+    RetiringStatefulSet,
+}
+
+/// Whether a deleting pod whose unregistration is finished may drop its finalizer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Release {
+    /// Remove the finalizer.
+    Now,
+    /// Keep it, and look again after the delay.
+    Hold {
+        /// Delay before the next look.
+        recheck_after: Duration,
+    },
+}
+
+/// Decides whether a deleting pod may go, given who would replace it: never while a retiring
+/// StatefulSet would fill its place with a fresh pod.
+pub fn release(successor: Successor) -> Release {
+    match successor {
+        Successor::None | Successor::StatefulSet => Release::Now,
+        Successor::RetiringStatefulSet => Release::Hold {
+            recheck_after: SUCCESSOR_RECHECK,
+        },
+    }
+}
+
 /// What a list taken after a 404 says about the pod's runner name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ListedByName {
@@ -281,6 +334,7 @@ mod tests {
             started: Some(at(0)),
             scheduled: true,
             created: Some(at(0)),
+            deleting: false,
             unregistration_complete: false,
             completion_wait_started: false,
             registration_timeout: REGISTRATION_TIMEOUT,
@@ -321,8 +375,10 @@ mod tests {
         );
     }
 
+    /// The scheduler may place a pod the moment after it was judged unscheduled: it is
+    /// withdrawn (deleted at the judged version), never just marked, and finished once deleting.
     #[test]
-    fn an_unscheduled_pending_pod_is_released_at_once() {
+    fn an_unscheduled_pending_pod_is_withdrawn_then_finished_once_deleting() {
         let pod = PodState {
             runner_id: None,
             phase: PodPhase::Pending,
@@ -331,7 +387,31 @@ mod tests {
             started: None,
             ..idle()
         };
-        assert_eq!(next_step(&pod, at(1)), Step::Finish(Finished::NeverStarted));
+        assert_eq!(next_step(&pod, at(1)), Step::Withdraw);
+        let deleting = PodState {
+            deleting: true,
+            ..pod
+        };
+        assert_eq!(
+            next_step(&deleting, at(1)),
+            Step::Finish(Finished::NeverStarted)
+        );
+    }
+
+    #[test]
+    fn a_deleting_pod_is_held_only_while_a_retiring_stateful_set_would_replace_it() {
+        for (successor, expected) in [
+            (Successor::None, Release::Now),
+            (Successor::StatefulSet, Release::Now),
+            (
+                Successor::RetiringStatefulSet,
+                Release::Hold {
+                    recheck_after: SUCCESSOR_RECHECK,
+                },
+            ),
+        ] {
+            assert_eq!(release(successor), expected, "{successor:?}");
+        }
     }
 
     /// A kubelet reports a container's start after the fact: a scheduled pod that looks

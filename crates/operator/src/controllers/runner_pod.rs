@@ -9,10 +9,13 @@
 //! - Not deleting, no `actions-runner/id`: look the runner up by pod name; annotate the ID once
 //!   found (re-check when the directory may list again).
 //! - `unregistration-request-timestamp` present: run the state machine until
-//!   `unregistration-complete-timestamp` can be set; owner sync then deletes the owner.
+//!   `unregistration-complete-timestamp` can be set; owner sync then deletes the owner. A pod on
+//!   no node is withdrawn instead: deleted on condition that it is still the version judged
+//!   unscheduled, since a deleting pod is never bound.
 //! - Deleting (a user deleted the pod): delete the parent Runner so it is not recreated, run the
-//!   state machine, then drop the finalizer. A pod still present a minute after its deletion
-//!   began (unreachable node) is force-deleted.
+//!   state machine, then drop the finalizer — not while a retiring StatefulSet owns the pod,
+//!   which would create a fresh one in its place. A pod still present a minute after its
+//!   deletion began (unreachable node) is force-deleted.
 //!
 //! Scope and credentials come only from the pod's owner chain ([`crate::authority`]): its
 //! Runner, or its StatefulSet's RunnerSet, and the Secret that owner's
@@ -28,11 +31,13 @@ use hangar_api::{Runner, annotation as ann, finalizer};
 use hangar_core::authority::{Authority, Untrusted};
 use hangar_core::runner_pod::{ForceDelete, PodFacts, PodStep};
 use hangar_core::unregistration::{
-    self, AfterDelete, AfterNotFound, DeleteOutcome, Finished, ListedByName, PodState, Step,
+    self, AfterDelete, AfterNotFound, DeleteOutcome, Finished, ListedByName, PodState, Release,
+    Step, Successor,
 };
 use hangar_github::{GitHubApi, GitHubError, RunnerId};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::Controller;
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
@@ -85,45 +90,27 @@ pub async fn run(ctx: Arc<Context>, pods: Triggers<Pod>) {
 }
 
 async fn annotate(pod: &Pod, ctx: &Context, pairs: &[(&str, Option<String>)]) -> Result<(), Error> {
-    annotate_version(pod, ctx, pairs, None).await.map(drop)
-}
-
-/// [`annotate`], applied only if the pod is still at `resource_version` when given: `Ok(false)`
-/// when it changed meanwhile (409), so the caller decides again on what the pod is now.
-async fn annotate_version(
-    pod: &Pod,
-    ctx: &Context,
-    pairs: &[(&str, Option<String>)],
-    resource_version: Option<String>,
-) -> Result<bool, Error> {
-    let mut map = serde_json::Map::new();
-    for (k, v) in pairs {
-        map.insert(
-            (*k).to_owned(),
-            v.clone()
-                .map_or(serde_json::Value::Null, serde_json::Value::String),
-        );
-    }
-    let mut patch = serde_json::json!({ "metadata": { "annotations": map } });
-    if let Some(version) = resource_version {
-        // A merge patch that names a resourceVersion is applied only at that version.
-        patch["metadata"]["resourceVersion"] = serde_json::Value::String(version);
-    }
-    match Api::<Pod>::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default())
+    let map: serde_json::Map<String, serde_json::Value> = pairs
+        .iter()
+        .map(|(k, v)| {
+            let value = v
+                .clone()
+                .map_or(serde_json::Value::Null, serde_json::Value::String);
+            ((*k).to_owned(), value)
+        })
+        .collect();
+    let patch = serde_json::json!({ "metadata": { "annotations": map } });
+    Api::<Pod>::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default())
         .patch(
             &pod.name_any(),
             &PatchParams::default(),
             &Patch::Merge(&patch),
         )
         .await
-    {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        .map(drop)
         // A pod gone meanwhile needs no annotation: whatever it recorded is moot.
-        Err(e) => ignore_not_found(e)
-            .map(|()| true)
-            .map_err(kube_err("annotate pod", object_name(pod))),
-    }
+        .or_else(ignore_not_found)
+        .map_err(kube_err("annotate pod", object_name(pod)))
 }
 
 async fn set_finalizers(pod: &Pod, ctx: &Context, finalizers: Vec<String>) -> Result<(), Error> {
@@ -223,9 +210,12 @@ pub async fn reconcile(pod: Arc<Pod>, state: Arc<RunnerPodState>) -> Result<Acti
                 delete_parent_runner(&pod, &ctx).await?;
             }
             if unregistering {
-                match unregister(&pod, &state, &authority, now).await? {
-                    Some(wait) => return Ok(Action::requeue(wait)),
-                    None => release_finalizer(&pod, &ctx).await?,
+                if let Some(wait) = unregister(&pod, &state, &authority, now).await? {
+                    return Ok(Action::requeue(wait));
+                }
+                match unregistration::release(successor(&pod, &ctx).await?) {
+                    Release::Now => release_finalizer(&pod, &ctx).await?,
+                    Release::Hold { recheck_after } => return Ok(Action::requeue(recheck_after)),
                 }
             }
             match force {
@@ -365,6 +355,7 @@ async fn unregister(
             .and_then(|s| s.start_time.as_ref())
             .map(super::k8s_time),
         scheduled,
+        deleting: pod.metadata.deletion_timestamp.is_some(),
         created: pod
             .metadata
             .creation_timestamp
@@ -382,6 +373,12 @@ async fn unregister(
                 annotate(pod, ctx, &[start]).await?;
             }
             return Ok(Some(recheck_after));
+        }
+        Step::Withdraw => {
+            withdraw(pod, ctx).await?;
+            // Deleting, the pod comes back through its watch event; changed, it is decided
+            // again on what it is now.
+            return Ok(Some(CHANGED_RECHECK));
         }
         // A reconcile on a cache from before this pod's `unregistration-complete` annotation:
         // the runner is gone already, and a second DELETE would only cost a call.
@@ -530,16 +527,72 @@ async fn unregister(
     if pod.metadata.deletion_timestamp.is_none() {
         let mut pairs = vec![(ann::UNREGISTRATION_COMPLETE_TIMESTAMP, Some(rfc3339(now)))];
         pairs.extend(start);
-        // "Never scheduled" is a claim about the pod as this (cached) view saw it: recorded only
-        // if the pod is still that version, so a pod bound and started since is decided again.
-        let version = matches!(finished, Finished::NeverStarted)
-            .then(|| pod.resource_version())
-            .flatten();
-        if !annotate_version(pod, ctx, &pairs, version).await? {
-            return Ok(Some(CHANGED_RECHECK));
-        }
+        annotate(pod, ctx, &pairs).await?;
     }
     Ok(None)
+}
+
+/// Deletes a pod that is on no node, provided it is still the version that was judged
+/// unscheduled: a pod being deleted is never bound, so its runner can never start. A pod that
+/// changed meanwhile (bound, perhaps) is left for the next decision.
+async fn withdraw(pod: &Pod, ctx: &Context) -> Result<(), Error> {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: pod.uid(),
+            resource_version: pod.resource_version(),
+        }),
+        ..DeleteParams::background()
+    };
+    match Api::<Pod>::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default())
+        .delete(&pod.name_any(), &params)
+        .await
+    {
+        Ok(_) => {
+            info!(pod = %object_name(pod), "withdrew a retired pod that was never scheduled");
+            Ok(())
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => {
+            ignore_not_found(e).map_err(kube_err("withdraw unscheduled pod", object_name(pod)))
+        }
+    }
+}
+
+/// Who would replace `pod` once its finalizer is gone. Only a pod whose retirement was
+/// requested can belong to a retiring StatefulSet (owner sync stamps the pods before their
+/// set), so the StatefulSet is looked up for those alone.
+async fn successor(pod: &Pod, ctx: &Context) -> Result<Successor, Error> {
+    let Some(owner) = pod
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "StatefulSet" && o.controller == Some(true))
+    else {
+        return Ok(Successor::None);
+    };
+    if annotation(pod, ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_none() {
+        return Ok(Successor::StatefulSet);
+    }
+    let ns = pod.namespace().unwrap_or_default();
+    let set = Api::<StatefulSet>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(&owner.name)
+        .await
+        .map_err(kube_err(
+            "look up the StatefulSet of a deleting pod",
+            format!("{ns}/{}", owner.name),
+        ))?;
+    Ok(match set {
+        Some(set)
+            if set.uid().as_deref() == Some(owner.uid.as_str())
+                && set.metadata.deletion_timestamp.is_none() =>
+        {
+            if annotation(&set, ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_some() {
+                Successor::RetiringStatefulSet
+            } else {
+                Successor::StatefulSet
+            }
+        }
+        _ => Successor::None,
+    })
 }
 
 /// Records a removal GitHub refused with 403: the pod keeps running (a refusal says nothing

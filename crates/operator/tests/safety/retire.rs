@@ -209,7 +209,7 @@ async fn a_busy_runner_is_killed_once_the_retirement_timeout_has_passed_and_an_e
 }
 
 /// A RunnerSet of `replicas` runners labelled `label` for `octo/app`, placed on `e`'s nodes.
-fn runner_set(e: &E2e, name: &str, replicas: i32, label: &str) -> String {
+pub(crate) fn runner_set(e: &E2e, name: &str, replicas: i32, label: &str) -> String {
     let placement = e.nodes.placement();
     let mut pod = json!({
         "nodeSelector": placement.node_selector,

@@ -7,10 +7,12 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::ResourceExt;
-use kube::api::{Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use nodesim::program::{PodMatch, RunnerFault};
+use serde_json::json;
 
 use hangar_testkit::eventually::{Describe, eventually_of};
 
@@ -219,5 +221,119 @@ async fn a_scheduled_pod_that_looks_pending_waits_for_its_runner_before_it_goes(
         "a pod released as never started interrupted a job: {:?}",
         e.jobs(&jobs)
     );
+    e.shutdown().await;
+}
+
+/// A retired pod on no node is withdrawn: deleted at the version Hangar judged, so the
+/// scheduler can never place it, and held until its StatefulSet is going, so the StatefulSet
+/// cannot replace it with a fresh pod meanwhile (found by chaos: a RunnerSet pod marked
+/// unregistered as "never started" was scheduled while its StatefulSet waited for garbage
+/// collection, took a job, and died with the StatefulSet).
+#[tokio::test]
+async fn a_retired_pod_that_was_never_scheduled_can_never_start() {
+    const GATE: &str = "hangar.dev/test-gate";
+    const HOLD: &str = "hangar.dev/test-hold";
+    let e = E2e::start("safety-unstarted").await;
+    let mut set: serde_json::Value =
+        serde_json::from_str(&crate::retire::runner_set(&e, "unstarted", 1, "unstarted")).unwrap();
+    set["spec"]["template"]["spec"]["nodeSelector"][GATE] = "open".into();
+    e.h.apply(&set.to_string());
+
+    let sets = e.h.api::<StatefulSet>();
+    let statefulset = eventually_of(&e, "the runner StatefulSet", WAIT, || async {
+        e.h.list::<StatefulSet>().await.into_iter().next()
+    })
+    .await
+    .name_any();
+    // Keeps the StatefulSet, once deleted, from letting garbage collection take its pod, so
+    // whatever Hangar leaves of the pod stays to be scheduled.
+    sets.patch(
+        &statefulset,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": [HOLD]}})),
+    )
+    .await
+    .unwrap();
+    let pod = eventually_of(
+        &e,
+        "an unscheduled runner pod Hangar holds",
+        WAIT,
+        || async {
+            e.pods().await.into_iter().find(|p| {
+                p.spec.as_ref().is_some_and(|s| s.node_name.is_none())
+                    && p.finalizers()
+                        .iter()
+                        .any(|f| f == hangar_api::finalizer::RUNNER_POD)
+            })
+        },
+    )
+    .await;
+
+    e.h.api::<hangar_api::RunnerSet>()
+        .patch(
+            "unstarted",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 0}})),
+        )
+        .await
+        .unwrap();
+    eventually_of(&e, "Hangar done with the pod", WAIT, || async {
+        let now = e.pods().await.into_iter().find(|p| p.uid() == pod.uid());
+        now.is_none_or(|p| {
+            p.metadata.deletion_timestamp.is_some()
+                || p.annotations()
+                    .contains_key("actions-runner/unregistration-complete-timestamp")
+        })
+        .then_some(())
+    })
+    .await;
+
+    // Room on a node appears right after Hangar's decision.
+    let nodes: kube::Api<Node> = kube::Api::all(e.h.client.clone());
+    let pool = e.nodes.placement().node_selector;
+    let (key, value) = pool.iter().next().unwrap();
+    for node in nodes
+        .list(&ListParams::default().labels(&format!("{key}={value}")))
+        .await
+        .unwrap()
+    {
+        nodes
+            .patch(
+                &node.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {GATE: "open"}}})),
+            )
+            .await
+            .unwrap();
+    }
+    let until = tokio::time::Instant::now() + Duration::from_secs(8);
+    while tokio::time::Instant::now() < until {
+        for p in e.pods().await {
+            assert!(
+                p.spec.as_ref().is_none_or(|s| s.node_name.is_none()),
+                "pod {} (uid {:?}) of a retired RunnerSet was scheduled after Hangar released {}: {:?}",
+                p.name_any(),
+                p.uid(),
+                pod.name_any(),
+                p.metadata
+            );
+        }
+        assert!(
+            e.h.registered().is_empty(),
+            "a runner of the retired RunnerSet registered: {:?}",
+            e.h.registered()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    sets.patch(
+        &statefulset,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .ok();
+    e.wait_all_gone_without_killing_busy_runners("the retired set to go")
+        .await;
     e.shutdown().await;
 }
