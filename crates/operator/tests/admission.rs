@@ -7,8 +7,8 @@
 //! even when an assertion fails.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use hangar::admission::configurations::{Endpoint, Registration};
 use hangar::admission::{Admission, AdmissionConfig, certs::CertPolicy, registration};
@@ -17,6 +17,7 @@ use hangar_github::{
     ClientOptions, ClientRegistry, Credentials, Endpoint as GitHubEndpoint, GitHubApi, RetryPolicy,
     Scope, Secret as GhSecret,
 };
+use hangar_testkit::clock::OffsetClock;
 use hangar_testkit::eventually::eventually;
 use hangar_testkit::{TestCluster, TestNamespace, crds};
 use k8s_openapi::api::admissionregistration::v1::{
@@ -28,28 +29,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-const DAY: i64 = 24 * 3600;
-
-/// A clock with a signed, settable offset from the system clock.
-#[derive(Debug, Default)]
-struct TestClock(AtomicI64);
-
-impl TestClock {
-    fn set_offset_days(&self, days: i64) {
-        self.0.store(days * DAY, Ordering::SeqCst);
-    }
-}
-
-impl hangar::context::Clock for TestClock {
-    fn now(&self) -> SystemTime {
-        let off = self.0.load(Ordering::SeqCst);
-        if off >= 0 {
-            SystemTime::now() + Duration::from_secs(off as u64)
-        } else {
-            SystemTime::now() - Duration::from_secs(off.unsigned_abs())
-        }
-    }
-}
+const DAY: Duration = Duration::from_secs(24 * 3600);
 
 /// Deletes the webhook configurations when dropped (also on panic), on its own runtime.
 struct ConfigurationGuard {
@@ -193,7 +173,7 @@ async fn apiserver_calls_the_webhooks_and_they_survive_a_ca_rotation() {
 
     // The admission server on a free loopback port, its first certificates issued 450 days
     // "ago" with 600-day lifetimes: valid now, and the CA due for renewal once the clock is
-    // set back to the present.
+    // advanced to the present.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("https://{}", listener.local_addr().unwrap());
     let mut registration = Registration::new(Endpoint::Url(base));
@@ -211,12 +191,11 @@ async fn apiserver_calls_the_webhooks_and_they_survive_a_ca_rotation() {
     };
     let mut config = AdmissionConfig::new(registration.clone(), &ns_name);
     config.policy = CertPolicy {
-        ca_validity: Duration::from_secs(600 * DAY as u64),
-        leaf_validity: Duration::from_secs(600 * DAY as u64),
+        ca_validity: 600 * DAY,
+        leaf_validity: 600 * DAY,
     };
     config.cert_check_interval = Duration::from_secs(1);
-    let clock = Arc::new(TestClock::default());
-    clock.set_offset_days(-450);
+    let clock = Arc::new(OffsetClock::behind(450 * DAY));
     let admission = Admission::new(client.clone(), clients, clock.clone(), config);
     let certs = admission.certs.clone();
     let server = tokio::spawn(admission.serve(listener, std::future::pending()));
@@ -423,7 +402,7 @@ async fn apiserver_calls_the_webhooks_and_they_survive_a_ca_rotation() {
         .collect();
     // Some pods before the rotation is due.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    clock.set_offset_days(0);
+    clock.advance(450 * DAY);
     let after = eventually("the caBundle to change", Duration::from_secs(30), || {
         let mutating = mutating.clone();
         let name = registration.mutating_name.clone();

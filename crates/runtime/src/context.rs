@@ -20,7 +20,7 @@ use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
 
-pub use crate::clock::{Clock, OffsetClock, SystemClock};
+pub use crate::clock::{Clock, SystemClock};
 use crate::credentials::{GitHubClients, LookupError};
 use crate::error::{Backoff, Error};
 use crate::registration::mode::RunnerSetRegistration;

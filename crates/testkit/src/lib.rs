@@ -17,12 +17,14 @@
 //!   on the shared control plane from `Drop`, also on panic ([`cleanup`]);
 //! - waits for what happens asynchronously, saying what it waited for when it gives up
 //!   ([`eventually`]), and talks plain HTTP to Hangar's servers, webhooks signed as GitHub
-//!   signs them ([`http`]).
+//!   signs them ([`http`]);
+//! - gives IO code the clocks tests move instead of the system clock ([`clock`]).
 //!
 //! It is a dev-dependency and a library for `xtask`; product crates never depend on it.
 
 pub mod binaries;
 pub mod cleanup;
+pub mod clock;
 pub mod cluster;
 pub mod control_plane;
 pub mod crds;

@@ -35,6 +35,7 @@ use hangar::context::Clock;
 use hangar::webhook_server::{WebhookConfig, WebhookServer, WebhookStores};
 use hangar_github::Secret;
 use hangar_github::webhook::sign;
+use hangar_testkit::clock::TokioClock;
 use kube::runtime::reflector;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
@@ -439,29 +440,6 @@ fn autoscaled(name: &str, scope: (&str, &str), labels: &[&str]) -> (Value, Value
         },
     });
     (rd, hra)
-}
-
-/// A clock that follows tokio's (paused) time from a fixed start: the run does not depend on
-/// when it runs.
-#[derive(Debug)]
-struct TokioClock {
-    start: tokio::time::Instant,
-}
-
-impl Default for TokioClock {
-    fn default() -> Self {
-        Self {
-            start: tokio::time::Instant::now(),
-        }
-    }
-}
-
-impl Clock for TokioClock {
-    fn now(&self) -> std::time::SystemTime {
-        std::time::SystemTime::UNIX_EPOCH
-            + std::time::Duration::from_secs(1_800_000_000)
-            + self.start.elapsed()
-    }
 }
 
 #[cfg(test)]

@@ -58,7 +58,7 @@ pub struct Harness {
     pub github: Arc<dyn GitHubApi>,
     pub url: String,
     /// The controllers' clock: `clock.advance(..)` jumps past long timers.
-    pub clock: Arc<hangar::context::OffsetClock>,
+    pub clock: Arc<hangar_testkit::clock::OffsetClock>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -157,7 +157,7 @@ impl Harness {
             }
             None => None,
         };
-        let clock = Arc::new(hangar::context::OffsetClock::default());
+        let clock = Arc::new(hangar_testkit::clock::OffsetClock::default());
         let controllers = tokio::spawn(hangar::manager::run_with_webhook(
             client.clone(),
             github.clone(),
