@@ -14,8 +14,8 @@
 //! Re-exported from `hangar-runtime`, the machinery these share: [`context`] (what every
 //! reconciler shares, and its [`clock`]), [`runner_pod`] (the pod a
 //! Runner gets), [`authority`] (scope and credentials from the owner chain), [`error`],
-//! [`metrics`], [`kube_client`], [`credentials`], [`conditions`], [`events`] and [`serve`] (how
-//! the three HTTP servers serve).
+//! [`reconciler`] (the skeleton every reconcile runs in), [`metrics`], [`kube_client`],
+//! [`credentials`], [`conditions`], [`events`] and [`serve`] (how the three HTTP servers serve).
 
 pub mod admission;
 pub mod controllers;
@@ -31,5 +31,5 @@ pub mod webhook_server;
 // paths valid for the operator, its tests and examples.
 pub use hangar_runtime::{
     authority, clock, conditions, context, credentials, error, events, kube_client, metrics,
-    runner_pod, serve,
+    reconciler, runner_pod, serve,
 };

@@ -9,6 +9,7 @@
 //! - [`runner_pod`]: the pod a Runner gets — ARC's pod shape, built by a pure function.
 //! - [`authority`]: the GitHub scope and credentials a runner pod may use, from its owner chain.
 //! - [`error`]: how reconcilers fail, and per-object back-off.
+//! - [`reconciler`]: the one skeleton every reconcile runs in: span, metrics, error policy.
 //! - [`metrics`]: Prometheus metrics and the health endpoints; [`kube_client`]: the Kubernetes
 //!   client whose every request is counted by status code.
 //! - [`credentials`]: per-resource GitHub credentials; [`conditions`]: status conditions;
@@ -32,6 +33,7 @@ pub mod kube_client;
 pub mod managers;
 pub mod metrics;
 pub mod pod;
+pub mod reconciler;
 pub mod registration;
 pub mod reservations;
 pub mod retirement;

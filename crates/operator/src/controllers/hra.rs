@@ -59,6 +59,7 @@ use super::{github_scope, k8s_time, object_name, rfc3339, wait_until_stored};
 use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
 use crate::error::{Error, Retry, github_err, kube_err};
+use crate::reconciler::Reconciler;
 use hangar_runtime::watch::Triggers;
 
 pub use hangar_api::convert::{
@@ -78,12 +79,22 @@ fn patch_params() -> PatchParams {
     }
 }
 
+/// The autoscaler controller in the shared skeleton. Bad specs are re-checked after the sync
+/// period, not on the next change only: a missing target may be created later, and time moves
+/// schedules.
+const SKELETON: Reconciler<HorizontalRunnerAutoscaler> =
+    Reconciler::new("horizontalrunnerautoscaler").recheck_permanent_errors();
+
 /// Runs the controller until the stream ends.
 pub async fn run(ctx: Arc<Context>, hras: Triggers<HorizontalRunnerAutoscaler>) {
     // Spec changes only: a status write (ours) does not trigger another reconcile.
     let trigger = hras.predicate_filter(predicates::generation, Default::default());
     Controller::for_stream(trigger, ctx.stores.hras.clone())
-        .run(reconcile_reporting, error_policy, ctx)
+        .run(
+            SKELETON.reconcile(reconcile_reporting),
+            SKELETON.error_policy(),
+            ctx,
+        )
         .for_each(|_| async {})
         .await;
 }
@@ -116,7 +127,7 @@ fn invalid(hra: &HorizontalRunnerAutoscaler, reason: impl std::fmt::Display) -> 
 }
 
 /// [`reconcile`], reporting failures a user must act on as a False `ScalingActive` condition
-/// (besides the Warning event of [`error_policy`]): `kubectl get hra -o yaml` shows why an
+/// (besides the Warning event of the shared error policy): `kubectl get hra -o yaml` shows why an
 /// autoscaler does nothing.
 async fn reconcile_reporting(
     hra: Arc<HorizontalRunnerAutoscaler>,
@@ -341,7 +352,6 @@ pub async fn reconcile(
             ))?;
     }
 
-    ctx.backoff.reset(&backoff_key(&object_name(hra.as_ref())));
     Ok(Action::requeue(plan.requeue))
 }
 
@@ -592,41 +602,3 @@ async fn prune_reservations(
 }
 
 pub use hangar_runtime::reservations::{is_conflict, reservations_patch};
-
-/// Bad specs are reported as a Warning event and retried after the sync period, not on the
-/// next change only: a missing target may be created later, and time moves schedules. Other
-/// failures back off per autoscaler ([`crate::error::Backoff`]); credential and permission
-/// problems are reported as Warning events too.
-pub fn error_policy(
-    hra: Arc<HorizontalRunnerAutoscaler>,
-    error: &Error,
-    ctx: Arc<Context>,
-) -> Action {
-    let name = object_name(hra.as_ref());
-    warn!(autoscaler = %name, %error, "reconcile failed");
-    match error.retry() {
-        Retry::OnChange => {
-            ctx.event(
-                hra.object_ref(&()),
-                true,
-                error.category(),
-                error.to_string(),
-            );
-            Action::requeue(ctx.settings.sync_period)
-        }
-        Retry::Slowly => {
-            ctx.event(
-                hra.object_ref(&()),
-                true,
-                error.category(),
-                error.to_string(),
-            );
-            ctx.backoff.next(&backoff_key(&name), error)
-        }
-        Retry::Soon { .. } => ctx.backoff.next(&backoff_key(&name), error),
-    }
-}
-
-fn backoff_key(object: &str) -> String {
-    format!("hra/{object}")
-}

@@ -6,6 +6,13 @@
 //! idempotent API calls, and writes *status*. Successful runs requeue after the sync period as a
 //! safety net; nothing depends on seeing every event.
 //!
+//! Every controller runs in one skeleton, [`crate::reconciler`]: a `const SKELETON:
+//! Reconciler<K>` names it and says how its failures differ (Runner explains them, the runner-pod
+//! controller prefixes them, the HRA re-checks bad specs after the sync period), and its `run`
+//! hands `SKELETON.reconcile(reconcile)` and `SKELETON.error_policy()` to `Controller::run`.
+//! The skeleton gives each reconcile a span, its metrics and back-off, and each failure one log
+//! line, a retry and, when a user must act, a Warning Event.
+//!
 //! - [`runner`]: Runner → registration Secret + pod; status mirrors the pod and registration.
 //! - [`runner_pod`]: runner pods → GitHub runner ID, unregister-before-delete, finalizer.
 //! - [`runner_replica_set`]: RunnerReplicaSet → Runners, through `owner_sync`.
@@ -37,33 +44,3 @@ pub use hangar_runtime::pod::observe::{
 };
 
 pub use hangar_runtime::watch::{wait_until_deleting, wait_until_stored};
-
-/// `reconcile`, with its duration and failures recorded as `controller`'s in the metrics. The
-/// controller's state `S` is the [`Context`](crate::context::Context) or a state of its own
-/// that holds one.
-pub fn instrumented<K, S, E, F, Fut>(
-    controller: &'static str,
-    mut reconcile: F,
-) -> impl FnMut(
-    std::sync::Arc<K>,
-    std::sync::Arc<S>,
-) -> futures::future::BoxFuture<'static, Result<kube::runtime::controller::Action, E>>
-where
-    S: AsRef<crate::context::Context>,
-    F: FnMut(std::sync::Arc<K>, std::sync::Arc<S>) -> Fut,
-    Fut:
-        std::future::Future<Output = Result<kube::runtime::controller::Action, E>> + Send + 'static,
-{
-    move |object, state| {
-        let metrics = AsRef::<crate::context::Context>::as_ref(&*state)
-            .metrics
-            .clone();
-        let run = reconcile(object, state);
-        Box::pin(async move {
-            let started = std::time::Instant::now();
-            let result = run.await;
-            metrics.reconciled(controller, started.elapsed(), result.is_err());
-            result
-        })
-    }
-}

@@ -44,7 +44,6 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::Controller;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -55,6 +54,7 @@ use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
 use crate::credentials::GitHubClients;
 use crate::error::{Error, ignore_not_found, kube_err};
+use crate::reconciler::Reconciler;
 use crate::runner_pod;
 use hangar_runtime::watch::Triggers;
 
@@ -91,7 +91,7 @@ pub async fn run(
         tokens: registration::SharedTokens::default(),
     });
     // Without the watch (no right to list Secrets), the GET in `client_for` notices a changed
-    // Secret once its RECHECK_AFTER has passed, and a missing one is retried by error_policy.
+    // Secret once its RECHECK_AFTER has passed, and a missing one is retried by the error policy.
     let controller = if watch_secrets {
         controller.watches_stream(secret_changes, move |secret: PartialObjectMeta<Secret>| {
             runners_using_secret(&mapper_ctx, &secret)
@@ -101,8 +101,8 @@ pub async fn run(
     };
     controller
         .run(
-            super::instrumented("runner", reconcile),
-            error_policy,
+            SKELETON.reconcile(reconcile),
+            SKELETON.error_policy(),
             state,
         )
         .for_each(|_| async {})
@@ -223,10 +223,9 @@ impl AsRef<Context> for RunnerState {
     }
 }
 
-/// A key for this Runner's back-off.
-fn backoff_key(runner: &Runner) -> String {
-    format!("runner/{}", object_name(runner))
-}
+/// The Runner controller in the shared skeleton: its failure Events say what to do
+/// ([`explain`]).
+const SKELETON: Reconciler<Runner> = Reconciler::new("runner").explained_by(explain);
 
 /// Reconciles one Runner: [`drive`], then the status (conditions included) from its report —
 /// also when it failed, so the failure is visible on the Runner.
@@ -245,7 +244,6 @@ pub async fn reconcile(runner: Arc<Runner>, state: Arc<RunnerState>) -> Result<A
     match result {
         Ok(action) => {
             patched?;
-            ctx.backoff.reset(&backoff_key(&runner));
             Ok(action)
         }
         Err(error) => {
@@ -862,28 +860,6 @@ async fn create_pod(
     // replaces the runner registration the running pod uses.
     super::wait_until_stored(&ctx.stores.pods, &ns, std::slice::from_ref(&name)).await;
     Ok(pod)
-}
-
-/// Every failure is a Warning event on the Runner (its conditions were written by
-/// [`reconcile`]); the retry backs off per Runner: permanent errors wait for a change, errors a
-/// user must fix elsewhere are retried slowly, transient ones soon.
-pub fn error_policy(runner: Arc<Runner>, error: &Error, state: Arc<RunnerState>) -> Action {
-    let ctx = &state.ctx;
-    let action = ctx.backoff.next(&backoff_key(&runner), error);
-    warn!(runner = %object_name(runner.as_ref()), %error, retry = ?action, "reconcile failed");
-    let ev = Event {
-        type_: EventType::Warning,
-        reason: error.category().into(),
-        note: Some(explain(&runner, error)),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    let reference = runner.object_ref(&());
-    let recorder = ctx.recorder.clone();
-    tokio::spawn(async move {
-        let _ = recorder.publish(&ev, &reference).await;
-    });
-    action
 }
 
 #[cfg(test)]

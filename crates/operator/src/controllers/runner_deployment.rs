@@ -36,10 +36,14 @@ use super::{object_name, retirement};
 use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
 use crate::error::{Error, ignore_not_found, kube_err};
+use crate::reconciler::Reconciler;
 use hangar_runtime::watch::Triggers;
 
 /// Field manager for RunnerReplicaSets.
 pub use hangar_runtime::managers::RUNNER_DEPLOYMENT as MANAGER;
+
+/// The RunnerDeployment controller in the shared skeleton.
+const SKELETON: Reconciler<RunnerDeployment> = Reconciler::new("runnerdeployment");
 
 /// Runs the controller until the stream ends.
 pub async fn run(
@@ -49,11 +53,7 @@ pub async fn run(
 ) {
     Controller::for_stream(deployments, ctx.stores.deployments.clone())
         .owns_stream(sets)
-        .run(
-            super::instrumented("runnerdeployment", reconcile_with_backoff),
-            error_policy,
-            ctx,
-        )
+        .run(SKELETON.reconcile(reconcile), SKELETON.error_policy(), ctx)
         .for_each(|_| async {})
         .await;
 }
@@ -387,27 +387,6 @@ pub fn deployment_conditions(
         }
     };
     vec![available, progressing]
-}
-
-/// Reconciles a deployment, resetting its back-off after a success.
-async fn reconcile_with_backoff(
-    rd: Arc<RunnerDeployment>,
-    ctx: Arc<Context>,
-) -> Result<Action, Error> {
-    let key = format!("runnerdeployment/{}", object_name(rd.as_ref()));
-    let action = reconcile(rd, ctx.clone()).await?;
-    ctx.backoff.reset(&key);
-    Ok(action)
-}
-
-/// Failures (all transient: API calls) back off per deployment.
-pub fn error_policy(rd: Arc<RunnerDeployment>, error: &Error, ctx: Arc<Context>) -> Action {
-    let action = ctx.backoff.next(
-        &format!("runnerdeployment/{}", object_name(rd.as_ref())),
-        error,
-    );
-    warn!(deployment = %object_name(rd.as_ref()), %error, retry = ?action, "reconcile failed");
-    action
 }
 
 #[cfg(test)]

@@ -49,6 +49,7 @@ use super::{
 };
 use crate::context::Context;
 use crate::error::{Error, github_err, ignore_not_found, kube_err};
+use crate::reconciler::Reconciler;
 use crate::runner_directory::{Lookup, RunnerDirectory};
 use hangar_runtime::watch::Triggers;
 
@@ -72,6 +73,11 @@ impl AsRef<Context> for RunnerPodState {
     }
 }
 
+/// The runner-pod controller in the shared skeleton: failures it reports on a pod are about
+/// its runner.
+const SKELETON: Reconciler<Pod> = Reconciler::new("runner-pod")
+    .explained_by(|_, error| format!("cannot unregister or look up the runner: {error}"));
+
 /// Runs the controller until the stream ends.
 pub async fn run(ctx: Arc<Context>, pods: Triggers<Pod>) {
     let pods_store = ctx.stores.pods.clone();
@@ -81,8 +87,8 @@ pub async fn run(ctx: Arc<Context>, pods: Triggers<Pod>) {
     });
     Controller::for_stream(pods, pods_store)
         .run(
-            super::instrumented("runner-pod", reconcile_with_backoff),
-            error_policy,
+            SKELETON.reconcile(reconcile),
+            SKELETON.error_policy(),
             state,
         )
         .for_each(|_| async {})
@@ -473,7 +479,7 @@ async fn unregister(
                     let error = result.expect_err("a 403 is an error");
                     refused(pod, ctx, authority, start).await?;
                     // The slow back-off of failures a person must fix, with a Warning event on
-                    // the pod (see `error_policy`).
+                    // the pod (see `SKELETON`).
                     return Err(github_err("delete runner", &gh_scope.config_path())(error));
                 }
                 AfterDelete::Busy {
@@ -738,34 +744,4 @@ async fn release_finalizer(pod: &Pod, ctx: &Context) -> Result<(), Error> {
     set_finalizers(pod, ctx, rest).await?;
     ctx.authorities.forget(&pod.uid().unwrap_or_default());
     Ok(())
-}
-
-/// Reconciles a pod, resetting its back-off after a success.
-async fn reconcile_with_backoff(
-    pod: Arc<Pod>,
-    state: Arc<RunnerPodState>,
-) -> Result<Action, Error> {
-    let key = format!("pod/{}", object_name(pod.as_ref()));
-    let action = reconcile(pod, state.clone()).await?;
-    state.ctx.backoff.reset(&key);
-    Ok(action)
-}
-
-/// Failures back off per pod; those a user must fix (credentials, GitHub permissions) are
-/// Warning events on the pod.
-pub fn error_policy(pod: Arc<Pod>, error: &Error, state: Arc<RunnerPodState>) -> Action {
-    let ctx = &state.ctx;
-    let action = ctx
-        .backoff
-        .next(&format!("pod/{}", object_name(pod.as_ref())), error);
-    warn!(pod = %object_name(pod.as_ref()), %error, retry = ?action, "reconcile failed");
-    if matches!(error.retry(), crate::error::Retry::Slowly) {
-        ctx.event(
-            pod.object_ref(&()),
-            true,
-            error.category(),
-            format!("cannot unregister or look up the runner: {error}"),
-        );
-    }
-    action
 }

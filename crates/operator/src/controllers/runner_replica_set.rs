@@ -37,7 +37,11 @@ use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
 use crate::error::{Error, ignore_not_found, kube_err};
 use crate::events::RunnerCount;
+use crate::reconciler::Reconciler;
 use hangar_runtime::watch::Triggers;
+
+/// The RunnerReplicaSet controller in the shared skeleton.
+const SKELETON: Reconciler<RunnerReplicaSet> = Reconciler::new("runnerreplicaset");
 
 /// Runs the controller until the stream ends.
 pub async fn run(
@@ -62,11 +66,7 @@ pub async fn run(
                 .find(|o| o.kind == "RunnerReplicaSet")?;
             Some(ObjectRef::new(&set.name).within(&ns))
         })
-        .run(
-            super::instrumented("runnerreplicaset", reconcile_with_backoff),
-            error_policy,
-            ctx,
-        )
+        .run(SKELETON.reconcile(reconcile), SKELETON.error_policy(), ctx)
         .for_each(|_| async {})
         .await;
 }
@@ -515,25 +515,4 @@ pub fn set_conditions(
         .filter(|r| annotation(r.as_ref(), ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_some())
         .count();
     sets::conditions(desired, ready, || failing_runner(runners), retiring, plan)
-}
-
-/// Reconciles a set, resetting its back-off after a success.
-async fn reconcile_with_backoff(
-    set: Arc<RunnerReplicaSet>,
-    ctx: Arc<Context>,
-) -> Result<Action, Error> {
-    let key = format!("runnerreplicaset/{}", object_name(set.as_ref()));
-    let action = reconcile(set, ctx.clone()).await?;
-    ctx.backoff.reset(&key);
-    Ok(action)
-}
-
-/// Failures (all transient: API calls) back off per set.
-pub fn error_policy(set: Arc<RunnerReplicaSet>, error: &Error, ctx: Arc<Context>) -> Action {
-    let action = ctx.backoff.next(
-        &format!("runnerreplicaset/{}", object_name(set.as_ref())),
-        error,
-    );
-    warn!(set = %object_name(set.as_ref()), %error, retry = ?action, "reconcile failed");
-    action
 }

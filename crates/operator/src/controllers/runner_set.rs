@@ -75,7 +75,6 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -89,6 +88,7 @@ use crate::conditions::{self, Desired};
 use crate::context::Context;
 use crate::credentials::GitHubClients;
 use crate::error::{Error, ignore_not_found, kube_err};
+use crate::reconciler::Reconciler;
 use crate::runner_pod::{self, PodDefaults};
 use hangar_runtime::watch::Triggers;
 
@@ -123,6 +123,15 @@ impl std::fmt::Debug for RunnerSetContext {
             .finish()
     }
 }
+
+impl AsRef<Context> for RunnerSetContext {
+    fn as_ref(&self) -> &Context {
+        &self.ctx
+    }
+}
+
+/// The RunnerSet controller in the shared skeleton.
+const SKELETON: Reconciler<RunnerSet> = Reconciler::new("runnerset");
 
 /// Runs the controller until the stream ends. It keeps its own stores of the StatefulSets it
 /// manages and of their claims (label `runnerset-name`) and of volumes given up for reuse
@@ -164,7 +173,11 @@ pub async fn run(ctx: Arc<Context>, sets: Api<RunnerSet>, pods: Triggers<Pod>) {
         .watches_stream(pv_changes, move |pv| {
             volumes::volume_trigger(&pv, ns.as_deref())
         })
-        .run(reconcile_with_backoff, error_policy, state)
+        .run(
+            SKELETON.reconcile(reconcile),
+            SKELETON.error_policy(),
+            state,
+        )
         .for_each(|_| async {})
         .await;
 }
@@ -1112,41 +1125,6 @@ async fn create_runner(
     .await?;
     info!(set = %object_name(set), statefulset = name, %scope, jit, "created runner statefulset");
     Ok(name)
-}
-
-fn backoff_key(set: &RunnerSet) -> String {
-    format!("runnerset/{}", object_name(set))
-}
-
-/// Reconciles a set, resetting its back-off after a success.
-async fn reconcile_with_backoff(
-    set: Arc<RunnerSet>,
-    state: Arc<RunnerSetContext>,
-) -> Result<Action, Error> {
-    let key = backoff_key(&set);
-    let action = reconcile(set, state.clone()).await?;
-    state.ctx.backoff.reset(&key);
-    Ok(action)
-}
-
-/// Failures back off per set and are Warning events on it (invalid specs wait for a change).
-pub fn error_policy(set: Arc<RunnerSet>, error: &Error, state: Arc<RunnerSetContext>) -> Action {
-    let ctx = &state.ctx;
-    let action = ctx.backoff.next(&backoff_key(&set), error);
-    warn!(set = %object_name(set.as_ref()), %error, retry = ?action, "reconcile failed");
-    let ev = Event {
-        type_: EventType::Warning,
-        reason: error.category().into(),
-        note: Some(error.to_string()),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    let reference = set.object_ref(&());
-    let recorder = ctx.recorder.clone();
-    tokio::spawn(async move {
-        let _ = recorder.publish(&ev, &reference).await;
-    });
-    action
 }
 
 #[cfg(test)]
