@@ -16,6 +16,7 @@ use clap::{Args, Parser, Subcommand};
 use futures::FutureExt as _;
 use futures::future::{BoxFuture, Shared};
 use hangar::context::Settings;
+use hangar::manager::ManagerOptions;
 use hangar::runner_pod::PodDefaults;
 use hangar::serve::Limits;
 use hangar_github::{ClientOptions, ClientRegistry, Credentials, Endpoint, Secret};
@@ -534,7 +535,6 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
-    let clock: Arc<dyn hangar::context::Clock> = Arc::new(hangar::context::SystemClock);
     serve_exporter(
         &exporter,
         &[args.metrics_addr.0, args.health_probe_bind_address.0],
@@ -614,16 +614,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         Ok(())
     } else {
         // Returns at SIGTERM once its webhook server (without leader election) has drained;
-        // the controllers stop where they are, which is safe: see `run_until`.
-        let manager = hangar::manager::run_until(
-            client,
-            github as Arc<_>,
-            settings,
-            args.watch_namespace,
-            clock,
+        // the controllers stop where they are, which is safe: see `hangar::manager::run`.
+        let options = ManagerOptions {
+            namespace: args.watch_namespace,
             webhook,
-            terminated,
-        );
+            ..ManagerOptions::new(client, github as Arc<_>, settings)
+        }
+        .until(terminated);
+        let manager = hangar::manager::run(options);
         match elector.as_mut() {
             Some(e) => tokio::select! {
                 () = manager => Ok(()),

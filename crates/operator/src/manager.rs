@@ -7,9 +7,10 @@
 //! per controller. (kube-runtime's own shared streams do not pass deletions on, which the
 //! controllers need.)
 //!
-//! With a webhook listener ([`run_with_webhook`]), the GitHub webhook server runs in the same
-//! process on the same stores, so a reservation it writes reaches the HRA controller's watch
-//! and the target is scaled at once.
+//! One entry point, [`run`], takes its [`ManagerOptions`]. With a webhook listener
+//! ([`ManagerOptions::webhook`]), the GitHub webhook server runs in the same process on the
+//! same stores, so a reservation it writes reaches the HRA controller's watch and the target is
+//! scaled at once.
 //!
 //! The leaked-registration sweep ([`crate::sweep`]) and the pull recovery of lost webhook
 //! deliveries ([`crate::pull`]) run alongside the controllers, so, like them, only on the
@@ -18,6 +19,7 @@
 use std::sync::Arc;
 
 use futures::FutureExt as _;
+use futures::future::BoxFuture;
 use hangar_api::{
     HorizontalRunnerAutoscaler, Runner, RunnerDeployment, RunnerReplicaSet, RunnerSet, label,
 };
@@ -25,6 +27,7 @@ use hangar_github::GitHubApi;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::runtime::watcher;
+use tokio::net::TcpListener;
 use tracing::{error, info};
 
 use hangar_runtime::watch::{api, shared_store, spawn_store};
@@ -33,63 +36,106 @@ use crate::context::{Clock, Context, Settings, Stores, SystemClock};
 use crate::controllers;
 use crate::webhook_server::{WebhookConfig, WebhookServer, WebhookStores};
 
-/// Runs every controller until they end (they do not, short of a panic).
-pub async fn run(
-    client: Client,
-    github: Arc<dyn GitHubApi>,
-    settings: Settings,
-    namespace: Option<String>,
-) {
-    run_with_clock(client, github, settings, namespace, Arc::new(SystemClock)).await;
+/// What [`run`] runs: built by [`ManagerOptions::new`] with defaults for everything optional,
+/// which the chainable setters ([`namespace`](Self::namespace), [`clock`](Self::clock),
+/// [`webhook`](Self::webhook), [`until`](Self::until)) replace.
+pub struct ManagerOptions {
+    /// The Kubernetes client every watch and write goes through.
+    pub client: Client,
+    /// The controller-wide GitHub client (resources with their own credentials get theirs
+    /// from [`Settings::github_registry`]).
+    pub github: Arc<dyn GitHubApi>,
+    /// Controller-wide settings (from flags).
+    pub settings: Settings,
+    /// The one namespace watched, or `None` (the default) for all of them.
+    pub namespace: Option<String>,
+    /// Where reconcilers read `now` from: [`SystemClock`] by default; tests inject one they
+    /// can move past the 10-minute timers (registration timeout, recreation delay) without
+    /// waiting.
+    pub clock: Arc<dyn Clock>,
+    /// When given, the GitHub webhook server also runs, on this listener with this
+    /// configuration, on the manager's stores. `None` by default.
+    pub webhook: Option<(TcpListener, WebhookConfig)>,
+    /// When this completes (`hangar run` passes SIGTERM), the webhook server stops accepting,
+    /// answers the deliveries in flight once their reservations are stored, and [`run`]
+    /// returns; the controllers are stopped where they are. A shutdown before the caches have
+    /// synced returns at once. Never completes by default.
+    pub shutdown: BoxFuture<'static, ()>,
 }
 
-/// [`run`] with an injected clock, so tests can move time past the 10-minute timers
-/// (registration timeout, recreation delay) without waiting.
-pub async fn run_with_clock(
-    client: Client,
-    github: Arc<dyn GitHubApi>,
-    settings: Settings,
-    namespace: Option<String>,
-    clock: Arc<dyn Clock>,
-) {
-    run_with_webhook(client, github, settings, namespace, clock, None).await;
+impl ManagerOptions {
+    /// Every namespace, the [`SystemClock`], no webhook server, and no shutdown: [`run`]
+    /// then runs until the controllers end (they do not, short of a panic).
+    pub fn new(client: Client, github: Arc<dyn GitHubApi>, settings: Settings) -> Self {
+        Self {
+            client,
+            github,
+            settings,
+            namespace: None,
+            clock: Arc::new(SystemClock),
+            webhook: None,
+            shutdown: std::future::pending().boxed(),
+        }
+    }
+
+    /// Watches and reconciles only `namespace` (`None`: all of them).
+    #[must_use]
+    pub fn namespace(mut self, namespace: impl Into<Option<String>>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// Reads `now` from `clock` instead of the [`SystemClock`].
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Also runs the GitHub webhook server on `listener`.
+    #[must_use]
+    pub fn webhook(mut self, listener: TcpListener, config: WebhookConfig) -> Self {
+        self.webhook = Some((listener, config));
+        self
+    }
+
+    /// Shuts down when `shutdown` completes (see [`ManagerOptions::shutdown`]).
+    #[must_use]
+    pub fn until(mut self, shutdown: impl Future<Output = ()> + Send + 'static) -> Self {
+        self.shutdown = shutdown.boxed();
+        self
+    }
 }
 
-/// [`run_with_clock`] plus, when `webhook` is given, the GitHub webhook server on that listener.
-pub async fn run_with_webhook(
-    client: Client,
-    github: Arc<dyn GitHubApi>,
-    settings: Settings,
-    namespace: Option<String>,
-    clock: Arc<dyn Clock>,
-    webhook: Option<(tokio::net::TcpListener, WebhookConfig)>,
-) {
-    run_until(
+impl std::fmt::Debug for ManagerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ManagerOptions")
+            .field("settings", &self.settings)
+            .field("namespace", &self.namespace)
+            .field(
+                "webhook",
+                &self
+                    .webhook
+                    .as_ref()
+                    .map(|(listener, _)| listener.local_addr()),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs every reflector and controller (and, if configured, the webhook server) until
+/// `options.shutdown` completes, or forever by default.
+pub async fn run(options: ManagerOptions) {
+    let ManagerOptions {
         client,
         github,
         settings,
         namespace,
         clock,
         webhook,
-        std::future::pending(),
-    )
-    .await;
-}
-
-/// [`run_with_webhook`] until `shutdown` completes (`hangar run` passes SIGTERM): then the
-/// webhook server stops accepting, answers the deliveries in flight once their reservations
-/// are stored, and the manager returns; the controllers are stopped where they are. A shutdown
-/// before the caches have synced returns at once.
-pub async fn run_until(
-    client: Client,
-    github: Arc<dyn GitHubApi>,
-    settings: Settings,
-    namespace: Option<String>,
-    clock: Arc<dyn Clock>,
-    webhook: Option<(tokio::net::TcpListener, WebhookConfig)>,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) {
-    let shutdown = shutdown.boxed().shared();
+        shutdown,
+    } = options;
+    let shutdown = shutdown.shared();
     let ns = namespace.as_deref();
     let all = watcher::Config::default;
     // Who reacts to what: pods → Runner, runner-pod, RunnerReplicaSet and RunnerSet

@@ -11,6 +11,7 @@ use std::time::Duration;
 use ghsim::world::{JobStatus, SubmitJobs};
 
 use hangar::context::Settings;
+use hangar::manager::ManagerOptions;
 use hangar_github::{ClientOptions, ClientRegistry, Credentials, Endpoint, GitHubApi, Secret};
 use hangar_testkit::{TestCluster, TestNamespace, crds};
 use kube::api::ListParams;
@@ -158,14 +159,13 @@ impl Harness {
             None => None,
         };
         let clock = Arc::new(hangar_testkit::clock::OffsetClock::default());
-        let controllers = tokio::spawn(hangar::manager::run_with_webhook(
-            client.clone(),
-            github.clone(),
-            settings,
-            Some(ns.name().to_owned()),
-            clock.clone(),
+        let options = ManagerOptions {
             webhook,
-        ));
+            ..ManagerOptions::new(client.clone(), github.clone(), settings)
+        }
+        .namespace(ns.name().to_owned())
+        .clock(clock.clone());
+        let controllers = tokio::spawn(hangar::manager::run(options));
         let harness = Harness {
             cluster,
             ns,
