@@ -103,6 +103,11 @@ impl GitHubClient {
         Ok(secret)
     }
 
+    /// Whether this client authenticates as a GitHub App (with installation tokens it mints).
+    pub(super) fn authenticates_as_app(&self) -> bool {
+        matches!(self.inner.auth, Auth::App(_))
+    }
+
     pub(super) async fn forget_installation_token(&self) {
         if let Auth::App(app) = &self.inner.auth {
             *app.slot.lock().await = None;

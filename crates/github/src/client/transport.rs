@@ -18,7 +18,6 @@ use serde::de::DeserializeOwned;
 use url::Url;
 
 use super::GitHubClient;
-use super::authorization::Auth;
 use crate::cache::{CacheControl, Freshness};
 use crate::clock::until;
 use crate::error::{Call, GitHubError};
@@ -236,7 +235,7 @@ impl GitHubClient {
 
             let message = error_message(&body);
             match status.as_u16() {
-                401 if matches!(self.inner.auth, Auth::App(_))
+                401 if self.authenticates_as_app()
                     && auth == As::Credential
                     && !reauthenticated =>
                 {
