@@ -695,6 +695,54 @@ async fn the_queued_jobs_metric_lists_no_more_runs_jobs_than_max_replicas_needs(
     s.shutdown().await;
 }
 
+/// The queued-runs metric counts a run's jobs from the listing an earlier sync made while the
+/// run is unchanged: runs of another pool's jobs that wait in the same repository cost one
+/// listing each, not one at every sync (found by the chaos soak: 89 % of its GitHub calls
+/// were these listings).
+#[tokio::test]
+async fn the_queued_jobs_metric_lists_an_unchanged_runs_jobs_once() {
+    let s = Stack::start("as-pull-once", false).await;
+    s.apply_deployment("once", "once", 0);
+    s.apply_hra(
+        "once",
+        json!({
+            "minReplicas": 0,
+            "maxReplicas": 5,
+            "scaleDownDelaySecondsAfterScaleOut": 0,
+            "metrics": [{"type": "TotalNumberOfQueuedAndInProgressWorkflowRuns"}],
+        }),
+    );
+    wait_reconciled(&s, "once", 0).await;
+    // Four runs of another pool's jobs (nothing takes them) and one of this pool's (no node
+    // runs its runner): all five wait, unchanged, through every sync below.
+    for _ in 0..4 {
+        s.submit(1, "someone-else", Duration::from_secs(5), "success");
+    }
+    s.submit(1, "once", Duration::from_secs(5), "success");
+    let calls = |template: &str| -> u64 {
+        ghsim::accounting::snapshot(&s.h.sim)
+            .api_calls
+            .iter()
+            .filter(|c| c.endpoint == template)
+            .map(|c| c.calls)
+            .sum()
+    };
+    let run_lists_before = calls("GET /repos/{owner}/{repo}/actions/runs");
+    // Five more evaluations (each lists the queued and the in-progress runs).
+    eventually_of(&s, "five evaluations", WAIT, || async {
+        (calls("GET /repos/{owner}/{repo}/actions/runs") >= run_lists_before + 10).then_some(())
+    })
+    .await;
+    // The reused listing still counts this pool's job.
+    wait_reconciled(&s, "once", 1).await;
+    let job_lists = calls("GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs");
+    assert!(
+        job_lists <= 5,
+        "{job_lists} job lists for 5 unchanged runs over 5 evaluations: listed again at each"
+    );
+    s.shutdown().await;
+}
+
 #[tokio::test]
 async fn percentage_runners_busy_adds_runners_when_most_are_busy() {
     let mut s = Stack::start("as-busy", true).await;

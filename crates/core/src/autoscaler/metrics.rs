@@ -502,6 +502,8 @@ pub struct RunRef {
     pub repository: RepositoryRef,
     /// Its ID.
     pub id: u64,
+    /// Its `updated_at` in the listing ([`super::job_lists`] reuses its jobs while it holds).
+    pub updated_at: Option<std::time::SystemTime>,
 }
 
 /// A queued or in-progress workflow run and its jobs.

@@ -4,6 +4,8 @@
 //! - [`metrics`]: what GitHub's state suggests (`PercentageRunnersBusy`,
 //!   `TotalNumberOfQueuedAndInProgressWorkflowRuns`, the fallback order), as a protocol that
 //!   asks the driver for exactly the observations it needs;
+//! - [`job_lists`]: when a run's jobs listed at an earlier evaluation still hold, so the
+//!   queued-runs metric does not list them again;
 //! - [`schedule`]: which scheduled override is in force (Daily/Weekly/Monthly/Yearly, UTC);
 //! - [`desired`]: the replica count from the suggestion, the reservations, `[min, max]` and
 //!   the scale-down delay, plus the target's `effectiveTime`;
@@ -26,6 +28,7 @@ pub mod after;
 pub mod batch;
 pub mod dedup;
 pub mod desired;
+pub mod job_lists;
 pub mod labels;
 pub mod metrics;
 pub mod pull;
@@ -39,6 +42,7 @@ pub use desired::{
     DEFAULT_MIN_REPLICAS, DEFAULT_SCALE_DOWN_DELAY, Decision, DecisionError, DesiredInput,
     desired_replicas,
 };
+pub use job_lists::{ListedJobs, SINGLE_JOB_RELIST_AFTER, listed_jobs_hold};
 pub use labels::{SELF_HOSTED, job_labels_match, label_eq};
 pub use metrics::{
     Evaluation, Metric, MetricError, MetricKind, Needed, Observations, Suggestion, suggest_replicas,

@@ -26,8 +26,8 @@
 //! Warning event and retried after the sync period, never in a hot loop. The autoscaler's status
 //! has no `conditions` field in ARC's API, so events and logs are where such errors show.
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use futures::StreamExt;
@@ -43,7 +43,8 @@ use hangar_core::autoscaler::metrics::{
     WorkflowRun,
 };
 use hangar_core::autoscaler::{
-    DesiredInput, Evaluation, Needed, Observations, Reservation, desired_replicas, suggest_replicas,
+    DesiredInput, Evaluation, ListedJobs, Needed, Observations, Reservation, desired_replicas,
+    listed_jobs_hold, suggest_replicas,
 };
 use hangar_github::{GitHubApi, RunStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -85,15 +86,73 @@ fn patch_params() -> PatchParams {
 const SKELETON: Reconciler<HorizontalRunnerAutoscaler> =
     Reconciler::new("horizontalrunnerautoscaler").recheck_permanent_errors();
 
+/// The controller's state: the shared context, and the jobs of the workflow runs the
+/// queued-runs metric has listed, shared by every autoscaler of this controller.
+#[derive(Debug)]
+pub struct AutoscalerState {
+    /// The shared context.
+    pub ctx: Arc<Context>,
+    listed_jobs: ListedRuns,
+}
+
+impl AsRef<Context> for AutoscalerState {
+    fn as_ref(&self) -> &Context {
+        &self.ctx
+    }
+}
+
+/// The jobs of each active run as last listed, by repository and run ID; a repository's runs
+/// that left its queued and in-progress lists are forgotten when it is listed again.
+#[derive(Debug, Default)]
+struct ListedRuns(Mutex<HashMap<RepositoryRef, HashMap<u64, ListedJobs>>>);
+
+impl ListedRuns {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RepositoryRef, HashMap<u64, ListedJobs>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keeps only the listings of `runs`, the repository's active runs now.
+    fn retain(&self, repository: &RepositoryRef, runs: &[RunRef]) {
+        let mut all = self.lock();
+        let listed = all.entry(repository.clone()).or_default();
+        listed.retain(|id, _| runs.iter().any(|r| r.id == *id));
+    }
+
+    /// `run`'s jobs as listed before, if that listing still holds at `now`.
+    fn holding(&self, run: &RunRef, now: SystemTime) -> Option<WorkflowRun> {
+        let all = self.lock();
+        let listed = all.get(&run.repository)?.get(&run.id)?;
+        listed_jobs_hold(listed, run, now).then(|| listed.jobs.clone())
+    }
+
+    fn remember(&self, run: &RunRef, jobs: &WorkflowRun, now: SystemTime) {
+        self.lock()
+            .entry(run.repository.clone())
+            .or_default()
+            .insert(
+                run.id,
+                ListedJobs {
+                    jobs: jobs.clone(),
+                    run_updated_at: run.updated_at,
+                    listed_at: now,
+                },
+            );
+    }
+}
+
 /// Runs the controller until the stream ends.
 pub async fn run(ctx: Arc<Context>, hras: Triggers<HorizontalRunnerAutoscaler>) {
     // Spec changes only: a status write (ours) does not trigger another reconcile.
     let trigger = hras.predicate_filter(predicates::generation, Default::default());
+    let state = Arc::new(AutoscalerState {
+        ctx: ctx.clone(),
+        listed_jobs: ListedRuns::default(),
+    });
     Controller::for_stream(trigger, ctx.stores.hras.clone())
         .run(
             SKELETON.reconcile(reconcile_reporting),
             SKELETON.error_policy(),
-            ctx,
+            state,
         )
         .for_each(|_| async {})
         .await;
@@ -131,9 +190,10 @@ fn invalid(hra: &HorizontalRunnerAutoscaler, reason: impl std::fmt::Display) -> 
 /// autoscaler does nothing.
 async fn reconcile_reporting(
     hra: Arc<HorizontalRunnerAutoscaler>,
-    ctx: Arc<Context>,
+    state: Arc<AutoscalerState>,
 ) -> Result<Action, Error> {
-    let result = reconcile(hra.clone(), ctx.clone()).await;
+    let ctx = state.ctx.clone();
+    let result = reconcile(hra.clone(), state).await;
     if let Err(error) = &result
         && matches!(error.retry(), Retry::OnChange | Retry::Slowly)
     {
@@ -167,8 +227,9 @@ async fn reconcile_reporting(
 /// Reconciles one HorizontalRunnerAutoscaler.
 pub async fn reconcile(
     hra: Arc<HorizontalRunnerAutoscaler>,
-    ctx: Arc<Context>,
+    state: Arc<AutoscalerState>,
 ) -> Result<Action, Error> {
+    let ctx = state.ctx.clone();
     if hra.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -229,7 +290,9 @@ pub async fn reconcile(
             Needed::WorkflowRuns { repositories } if observed.workflow_runs.is_none() => {
                 let mut runs = Vec::new();
                 for repo in repositories {
-                    runs.extend(list_runs(&*gh, repo).await?);
+                    let listed = list_runs(&*gh, repo.clone()).await?;
+                    state.listed_jobs.retain(&repo, &listed);
+                    runs.extend(listed);
                 }
                 observed.workflow_runs = Some(runs);
             }
@@ -240,7 +303,17 @@ pub async fn reconcile(
                     .and_then(|r| r.get(observed.run_jobs.len()))
                     == Some(&run) =>
             {
-                observed.run_jobs.push(list_jobs(&*gh, &run).await?);
+                // A run's jobs listed at an earlier sync are counted again while that listing
+                // holds (`hangar_core::autoscaler::job_lists`): no call for an unchanged run.
+                let jobs = match state.listed_jobs.holding(&run, now) {
+                    Some(jobs) => jobs,
+                    None => {
+                        let jobs = list_jobs(&*gh, &run).await?;
+                        state.listed_jobs.remember(&run, &jobs, now);
+                        jobs
+                    }
+                };
+                observed.run_jobs.push(jobs);
             }
             // The protocol asked twice for the same thing: a bug, not worth a hot loop.
             needed => {
@@ -506,19 +579,25 @@ async fn list_runs(
     repository: RepositoryRef,
 ) -> Result<Vec<RunRef>, Error> {
     let scope = format!("{}/{}", repository.owner, repository.name);
-    let mut ids = BTreeSet::new();
+    // Oldest first; a run that moved between the two lists is taken at its newest update.
+    let mut runs: BTreeMap<u64, Option<SystemTime>> = BTreeMap::new();
     for status in [RunStatus::Queued, RunStatus::InProgress] {
-        let runs = github
+        let listed = github
             .list_workflow_runs(&repository.owner, &repository.name, status)
             .await
             .map_err(github_err("list workflow runs", &scope))?;
-        ids.extend(runs.into_iter().map(|r| r.id));
+        for run in listed {
+            let updated_at = run.updated_at.map(SystemTime::from);
+            let seen = runs.entry(run.id).or_insert(updated_at);
+            *seen = (*seen).max(updated_at);
+        }
     }
-    Ok(ids
+    Ok(runs
         .into_iter()
-        .map(|id| RunRef {
+        .map(|(id, updated_at)| RunRef {
             repository: repository.clone(),
             id,
+            updated_at,
         })
         .collect())
 }

@@ -378,6 +378,7 @@ fn run_ref(id: u64) -> RunRef {
             name: "r".into(),
         },
         id,
+        updated_at: None,
     }
 }
 
