@@ -246,7 +246,19 @@ pub enum Successor {
     /// request and could take a job between owner sync's last look at the set and the set's
     /// deletion, then die with it. Owner sync deletes the set once this pod is deleting.
     RetiringStatefulSet,
+    /// A live StatefulSet not marked retiring, of a pod whose retirement owner sync requested
+    /// `requested_for` ago. Owner sync marks a set right after its pods, so a young request
+    /// means the set's mark is on its way: released now, the pod would be replaced by a fresh
+    /// one before the mark lands.
+    UnmarkedStatefulSet {
+        /// How long ago the pod's `unregistration-request-timestamp` was set.
+        requested_for: Duration,
+    },
 }
+
+/// How long a retiring pod's StatefulSet may lack its own retirement mark before the pod is
+/// released anyway (a set whose mark failed and that is wanted again keeps its place).
+pub const SET_MARK_WAIT: Duration = Duration::from_secs(30);
 
 /// Whether a deleting pod whose unregistration is finished may drop its finalizer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -263,11 +275,14 @@ pub enum Release {
 /// Decides whether a deleting pod may go, given who would replace it: never while a retiring
 /// StatefulSet would fill its place with a fresh pod.
 pub fn release(successor: Successor) -> Release {
+    let hold = Release::Hold {
+        recheck_after: SUCCESSOR_RECHECK,
+    };
     match successor {
         Successor::None | Successor::StatefulSet => Release::Now,
-        Successor::RetiringStatefulSet => Release::Hold {
-            recheck_after: SUCCESSOR_RECHECK,
-        },
+        Successor::RetiringStatefulSet => hold,
+        Successor::UnmarkedStatefulSet { requested_for } if requested_for < SET_MARK_WAIT => hold,
+        Successor::UnmarkedStatefulSet { .. } => Release::Now,
     }
 }
 
@@ -408,6 +423,30 @@ mod tests {
                 Release::Hold {
                     recheck_after: SUCCESSOR_RECHECK,
                 },
+            ),
+            // Its pods are marked before the set: the set's mark is on its way.
+            (
+                Successor::UnmarkedStatefulSet {
+                    requested_for: Duration::ZERO,
+                },
+                Release::Hold {
+                    recheck_after: SUCCESSOR_RECHECK,
+                },
+            ),
+            (
+                Successor::UnmarkedStatefulSet {
+                    requested_for: SET_MARK_WAIT - Duration::from_millis(1),
+                },
+                Release::Hold {
+                    recheck_after: SUCCESSOR_RECHECK,
+                },
+            ),
+            // A mark that never came (its write failed, the set is wanted again).
+            (
+                Successor::UnmarkedStatefulSet {
+                    requested_for: SET_MARK_WAIT,
+                },
+                Release::Now,
             ),
         ] {
             assert_eq!(release(successor), expected, "{successor:?}");

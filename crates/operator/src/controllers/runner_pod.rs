@@ -44,8 +44,8 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::{
-    annotation, github_scope, object_name, pod_is_ephemeral, pod_phase, pod_uses_jit, ready_since,
-    rfc3339, runner_id, runner_stopped,
+    annotation, github_scope, object_name, parse_time, pod_is_ephemeral, pod_phase, pod_uses_jit,
+    ready_since, rfc3339, runner_id, runner_stopped,
 };
 use crate::context::Context;
 use crate::error::{Error, github_err, ignore_not_found, kube_err};
@@ -575,9 +575,9 @@ async fn successor(pod: &Pod, ctx: &Context) -> Result<Successor, Error> {
     else {
         return Ok(Successor::None);
     };
-    if annotation(pod, ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_none() {
+    let Some(requested) = annotation(pod, ann::UNREGISTRATION_REQUEST_TIMESTAMP) else {
         return Ok(Successor::StatefulSet);
-    }
+    };
     let ns = pod.namespace().unwrap_or_default();
     let set = Api::<StatefulSet>::namespaced(ctx.client.clone(), &ns)
         .get_opt(&owner.name)
@@ -594,7 +594,13 @@ async fn successor(pod: &Pod, ctx: &Context) -> Result<Successor, Error> {
             if annotation(&set, ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_some() {
                 Successor::RetiringStatefulSet
             } else {
-                Successor::StatefulSet
+                // An unreadable stamp counts as old (the pod is not held on a guess), one from
+                // a clock ahead of ours as just made.
+                let requested_for = parse_time(requested)
+                    .map_or(unregistration::SET_MARK_WAIT, |at| {
+                        ctx.now().duration_since(at).unwrap_or_default()
+                    });
+                Successor::UnmarkedStatefulSet { requested_for }
             }
         }
         _ => Successor::None,
