@@ -67,7 +67,7 @@ use common::{CONTROLLER_PAT, NAMESPACE, RUNNER_PAT, World};
 use ghsim::webhooks::{ContentType, NewHook};
 use ghsim::world::{JobStatus, SubmitJobs};
 use hangar_api::{HorizontalRunnerAutoscaler, Runner, RunnerDeployment, RunnerSet};
-use hangar_testkit::control_plane::{ControlPlane, Signal, StartOptions, free_port};
+use hangar_testkit::control_plane::{ControlPlane, Signal, StartOptions, free_port, stable_port};
 use hangar_testkit::eventually;
 use hangar_testkit::fault_proxy::{self, FaultProxy};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -534,9 +534,10 @@ impl Run<'_> {
             runner_faults,
         } = World::start(kubeconfig, self.args.nodes + spare_nodes(self.plan)).await?;
         github.sim.set_faults(calm_github());
+        // Each replica binds its webhook port again at every restart, behind the same proxy.
         let webhooks = [
-            SocketAddr::from(([127, 0, 0, 1], free_port()?)),
-            SocketAddr::from(([127, 0, 0, 1], free_port()?)),
+            SocketAddr::from(([127, 0, 0, 1], stable_port()?)),
+            SocketAddr::from(([127, 0, 0, 1], stable_port()?)),
         ];
         let proxy = RoundRobin::start(webhooks.to_vec()).await?;
         // The replicas reach the apiserver through the fault proxy; this harness (its checks

@@ -673,6 +673,21 @@ fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Contr
     }
 }
 
+/// A free TCP port on 127.0.0.1 below Linux's default ephemeral range (32768–60999), for a
+/// server that must bind the same port again after a restart: no outgoing connection takes it
+/// as its source port meanwhile, as one can take a port [`free_port`] gave out.
+pub fn stable_port() -> Result<u16, ControlPlaneError> {
+    const RANGE: std::ops::Range<u16> = 20_000..32_768;
+    let start = fastrand::u16(RANGE);
+    let candidates = (start..RANGE.end).chain(RANGE.start..start);
+    for port in candidates {
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    free_port()
+}
+
 /// A free TCP port on 127.0.0.1 (free when asked; bind soon).
 pub fn free_port() -> Result<u16, ControlPlaneError> {
     let listener =
