@@ -93,7 +93,16 @@ mod tests {
     fn table() {
         let relist = SINGLE_JOB_RELIST_AFTER.as_secs();
         // (case, jobs listed, run's updated_at then, when listed, run's updated_at now, now, holds)
-        let rows: [(&str, usize, Option<u64>, u64, Option<u64>, u64, bool); 11] = [
+        type Row = (
+            &'static str,
+            usize,
+            Option<u64>,
+            u64,
+            Option<u64>,
+            u64,
+            bool,
+        );
+        let rows: [Row; 11] = [
             ("unchanged one-job run", 1, Some(5), 10, Some(5), 20, true),
             (
                 "unchanged one-job run, long after",
