@@ -82,6 +82,17 @@ impl Stack {
         }
     }
 
+    /// How many calls ghsim has answered on the endpoint `template` (as GitHub's OpenAPI names
+    /// it, e.g. `GET /repos/{owner}/{repo}/actions/runs`).
+    fn api_calls(&self, template: &str) -> u64 {
+        ghsim::accounting::snapshot(&self.h.sim)
+            .api_calls
+            .iter()
+            .filter(|c| c.endpoint == template)
+            .map(|c| c.calls)
+            .sum()
+    }
+
     /// The `_count` of histogram `metric` in a scrape of the manager's metrics.
     fn histogram_count(&self, metric: &str) -> u64 {
         let text = self.exporter.render();
@@ -670,16 +681,8 @@ async fn the_queued_jobs_metric_lists_no_more_runs_jobs_than_max_replicas_needs(
         s.all_completed(&jobs, "success").then_some(())
     })
     .await;
-    let calls = |template: &str| -> u64 {
-        ghsim::accounting::snapshot(&s.h.sim)
-            .api_calls
-            .iter()
-            .filter(|c| c.endpoint == template)
-            .map(|c| c.calls)
-            .sum()
-    };
-    let run_lists = calls("GET /repos/{owner}/{repo}/actions/runs");
-    let job_lists = calls("GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs");
+    let run_lists = s.api_calls("GET /repos/{owner}/{repo}/actions/runs");
+    let job_lists = s.api_calls("GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs");
     // Each evaluation lists the queued and the in-progress runs (2 calls), then the jobs of at
     // most `maxReplicas` = 2 runs.
     assert!(
@@ -719,23 +722,16 @@ async fn the_queued_jobs_metric_lists_an_unchanged_runs_jobs_once() {
         s.submit(1, "someone-else", Duration::from_secs(5), "success");
     }
     s.submit(1, "once", Duration::from_secs(5), "success");
-    let calls = |template: &str| -> u64 {
-        ghsim::accounting::snapshot(&s.h.sim)
-            .api_calls
-            .iter()
-            .filter(|c| c.endpoint == template)
-            .map(|c| c.calls)
-            .sum()
-    };
-    let run_lists_before = calls("GET /repos/{owner}/{repo}/actions/runs");
+    let run_lists_before = s.api_calls("GET /repos/{owner}/{repo}/actions/runs");
     // Five more evaluations (each lists the queued and the in-progress runs).
     eventually_of(&s, "five evaluations", WAIT, || async {
-        (calls("GET /repos/{owner}/{repo}/actions/runs") >= run_lists_before + 10).then_some(())
+        (s.api_calls("GET /repos/{owner}/{repo}/actions/runs") >= run_lists_before + 10)
+            .then_some(())
     })
     .await;
     // The reused listing still counts this pool's job.
     wait_reconciled(&s, "once", 1).await;
-    let job_lists = calls("GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs");
+    let job_lists = s.api_calls("GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs");
     assert!(
         job_lists <= 5,
         "{job_lists} job lists for 5 unchanged runs over 5 evaluations: listed again at each"
