@@ -48,6 +48,7 @@ pub fn reservation_of(r: &CapacityReservation) -> Reservation {
                     .unwrap_or(1),
             }),
         delivery: r.delivery_id.clone(),
+        runner: r.runner_name.clone(),
     }
 }
 
@@ -62,6 +63,7 @@ pub fn capacity_reservation(r: &Reservation) -> CapacityReservation {
         job_id: r.job.and_then(|j| i64::try_from(j.id).ok()),
         run_attempt: r.job.and_then(|j| i32::try_from(j.attempt).ok()),
         delivery_id: r.delivery.clone(),
+        runner_name: r.runner.clone(),
     }
 }
 
@@ -146,12 +148,14 @@ mod tests {
             replicas: 1,
             job: None,
             delivery: None,
+            runner: None,
         };
         assert_eq!(reservation_of(&capacity_reservation(&r)), r);
         let tombstone = Reservation {
             replicas: 0,
             job: Some(JobKey { id: 7, attempt: 2 }),
             delivery: Some("d-7".into()),
+            runner: Some("pool-x7k2p".into()),
             ..r.clone()
         };
         let stored = capacity_reservation(&tombstone);

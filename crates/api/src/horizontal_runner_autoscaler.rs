@@ -341,6 +341,12 @@ pub struct CapacityReservation {
     /// reservation with zero replicas, that completed its job).
     #[serde(rename = "deliveryID", skip_serializing_if = "Option::is_none")]
     pub delivery_id: Option<String>,
+
+    /// On a completed job's entry (zero replicas): the runner that ran the job, as GitHub's
+    /// completed event names it. Tells the runner's set that the desired count already
+    /// accounts for that runner's job, so its place is released at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runner_name: Option<String>,
 }
 
 /// A time window during which minReplicas is replaced.

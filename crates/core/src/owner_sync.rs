@@ -12,10 +12,12 @@
 //!   they are first marked `unregistration-request` (pods, then owner). The runner-pod controller
 //!   unregisters each runner on GitHub — which fails while a job runs — and only an owner whose
 //!   pods are all unregistered (or already going) is marked complete and then deleted.
-//! - **Completed ephemeral runners are not replaced blindly.** When the set's owners were synced
-//!   after the set's `effectiveTime` (the time demand was last raised), missing runners are not
-//!   recreated for [`RECREATION_DELAY_AFTER_SCALE`], because a completed ephemeral runner usually
-//!   means its job finished and the autoscaler is about to lower the replica count.
+//! - **Completed ephemeral runners are not replaced blindly, and growth is never held back.** In
+//!   an autoscaled set (one with an `effectiveTime`), a runner that just finished keeps its place
+//!   until the replica count is known to reflect its job's completion
+//!   ([`Input::reflected_completions`]), or for [`Input::release_grace`] when nothing says so: its
+//!   job is done and the autoscaler is about to lower the count. Only those places are held; a
+//!   count above the runners that exist is growth and is created at once.
 //! - **An owner is deleted as finished only when its runner cannot come back**
 //!   ([`PodView::runner_stopped`], judged by [`crate::runner_container::judge`] from the runner
 //!   container's current state). In a pod that restarts its runner container, a run that exited
@@ -26,22 +28,27 @@
 //!   its pod yet, a StatefulSet whose status has not caught up with its spec), so pods being
 //!   created are never counted as missing, and nothing waits for them either.
 //!
-//! Differences from ARC, on purpose: ARC deletes owners with an outdated template hash outright,
-//! which SIGTERMs a busy runner mid-job; here outdated owners retire through the same
-//! unregister-first path, after the up-to-date owners can carry the desired count (surge
-//! rollout). And an impossible count (ARC panics) is reported as [`Wait::Inconsistent`].
+//! Differences from ARC, on purpose:
+//! - ARC deletes owners with an outdated template hash outright, which SIGTERMs a busy runner
+//!   mid-job; here outdated owners retire through the same unregister-first path, after the
+//!   up-to-date owners can carry the desired count (surge rollout).
+//! - ARC's `effectiveTime` guard creates nothing for ten minutes after the newest owner's sync
+//!   once the owners are newer than `effectiveTime`, assuming every missing runner completed a
+//!   job whose release is on its way. It then also holds back growth (a manual scale-up, a pull
+//!   metric that rises) for those ten minutes. Here only the places of finished runners that
+//!   are seen are held, each until its completion is reflected or the grace ends.
+//! - An impossible count (ARC panics) is reported as [`Wait::Inconsistent`].
 
+use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
-/// How long completed ephemeral runners are not recreated after the newest owner's sync time,
-/// when the owners are newer than the set's `effectiveTime` (ARC's
-/// `DefaultRunnerPodRecreationDelayAfterWebhookScale`).
-pub const RECREATION_DELAY_AFTER_SCALE: Duration = Duration::from_secs(10 * 60);
-
 /// How long a finished ephemeral runner of an autoscaled set (one with an `effectiveTime`) keeps
-/// its place: the time the autoscaler needs to hear, by the job's `completed` webhook, that the
-/// job is done and lower `replicas`. Replaced at once, the runner would be recreated for demand
-/// that is already gone, and the extra runner retired again soon after (a GitHub DELETE).
+/// its place when nothing says that `replicas` already reflects its job's completion
+/// ([`Input::reflected_completions`]): the time the autoscaler needs to hear, by the job's
+/// `completed` webhook, that the job is done and lower `replicas`. Replaced at once, the runner
+/// would be recreated for demand that is already gone, and the extra runner retired again soon
+/// after (a GitHub DELETE). A fallback: webhook-driven autoscalers say which completions they
+/// have accounted for, and then no place waits for this timer.
 ///
 /// Only while no demand arrived after the runner finished (`effectiveTime` not newer than its
 /// finish): a place held against new demand makes new jobs wait out the grace. Under steady
@@ -152,8 +159,6 @@ pub struct OwnerView {
     pub created: SystemTime,
     /// The `runner-template-hash` label; `None` means the owner is malformed.
     pub template_hash: Option<String>,
-    /// The `sync-time` annotation: when Hangar created it.
-    pub sync_time: Option<SystemTime>,
     /// The owner has a deletionTimestamp.
     pub deleting: bool,
     /// The owner carries `unregistration-request-timestamp`.
@@ -190,6 +195,15 @@ pub struct Input {
     /// How long a Ready runner may go without registering ([`REGISTRATION_TIMEOUT`] unless
     /// `hangar run --registration-timeout` says otherwise).
     pub registration_timeout: Duration,
+    /// Runners (by pod name) whose job's completion `desired` is known to reflect: the
+    /// autoscaler that computed `desired` had recorded that job as completed on this runner.
+    /// A finished runner named here gives up its place at once instead of after
+    /// `release_grace`.
+    pub reflected_completions: BTreeSet<String>,
+    /// How long a finished runner of an autoscaled set keeps its place when nothing says its
+    /// completion is reflected ([`RELEASE_GRACE`] unless `hangar run --release-grace` says
+    /// otherwise).
+    pub release_grace: Duration,
 }
 
 /// One thing for the driver to do.
@@ -253,12 +267,6 @@ pub enum RetireReason {
 pub enum Wait {
     /// An owner lacks a template hash; it must be fixed or deleted by hand.
     OwnerWithoutTemplateHash(String),
-    /// Completed ephemeral runners are not recreated until `until` (or a newer effectiveTime).
-    RecreationDelay {
-        /// When recreation resumes.
-        until: SystemTime,
-    },
-
     /// More runners are running than retained owners explain; wait for pods to settle.
     Settling,
     /// Counts that cannot happen; reported instead of acted on.
@@ -290,7 +298,7 @@ pub struct Plan {
     /// Pod counts over up-to-date owners.
     pub counts: Counts,
     /// When this plan changes by the passing of time alone (a finished runner's place is
-    /// released, [`RELEASE_GRACE`]): the driver decides again then.
+    /// released, [`Input::release_grace`]): the driver decides again then.
     pub recheck_at: Option<SystemTime>,
 }
 
@@ -305,15 +313,7 @@ pub fn plan(input: &Input) -> Plan {
     // the time their runner finished.
     let mut finished: Vec<(&OwnerView, SystemTime)> = vec![];
     let holds_finished = input.ephemeral && input.effective_time.is_some();
-    let mut last_sync: Option<SystemTime> = None;
     for owner in &input.owners {
-        // Every owner still seen counts for the last sync, finished and departing ones too:
-        // ARC counts only live owners, so once the last ephemeral runners of a burst finish
-        // together nothing remembers the sync and they are recreated at once, EffectiveTime
-        // guard or not.
-        if let Some(t) = owner.sync_time {
-            last_sync = Some(last_sync.map_or(t, |l| l.max(t)));
-        }
         if owner.deleting {
             continue; // garbage collection finishes it; its pods are not ours to count.
         }
@@ -359,8 +359,16 @@ pub fn plan(input: &Input) -> Plan {
             let finished_at = owner.pods.iter().filter_map(|p| p.finished_at).max();
             let current = owner.template_hash.as_deref() == Some(&input.desired_template_hash);
             let demand_since = |at: SystemTime| input.effective_time.is_some_and(|e| e > at);
+            let reflected = owner
+                .pods
+                .iter()
+                .all(|p| input.reflected_completions.contains(&p.name));
             if let Some(at) = finished_at.filter(|at| {
-                holds_finished && current && elapsed(*at, now) < RELEASE_GRACE && !demand_since(*at)
+                holds_finished
+                    && current
+                    && !reflected
+                    && elapsed(*at, now) < input.release_grace
+                    && !demand_since(*at)
             }) {
                 finished.push((owner, at));
                 continue;
@@ -409,26 +417,18 @@ pub fn plan(input: &Input) -> Plan {
     }
     plan.recheck_at = finished[..held]
         .iter()
-        .map(|(_, at)| *at + RELEASE_GRACE)
+        .map(|(_, at)| *at + input.release_grace)
         .min();
     let maybe_running = running + pending + held as u32;
 
     // Pass 2: scale the up-to-date owners.
     let mut scaled_down = false;
     if desired > maybe_running {
-        let synced_after_demand = matches!(
-            (last_sync, input.effective_time),
-            (Some(sync), Some(effective)) if sync > effective
-        );
-        let delay_until = last_sync.map(|t| t + RECREATION_DELAY_AFTER_SCALE);
-        match delay_until {
-            Some(until) if input.ephemeral && synced_after_demand && now < until => {
-                plan.wait = Some(Wait::RecreationDelay { until });
-            }
-            _ => plan.actions.push(Action::Create {
-                count: desired - maybe_running,
-            }),
-        }
+        // Held places already stand for the finished runners whose release may be on its way;
+        // everything above them is wanted now.
+        plan.actions.push(Action::Create {
+            count: desired - maybe_running,
+        });
     } else if desired <= running {
         // Walking newest first, keep owners until they carry `desired` running runners; retire
         // the older surplus and any owner without a running runner (as ARC does: the newest

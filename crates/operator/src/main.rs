@@ -263,6 +263,13 @@ struct RunArgs {
     /// for it to register.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     registration_timeout: Duration,
+    /// How long a finished ephemeral runner of an autoscaled set keeps its place when its
+    /// autoscaler cannot say that its count already accounts for the runner's job (pull-based
+    /// metrics, a lost completed delivery): replaced sooner, a runner may be created for demand
+    /// already gone; held longer, a waiting job waits that long. Webhook-driven autoscalers
+    /// release a place as soon as they have accounted for the job.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    release_grace: Duration,
     /// How often the leader lists the queued jobs of each autoscaler that scales on webhooks
     /// alone (a workflowJob trigger, no metrics, repository runners) and reserves runners for
     /// jobs whose delivery was lost; `0` switches the pull off. Cost per repository: 2 run
@@ -521,6 +528,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         leaked_registration_grace: args.leaked_registration_grace,
         retirement_timeout: args.retirement_timeout,
         registration_timeout: args.registration_timeout,
+        release_grace: args.release_grace,
         webhook_pull_interval: args.webhook_pull_interval,
         watch_credential_secrets: args.watch_credential_secrets,
         github_registry: Some(registry),

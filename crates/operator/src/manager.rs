@@ -50,8 +50,7 @@ pub struct ManagerOptions {
     /// The one namespace watched, or `None` (the default) for all of them.
     pub namespace: Option<String>,
     /// Where reconcilers read `now` from: [`SystemClock`] by default; tests inject one they
-    /// can move past the 10-minute timers (registration timeout, recreation delay) without
-    /// waiting.
+    /// can move past long timers (registration timeout, release grace) without waiting.
     pub clock: Arc<dyn Clock>,
     /// When given, the GitHub webhook server also runs, on this listener with this
     /// configuration, on the manager's stores. `None` by default.

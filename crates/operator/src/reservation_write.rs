@@ -10,8 +10,9 @@
 //! once whichever writer (webhook replica, pull) records it first.
 //!
 //! Reservation times are rounded *up* to the whole second, because the API stores seconds and
-//! the target's `effectiveTime` must never look older than a runner created before it (see
-//! `hangar_core::owner_sync`'s recreation delay).
+//! the target's `effectiveTime` must never look older than the demand it stands for: demand
+//! newer than a finished runner is what releases that runner's place at once
+//! (`hangar_core::owner_sync`).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};

@@ -500,6 +500,12 @@ impl WebhookServer {
                     Some(SeenKey::Delivery(id)) => Some(id.clone()),
                     _ => None,
                 },
+                // Recorded on the job's tombstone: owner sync then releases that runner's place
+                // as soon as the autoscaler's count no longer holds the job.
+                runner: (op == ScaleOp::Down)
+                    .then(|| job.runner_name.clone())
+                    .flatten()
+                    .filter(|n| !n.is_empty()),
             },
             stored: Some(stored),
         };

@@ -11,7 +11,7 @@
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -53,6 +53,15 @@ impl Drop for Stack {
 impl Stack {
     /// The stack for one test; `with_nodes` adds two simulated nodes running runner pods.
     async fn start(prefix: &str, with_nodes: bool) -> Self {
+        Self::start_configured(prefix, with_nodes, |_| {}).await
+    }
+
+    /// [`Stack::start`] with the controller settings adjusted by `configure`.
+    async fn start_configured(
+        prefix: &str,
+        with_nodes: bool,
+        configure: impl FnOnce(&mut hangar::context::Settings),
+    ) -> Self {
         support::init_tracing();
         // No response cache: a runner registering right after a List Runners call would
         // otherwise be seen only a minute later (see e2e.rs).
@@ -64,7 +73,10 @@ impl Stack {
         let (h, webhook_url) = Harness::start_with_webhook(
             prefix,
             options,
-            |settings| settings.exporter = Some(attach),
+            |settings| {
+                settings.exporter = Some(attach);
+                configure(settings);
+            },
             config,
         )
         .await;
@@ -472,6 +484,83 @@ async fn queued_jobs_scale_a_deployment_from_zero_and_back_to_min() {
     s.h.clock.advance(Duration::from_secs(11 * 60));
     wait_empty(&s, "zero").await;
     wait_reconciled(&s, "zero", 0).await;
+    assert_eq!(s.h.interrupted(), 0);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_finished_runners_place_is_released_as_soon_as_the_autoscaler_accounts_for_its_job() {
+    // No timer releases a place in this test: the release grace outlasts it.
+    let mut s = Stack::start_configured("as-place", true, |c| {
+        c.release_grace = Duration::from_secs(5 * 60);
+    })
+    .await;
+    assert_eq!(s.subscribe(SECRET).await, 200);
+    s.apply_deployment("place", "place", 0);
+    s.apply_hra("place", webhook_spec(0, 4));
+    wait_reconciled(&s, "place", 0).await;
+    let max = s.track_max_replicas("place");
+
+    let jobs = s.submit(2, "place", Duration::from_secs(1), "success");
+    eventually_of(&s, "2 jobs done", WAIT, || async {
+        s.all_completed(&jobs, "success").then_some(())
+    })
+    .await;
+    let ran: BTreeSet<String> = s.h.sim.read(|w, _| {
+        jobs.iter()
+            .filter_map(|id| w.jobs[id].runner_name.clone())
+            .collect()
+    });
+    assert_eq!(ran.len(), 2, "each job names its runner");
+    // Each completion's tombstone names the runner that ran the job.
+    eventually_of(&s, "tombstones naming both runners", WAIT, || async {
+        let named: BTreeSet<String> = s
+            .hra("place")
+            .await
+            .spec
+            .capacity_reservations
+            .iter()
+            .flatten()
+            .filter_map(|r| r.runner_name.clone())
+            .collect();
+        (named == ran).then_some(())
+    })
+    .await;
+    // The count stays at 2 for the scale-down delay, now computed without the two jobs: both
+    // places go to new runners at once.
+    let fresh = eventually_of(
+        &s,
+        "two new runners in the finished ones' places",
+        WAIT,
+        || async {
+            let runners = s.runners().await;
+            let running: BTreeSet<String> = runners
+                .iter()
+                .filter(|r| r.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running"))
+                .map(|r| r.name_any())
+                .collect();
+            (runners.len() == 2 && running.len() == 2 && running.is_disjoint(&ran))
+                .then_some(running)
+        },
+    )
+    .await;
+    assert_eq!(s.replicas("place").await, Some(2));
+    let more = s.submit(2, "place", Duration::from_secs(1), "success");
+    eventually_of(&s, "2 more jobs done", WAIT, || async {
+        s.all_completed(&more, "success").then_some(())
+    })
+    .await;
+    let ran_more: BTreeSet<String> = s.h.sim.read(|w, _| {
+        more.iter()
+            .filter_map(|id| w.jobs[id].runner_name.clone())
+            .collect()
+    });
+    // The idle runners waiting in the released places took them; nothing else was created.
+    assert_eq!(ran_more, fresh);
+    assert!(
+        max.load(Ordering::SeqCst) <= 2,
+        "never more than 2 replicas"
+    );
     assert_eq!(s.h.interrupted(), 0);
     s.shutdown().await;
 }

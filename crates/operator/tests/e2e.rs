@@ -135,28 +135,13 @@ async fn a_completed_ephemeral_runner_is_replaced() {
     e.shutdown().await;
 }
 
-/// Two ephemeral runners synced after the deployment's `effectiveTime`; one finishes a job and
-/// is not recreated for a while (checked for 4 s). Returns the remaining runner's name.
-async fn one_runner_finished_and_held_back(e: &E2e, rd: &Deployment) -> String {
-    e.apply(rd);
-    e.wait_running(2).await;
-    // One runner finishes its job: it is not recreated while the set is synced after the
-    // effective time (ARC's guard against recreating completed ephemeral runners, which
-    // needs the sync time of a remaining runner).
-    let jobs = e.submit(1, &rd.labels[0], Duration::from_millis(500), false);
-    eventually_of(e, "the finished runner deleted", WAIT, || async {
-        (e.all_succeeded(&jobs) && e.runners().await.len() == 1).then_some(())
-    })
-    .await;
-    for _ in 0..8 {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        assert_eq!(
-            e.runners().await.len(),
-            1,
-            "recreated despite effectiveTime"
-        );
-    }
-    e.runners().await[0].name_any()
+/// A release grace no test outlives: a finished runner's place is released only by what the
+/// test does (newer demand, or the clock moved past it), never by waiting.
+const LONG_GRACE: Duration = Duration::from_secs(5 * 60);
+
+/// Controllers whose release grace is [`LONG_GRACE`].
+async fn with_long_grace(prefix: &str) -> E2e {
+    E2e::start_configured(prefix, |s| s.release_grace = LONG_GRACE).await
 }
 
 /// A deployment of 2 whose demand was last raised a minute ago: every runner is synced after
@@ -167,37 +152,80 @@ fn guarded(name: &str) -> Deployment {
     rd
 }
 
-#[tokio::test]
-async fn effective_time_holds_back_recreation_until_newer_demand() {
-    let e = E2e::start("e2e-effective").await;
-    let mut rd = guarded("demand");
-    let remaining = one_runner_finished_and_held_back(&e, &rd).await;
+/// Two ephemeral runners of `rd`; one finishes a job and keeps its place: its Runner stays,
+/// finished, and no runner is created beside it (checked for 4 s). Returns the finished
+/// Runner's name.
+async fn one_runner_finished_and_held(e: &E2e, rd: &Deployment) -> String {
+    e.apply(rd);
+    let first = e.wait_running(2).await;
+    let jobs = e.submit(1, &rd.labels[0], Duration::from_millis(500), false);
+    eventually_of(e, "one job done", WAIT, || async {
+        e.all_succeeded(&jobs).then_some(())
+    })
+    .await;
+    let ran = e.runner_of(jobs[0]).expect("the job names its runner");
+    for _ in 0..8 {
+        let names: BTreeSet<String> = e.runners().await.iter().map(|r| r.name_any()).collect();
+        assert_eq!(
+            names, first,
+            "a runner was created beside the finished {ran}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    ran
+}
 
-    // Newer demand — an effectiveTime after the remaining runner's sync time — lifts it.
-    rd.effective_time = Some(SystemTime::now() - Duration::from_secs(2));
+#[tokio::test]
+async fn a_finished_runners_place_is_held_until_newer_demand_arrives() {
+    let e = with_long_grace("e2e-effective").await;
+    let mut rd = guarded("demand");
+    let finished = one_runner_finished_and_held(&e, &rd).await;
+
+    // Demand raised after the runner finished is not the demand it served: its place goes.
+    rd.effective_time = Some(SystemTime::now());
     e.apply(&rd);
     let after = e.wait_running(2).await;
-    assert!(after.contains(&remaining), "{after:?} lost {remaining}");
+    assert!(
+        !after.contains(&finished),
+        "{after:?} still holds {finished}"
+    );
     assert_eq!(e.h.interrupted(), 0);
     e.shutdown().await;
 }
 
 #[tokio::test]
-async fn effective_time_holds_back_recreation_until_the_delay_passed() {
-    let e = E2e::start("e2e-delay").await;
-    let rd = guarded("delay");
-    let remaining = one_runner_finished_and_held_back(&e, &rd).await;
+async fn a_finished_runners_place_is_held_no_longer_than_the_release_grace() {
+    let e = with_long_grace("e2e-grace").await;
+    let rd = guarded("grace");
+    let finished = one_runner_finished_and_held(&e, &rd).await;
 
-    // Ten minutes after the last sync the guard gives up.
-    e.h.clock.advance(Duration::from_secs(11 * 60));
-    // (A new runner may then be retired again: its pod's Ready time is real time, eleven
-    // minutes behind the controllers' clock, so it looks past the registration window until it
-    // registers. Its creation is what this test is about.)
-    eventually_of(&e, "a runner recreated after the delay", WAIT, || async {
+    // No release came (nothing scales this deployment): after the grace it is replaced. (The
+    // new runner's pod looks unregistered for a while on the moved clock; its creation is what
+    // this test is about.)
+    e.h.clock.advance(LONG_GRACE + Duration::from_secs(1));
+    eventually_of(&e, "the finished runner replaced", WAIT, || async {
         let runners: BTreeSet<String> = e.runners().await.iter().map(|r| r.name_any()).collect();
-        (runners.len() == 2 && runners.contains(&remaining)).then_some(())
+        (runners.len() == 2 && !runners.contains(&finished)).then_some(())
     })
     .await;
+    assert_eq!(e.h.interrupted(), 0);
+    e.shutdown().await;
+}
+
+#[tokio::test]
+async fn growth_is_created_at_once_however_old_effective_time_is() {
+    // Every runner is newer than the deployment's effectiveTime, as after a webhook scale-up.
+    // ARC then creates nothing for ten minutes, growth included.
+    let e = with_long_grace("e2e-growth").await;
+    let rd = guarded("growth");
+    e.apply(&rd);
+    let first = e.wait_running(2).await;
+    e.apply(&rd.clone().replicas(5));
+    let grown = e.wait_running(5).await;
+    assert!(
+        grown.is_superset(&first),
+        "{grown:?} lost some of {first:?}"
+    );
     assert_eq!(e.h.interrupted(), 0);
     e.shutdown().await;
 }

@@ -63,6 +63,10 @@ pub struct Settings {
     /// How long a Ready runner pod may go without registering before it is replaced
     /// (`--registration-timeout`; [`hangar_core::owner_sync::REGISTRATION_TIMEOUT`] by default).
     pub registration_timeout: Duration,
+    /// How long a finished ephemeral runner of an autoscaled set keeps its place when its
+    /// autoscaler cannot say that the count already reflects the runner's job
+    /// (`--release-grace`; [`hangar_core::owner_sync::RELEASE_GRACE`] by default).
+    pub release_grace: Duration,
     /// How often the leader lists the queued jobs of autoscalers that scale on webhooks alone
     /// and reserves runners for those whose delivery was lost (`--webhook-pull-interval`; see
     /// [`hangar_core::autoscaler::pull`]); zero switches the pull off.
@@ -96,6 +100,7 @@ impl Default for Settings {
             leaked_registration_grace: Duration::from_secs(30 * 60),
             retirement_timeout: hangar_core::retirement::DEFAULT_TIMEOUT,
             registration_timeout: hangar_core::owner_sync::REGISTRATION_TIMEOUT,
+            release_grace: hangar_core::owner_sync::RELEASE_GRACE,
             webhook_pull_interval: hangar_core::autoscaler::pull::DEFAULT_INTERVAL,
             watch_credential_secrets: true,
             github_registry: None,

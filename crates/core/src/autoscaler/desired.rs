@@ -76,11 +76,11 @@ pub struct Decision {
     /// For an ephemeral target, the newest `effectiveTime` of the unexpired reservations: set
     /// it as the target's `spec.effectiveTime` so that completed runners are recreated for new
     /// demand at once. `None` leaves the target's value alone. ARC writes it only together with
-    /// a replica change, so at maxReplicas new demand waited out the recreation delay
+    /// a replica change, so at maxReplicas new demand waited out ARC's recreation delay
     /// (ARC #2254); write it whenever it differs. While demand is capped at maxReplicas, it is
-    /// `now`: jobs are still waiting, so every runner that finishes must be replaced, and the
-    /// newest reservation alone would make the target hold finished runners back for the
-    /// recreation delay once deliveries stop coming.
+    /// `now`: jobs are still waiting, so every runner that finishes must be replaced, also
+    /// where the autoscaler cannot say it accounted for the runner's job (it has metrics) and
+    /// the set would otherwise hold the place for the release grace.
     pub effective_time: Option<SystemTime>,
     /// Demand exceeds maxReplicas: decide again soon ([`BACKLOG_REFRESH`]) to keep
     /// `effective_time` current.

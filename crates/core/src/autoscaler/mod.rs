@@ -11,6 +11,7 @@
 //!   the scale-down delay, plus the target's `effectiveTime`;
 //! - [`reservations`]: capacity reservations and how a batch of webhook operations changes
 //!   them;
+//! - [`completions`]: which finished runners a set's desired count already accounts for;
 //! - [`webhook`]: which `workflow_job` deliveries scale, which autoscaler they scale, and
 //!   whether an autoscaler takes part;
 //! - [`pull`]: reservations for queued jobs whose delivery was lost, from GitHub's listing;
@@ -26,6 +27,7 @@ mod civil;
 
 pub mod after;
 pub mod batch;
+pub mod completions;
 pub mod dedup;
 pub mod desired;
 pub mod job_lists;
@@ -37,6 +39,7 @@ pub mod schedule;
 pub mod webhook;
 
 pub use batch::{Batch, Batcher, QueueFull};
+pub use completions::{AutoscalerView, reflected_completions};
 pub use dedup::{Dedup, Seen};
 pub use desired::{
     DEFAULT_MIN_REPLICAS, DEFAULT_SCALE_DOWN_DELAY, Decision, DecisionError, DesiredInput,

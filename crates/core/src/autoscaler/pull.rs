@@ -97,6 +97,7 @@ pub fn pull_operations<T: PartialEq>(input: &PullInput<'_, T>) -> Vec<JobOp> {
             op: ScaleOp::Up,
             job: Some(q.job),
             delivery: Some(PULL_DELIVERY.to_owned()),
+            runner: None,
         })
         .collect()
 }

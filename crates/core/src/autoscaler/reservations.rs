@@ -71,6 +71,9 @@ pub struct JobOp {
     pub job: Option<JobKey>,
     /// The delivery that asked (`X-GitHub-Delivery`), recorded with the reservation.
     pub delivery: Option<String>,
+    /// For a `-1`: the runner that ran the job (`workflow_job.runner_name`), recorded on the
+    /// job's tombstone so that owner sync knows whose place the completion releases.
+    pub runner: Option<String>,
 }
 
 impl From<ScaleOp> for JobOp {
@@ -79,6 +82,7 @@ impl From<ScaleOp> for JobOp {
             op,
             job: None,
             delivery: None,
+            runner: None,
         }
     }
 }
@@ -102,6 +106,8 @@ pub struct Reservation {
     pub job: Option<JobKey>,
     /// The delivery that made it, for the record.
     pub delivery: Option<String>,
+    /// On a tombstone: the runner that ran the job, when the `completed` delivery named one.
+    pub runner: Option<String>,
 }
 
 impl Reservation {
@@ -114,6 +120,7 @@ impl Reservation {
             replicas: 1,
             job: None,
             delivery: None,
+            runner: None,
         }
     }
 
@@ -235,6 +242,7 @@ pub fn apply_scale_operations(
                 removed += r.replicas;
                 r.replicas = 0;
                 r.expiration_time = r.expiration_time.max(floor);
+                r.runner = op.runner.clone();
             }
             continue;
         }
@@ -249,6 +257,7 @@ pub fn apply_scale_operations(
         kept.push(Reservation {
             job: Some(job),
             delivery: op.delivery.clone(),
+            runner: op.runner.clone(),
             replicas: 0,
             ..Reservation::new(now, duration)
         });

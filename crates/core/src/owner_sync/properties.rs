@@ -66,7 +66,6 @@ prop_compose! {
             name: format!("owner-{i}"),
             created: t(created),
             template_hash: Some(if outdated { "old".into() } else { "new".into() }),
-            sync_time: Some(t(created)),
             deleting,
             unregistration_requested: requested || complete,
             unregistration_complete: complete,
@@ -88,7 +87,15 @@ prop_compose! {
         effective in proptest::option::of(0u64..40),
         ephemeral in any::<bool>(),
         now in 30u64..60,
+        reflected in any::<bool>(),
     ) -> Input {
+        // The autoscaler may have accounted for every runner's job, even one still running
+        // (its completion delivered before the pod's status says so): that must not matter.
+        let reflected_completions = if reflected {
+            owners.iter().flat_map(|o| o.pods.iter().map(|p| p.name.clone())).collect()
+        } else {
+            Default::default()
+        };
         Input {
             desired,
             desired_template_hash: "new".into(),
@@ -97,6 +104,8 @@ prop_compose! {
             owners,
             now: t(now),
             registration_timeout: REGISTRATION_TIMEOUT,
+            reflected_completions,
+            release_grace: RELEASE_GRACE,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Owner-sync decisions, one test per branch. Fixtures are builders: `owner("a").running()`
 //! reads as the situation it describes.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
 use super::*;
@@ -33,7 +34,6 @@ fn owner_at(name: &str, created: u64, phase: PodPhase) -> OwnerView {
         name: name.into(),
         created: t(created),
         template_hash: Some(HASH.into()),
-        sync_time: Some(t(created)),
         deleting: false,
         unregistration_requested: false,
         unregistration_complete: false,
@@ -56,6 +56,8 @@ fn input(desired: u32, owners: Vec<OwnerView>, now_min: u64) -> Input {
         owners,
         now: t(now_min),
         registration_timeout: REGISTRATION_TIMEOUT,
+        reflected_completions: BTreeSet::new(),
+        release_grace: RELEASE_GRACE,
     }
 }
 
@@ -382,48 +384,68 @@ fn owner_without_template_hash_is_reported() {
 }
 
 #[test]
-fn ephemeral_replacements_wait_while_owners_are_newer_than_effective_time() {
-    // Demand was raised at minute 0; owner "b" was created after it at minute 2. One runner
-    // completed (its owner already deleted), so desired 2 > running 1: ARC-style, wait.
-    let mut input = input(2, vec![running("b", 2)], 5);
-    input.effective_time = Some(t(0));
+fn growth_is_never_held_back_by_a_stale_effective_time() {
+    // Demand was raised at minute 0 and every owner was synced after it; nothing finished.
+    // ARC holds every missing runner back for ten minutes here ("a scale-down is probably on
+    // its way"); a count above the runners that exist is growth, created at once.
+    let mut grown = input(
+        40,
+        (0..10).map(|i| running(&format!("r{i}"), 2)).collect(),
+        5,
+    );
+    grown.effective_time = Some(t(0));
+    assert_eq!(plan(&grown).actions, vec![Action::Create { count: 30 }]);
+    assert_eq!(plan(&grown).wait, None);
+
+    // A runner whose owner is already gone is no longer known to have finished: its place is
+    // filled like any other missing runner.
+    let mut missing = input(2, vec![running("b", 2)], 5);
+    missing.effective_time = Some(t(0));
+    assert_eq!(plan(&missing).actions, vec![Action::Create { count: 1 }]);
+}
+
+#[test]
+fn a_stale_effective_time_holds_back_no_more_than_the_finished_runners() {
+    // Demand was raised at minute 3, the owners synced after it. b finished 3 s ago and the
+    // target may not know yet: b keeps its place, and only b's. The other two wanted runners
+    // are growth.
+    let now = t(5);
+    let b = finished("b", 4, now, Duration::from_secs(3));
+    let plan = plan(&autoscaled(4, vec![running("a", 4), b], 5, 3));
+    assert_eq!(plan.actions, vec![Action::Create { count: 2 }]);
+    assert_eq!(plan.wait, None);
+    assert_eq!(
+        plan.recheck_at,
+        Some(now - Duration::from_secs(3) + RELEASE_GRACE)
+    );
+}
+
+#[test]
+fn a_finished_runner_whose_completion_is_reflected_gives_up_its_place_at_once() {
+    // A pool at its maximum of 2 with jobs still queued: b's job completed, the autoscaler
+    // accounted for it and still wants 2. b's place goes to a new runner now, not after the
+    // grace.
+    let now = t(5);
+    let b = finished("b", 4, now, Duration::from_secs(1));
+    let mut input = autoscaled(2, vec![running("a", 4), b], 5, 3);
+    input.reflected_completions = BTreeSet::from(["b-pod".to_owned()]);
+    let plan = plan(&input);
+    assert_eq!(plan.actions, finished_and_replaced("b", 1));
+    assert_eq!(plan.recheck_at, None);
+}
+
+#[test]
+fn another_runners_reflected_completion_releases_no_place() {
+    let now = t(5);
+    let b = finished("b", 4, now, Duration::from_secs(1));
+    let mut input = autoscaled(2, vec![running("a", 4), b], 5, 4);
+    input.reflected_completions = BTreeSet::from(["elsewhere-pod".to_owned()]);
     let plan = plan(&input);
     assert_eq!(plan.actions, vec![]);
-    assert_eq!(plan.wait, Some(Wait::RecreationDelay { until: t(12) }));
-}
-
-#[test]
-fn ephemeral_replacements_resume_after_the_recreation_delay() {
-    let mut input = input(2, vec![running("b", 2)], 13);
-    input.effective_time = Some(t(0));
-    assert_eq!(plan(&input).actions, vec![Action::Create { count: 1 }]);
-}
-
-#[test]
-fn ephemeral_replacements_resume_when_effective_time_moves_past_the_owners() {
-    let mut input = input(2, vec![running("b", 2)], 5);
-    input.effective_time = Some(t(4)); // a new scale-up after "b" was created
-    assert_eq!(plan(&input).actions, vec![Action::Create { count: 1 }]);
-}
-
-#[test]
-fn finished_and_departing_owners_still_hold_back_ephemeral_replacements() {
-    // Both runners of a burst finished together: one owner is completed (deleted by this plan),
-    // the other already deleting. Their sync time still says "synced after the demand".
-    let done = owner_at("a", 2, PodPhase::Succeeded);
-    let mut leaving = owner_at("b", 2, PodPhase::Succeeded);
-    leaving.deleting = true;
-    let mut input = input(2, vec![done, leaving], 5);
-    input.effective_time = Some(t(0));
-    let plan = plan(&input);
     assert_eq!(
-        plan.actions,
-        vec![Action::Delete {
-            owner: "a".into(),
-            reason: DeleteReason::Completed
-        }]
+        plan.recheck_at,
+        Some(now - Duration::from_secs(1) + RELEASE_GRACE)
     );
-    assert_eq!(plan.wait, Some(Wait::RecreationDelay { until: t(12) }));
 }
 
 #[test]

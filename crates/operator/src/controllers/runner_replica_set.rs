@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
+use hangar_api::horizontal_runner_autoscaler::ScaleTargetKind;
 use hangar_api::{Runner, RunnerReplicaSet, annotation as ann, finalizer, label};
 use hangar_core::owner_sync::{self, Action as PlanAction, DeleteReason, OwnerView};
 use hangar_core::template_hash::template_hash;
@@ -30,7 +31,7 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::{
-    annotation, k8s_time, object_name, parse_time, pod_phase, pod_view, retirement, rfc3339, sets,
+    annotation, k8s_time, object_name, pod_phase, pod_view, retirement, rfc3339, sets,
     wait_until_deleting, wait_until_stored,
 };
 use crate::conditions::{self, Desired, kind, reason};
@@ -129,7 +130,6 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
                     .map(k8s_time)
                     .unwrap_or(now),
                 template_hash: r.labels().get(label::RUNNER_TEMPLATE_HASH).cloned(),
-                sync_time: annotation(r.as_ref(), ann::SYNC_TIME).and_then(parse_time),
                 deleting: r.metadata.deletion_timestamp.is_some(),
                 unregistration_requested: annotation(
                     r.as_ref(),
@@ -153,19 +153,38 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         .collect();
 
     let ephemeral = set.spec.template.spec.config.ephemeral.unwrap_or(true);
+    // A deleted set wants no runners: they retire as on a scale-down.
+    let desired = if deleting.is_some() {
+        0
+    } else {
+        u32::try_from(set.spec.replicas.unwrap_or(1).max(0)).unwrap_or(0)
+    };
+    // An autoscaler scales the set's RunnerDeployment, never the set itself.
+    let deployment = set
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == "RunnerDeployment")
+        .map(|o| o.name.clone());
     let input = owner_sync::Input {
-        // A deleted set wants no runners: they retire as on a scale-down.
-        desired: if deleting.is_some() {
-            0
-        } else {
-            u32::try_from(set.spec.replicas.unwrap_or(1).max(0)).unwrap_or(0)
-        },
+        desired,
         desired_template_hash: desired_hash(&set),
         effective_time: set.spec.effective_time.as_ref().map(k8s_time),
         ephemeral,
         owners,
         now,
         registration_timeout: ctx.settings.registration_timeout,
+        release_grace: ctx.settings.release_grace,
+        reflected_completions: deployment
+            .map(|rd| {
+                sets::completions_reflected(
+                    &ctx,
+                    &ns,
+                    ScaleTargetKind::RunnerDeployment,
+                    &rd,
+                    desired,
+                )
+            })
+            .unwrap_or_default(),
     };
     let plan = owner_sync::plan(&input);
     // The actions touch different Runners (at most one each), so they go out together: one at

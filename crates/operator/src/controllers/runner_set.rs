@@ -6,7 +6,7 @@
 //! `updateStrategy` is immutable. So the StatefulSets are the *owners* of
 //! `hangar_core::owner_sync`, exactly as Runners are for a RunnerReplicaSet: scale-up creates
 //! StatefulSets, scale-down and rollouts retire them through unregister-before-delete, and the
-//! `effectiveTime` guard and 10-minute recreation delay apply unchanged.
+//! places of finished runners are held and released the same way.
 //!
 //! Observe: the set's StatefulSets (a store of StatefulSets labelled `runnerset-name`) and their
 //! pods (the runner-pod store). Decide: `owner_sync::plan`. Apply: create StatefulSets (named
@@ -62,6 +62,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
 use futures::StreamExt;
+use hangar_api::horizontal_runner_autoscaler::ScaleTargetKind;
 use hangar_api::runner_config::RunnerPodSpec;
 use hangar_api::{RunnerSet, RunnerSpec, annotation as ann, finalizer, label};
 use hangar_core::RunnerScope;
@@ -81,8 +82,8 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::{
-    annotation, k8s_time, object_name, parse_time, pod_view_with, registration, retirement,
-    rfc3339, runner_container_state, runner_observed, sets, wait_until_stored,
+    annotation, k8s_time, object_name, pod_view_with, registration, retirement, rfc3339,
+    runner_container_state, runner_observed, sets, wait_until_stored,
 };
 use crate::conditions::{self, Desired};
 use crate::context::Context;
@@ -491,7 +492,6 @@ fn owner_view(ctx: &Context, sts: &StatefulSet, now: SystemTime, spent: bool) ->
             .map(k8s_time)
             .unwrap_or(now),
         template_hash: sts.labels().get(label::RUNNER_TEMPLATE_HASH).cloned(),
-        sync_time: annotation(sts, ann::SYNC_TIME).and_then(parse_time),
         deleting: sts.metadata.deletion_timestamp.is_some(),
         unregistration_requested: annotation(sts, ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_some(),
         unregistration_complete: annotation(sts, ann::UNREGISTRATION_COMPLETE_TIMESTAMP).is_some(),
@@ -561,19 +561,28 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
         })
         .collect();
 
+    // A deleted set wants no runners: they retire as on a scale-down.
+    let desired = if deleting.is_some() {
+        0
+    } else {
+        u32::try_from(set.spec.stateful_set.replicas.unwrap_or(1).max(0)).unwrap_or(0)
+    };
     let input = owner_sync::Input {
-        // A deleted set wants no runners: they retire as on a scale-down.
-        desired: if deleting.is_some() {
-            0
-        } else {
-            u32::try_from(set.spec.stateful_set.replicas.unwrap_or(1).max(0)).unwrap_or(0)
-        },
+        desired,
         desired_template_hash: desired_hash(&set),
         effective_time: set.spec.effective_time.as_ref().map(k8s_time),
         ephemeral: set.spec.config.ephemeral.unwrap_or(true),
         owners,
         now,
         registration_timeout: ctx.settings.registration_timeout,
+        release_grace: ctx.settings.release_grace,
+        reflected_completions: sets::completions_reflected(
+            ctx,
+            &ns,
+            ScaleTargetKind::RunnerSet,
+            &set.name_any(),
+            desired,
+        ),
     };
     let plan = owner_sync::plan(&input);
     for action in &plan.actions {

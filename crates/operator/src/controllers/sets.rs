@@ -1,17 +1,22 @@
 //! What the two controllers that drive `owner_sync` share ([`super::runner_replica_set`] for
-//! Runners, [`super::runner_set`] for one-replica StatefulSets): the set's conditions and when
-//! it is reconciled again.
+//! Runners, [`super::runner_set`] for one-replica StatefulSets): the set's conditions, when it
+//! is reconciled again, and which finished runners its count already accounts for.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
+use hangar_api::convert::reservation_of;
+use hangar_api::horizontal_runner_autoscaler::ScaleTargetKind;
+use hangar_core::autoscaler::{AutoscalerView, Reservation, reflected_completions};
 use hangar_core::owner_sync::{self, Action as PlanAction, RetireReason, Wait};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use tracing::warn;
 
-use super::{object_name, rfc3339};
+use super::object_name;
 use crate::conditions::{Desired, kind, reason};
+use crate::context::Context;
 
 /// A set's conditions: `Available` from the counts (and, when too few are ready, the first
 /// failing runner `failing` names, if any), `Progressing` from the plan and the `retiring`
@@ -73,16 +78,6 @@ pub fn conditions(
                  runner finishes its job first"
             ),
         )
-    } else if let Some(Wait::RecreationDelay { until }) = &plan.wait {
-        Desired::yes(
-            kind::PROGRESSING,
-            reason::SCALING_UP,
-            format!(
-                "completed ephemeral runners are replaced at {} or when effectiveTime moves \
-                 (a scale-down is probably on its way)",
-                rfc3339(*until)
-            ),
-        )
     } else {
         Desired::no(
             kind::PROGRESSING,
@@ -93,9 +88,9 @@ pub fn conditions(
     vec![available, progressing]
 }
 
-/// When `set` is reconciled again after a successful run of `plan`: just after a recreation
-/// delay ends or a held finished runner's place is released, soon for other waits, else after
-/// the sync period (never later than that).
+/// When `set` is reconciled again after a successful run of `plan`: just after a held finished
+/// runner's place is released, soon for waits, else after the sync period (never later than
+/// that).
 pub fn requeue(
     set: &impl ResourceExt,
     plan: &owner_sync::Plan,
@@ -104,7 +99,6 @@ pub fn requeue(
 ) -> Action {
     let until = |t: SystemTime| t.duration_since(now).unwrap_or_default() + Duration::from_secs(1);
     let requeue = match &plan.wait {
-        Some(Wait::RecreationDelay { until: t }) => until(*t),
         Some(w) => {
             if matches!(w, Wait::OwnerWithoutTemplateHash(_) | Wait::Inconsistent(_)) {
                 warn!(set = %object_name(set), wait = ?w, "owner sync cannot proceed");
@@ -150,4 +144,48 @@ pub async fn hand_on_unregistration_request(
             "request unregistration of pod",
             format!("{}/{name}", pod.namespace().unwrap_or_default()),
         ))
+}
+
+/// The runners whose job's completion a set's `desired` count already reflects
+/// ([`hangar_core::autoscaler::completions`]), read from the one autoscaler in `ns` that scales
+/// the set's target (`kind`/`name`). None when no autoscaler or several do: owner sync then
+/// holds finished runners' places for the release grace.
+pub fn completions_reflected(
+    ctx: &Context,
+    ns: &str,
+    kind: ScaleTargetKind,
+    name: &str,
+    desired: u32,
+) -> BTreeSet<String> {
+    let scaling: Vec<_> = ctx
+        .stores
+        .hras
+        .state()
+        .into_iter()
+        .filter(|h| h.namespace().as_deref() == Some(ns) && h.metadata.deletion_timestamp.is_none())
+        .filter(|h| {
+            h.spec.scale_target_ref.as_ref().is_some_and(|r| {
+                r.kind.unwrap_or_default() == kind && r.name.as_deref() == Some(name)
+            })
+        })
+        .collect();
+    let [hra] = scaling.as_slice() else {
+        return BTreeSet::new();
+    };
+    let reservations: Vec<Reservation> = hra
+        .spec
+        .capacity_reservations
+        .iter()
+        .flatten()
+        .map(reservation_of)
+        .collect();
+    let status = hra.status.as_ref();
+    let view = AutoscalerView {
+        generation: hra.metadata.generation,
+        observed_generation: status.and_then(|s| s.observed_generation),
+        desired: status.and_then(|s| s.desired_replicas),
+        has_metrics: hra.spec.metrics.as_ref().is_some_and(|m| !m.is_empty()),
+        reservations: &reservations,
+    };
+    reflected_completions(&view, desired)
 }

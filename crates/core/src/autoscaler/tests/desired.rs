@@ -43,6 +43,7 @@ fn reservation(made: u64, expires: u64) -> Reservation {
         replicas: 1,
         job: None,
         delivery: None,
+        runner: None,
     }
 }
 

@@ -4,6 +4,7 @@ use std::time::{Duration, SystemTime};
 
 mod after;
 mod batch;
+mod completions;
 mod dedup;
 mod desired;
 mod labels;

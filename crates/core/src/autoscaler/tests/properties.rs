@@ -27,6 +27,7 @@ prop_compose! {
             replicas,
             job: None,
             delivery: None,
+            runner: None,
         }
     }
 }

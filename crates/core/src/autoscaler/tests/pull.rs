@@ -49,6 +49,7 @@ fn pulled(ids: &[(u64, u32)]) -> Vec<JobOp> {
             op: ScaleOp::Up,
             job: Some(JobKey { id, attempt }),
             delivery: Some(PULL_DELIVERY.to_owned()),
+            runner: None,
         })
         .collect()
 }

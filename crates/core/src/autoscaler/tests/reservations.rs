@@ -14,6 +14,7 @@ fn r(made: u64, expires: u64) -> Reservation {
         replicas: 1,
         job: None,
         delivery: None,
+        runner: None,
     }
 }
 
@@ -178,6 +179,23 @@ fn op(op: ScaleOp, id: u64, attempt: u32) -> JobOp {
         op,
         job: Some(JobKey { id, attempt }),
         delivery: Some(format!("d-{id}")),
+        runner: None,
+    }
+}
+
+/// The `completed` of job `id` (attempt 1) that runner `runner` ran.
+fn ran(id: u64, runner: &str) -> JobOp {
+    JobOp {
+        runner: Some(runner.into()),
+        ..op(Down, id, 1)
+    }
+}
+
+/// Job `id`'s tombstone naming the runner that ran it.
+fn tombstone_of(id: u64, made: u64, expires: u64, runner: &str) -> Reservation {
+    Reservation {
+        runner: Some(runner.into()),
+        ..job(id, 1, made, expires, 0)
     }
 }
 
@@ -237,6 +255,20 @@ fn job_operations_count_each_job_once() {
             vec![op(Down, 2, 1)],
             vec![job(1, 1, 90, 105, 1), job(2, 1, 91, until, 0)],
             (0, 1, 0, 0, 0),
+        ),
+        (
+            "a completion names its runner on the job's tombstone",
+            vec![job(1, 1, 90, 105, 1)],
+            vec![ran(1, "pool-x7k2p")],
+            vec![tombstone_of(1, 90, until, "pool-x7k2p")],
+            (0, 1, 0, 0, 0),
+        ),
+        (
+            "an unrecorded job's completion names its runner on the new tombstone",
+            vec![],
+            vec![ran(1, "pool-x7k2p")],
+            vec![tombstone_of(1, NOW, until, "pool-x7k2p")],
+            (0, 0, 0, 1, 1),
         ),
         (
             "a second completion of a job releases nothing",
