@@ -66,9 +66,16 @@ use report::{summarize, summary};
 struct Args {
     #[command(flatten)]
     load: common::Load,
-    /// The autoscaler's maxReplicas.
+    /// The autoscaler's maxReplicas. Below the jobs running at once (rate × job length) the
+    /// pool saturates, and the report's `saturation` section says how fast each finished
+    /// runner's place served the next waiting job.
     #[arg(long, default_value_t = 200)]
     max_replicas: u32,
+    /// The autoscaler's `scaleDownDelaySecondsAfterScaleOut` (default: unset, 10 minutes). With
+    /// 0 the count follows the waiting jobs down, so a runner created after its job was gone
+    /// shows as over-provisioned.
+    #[arg(long)]
+    scale_down_delay_seconds: Option<u32>,
     /// The `hangar` binary to run (default: next to this example's directory).
     #[arg(long)]
     hangar: Option<PathBuf>,
@@ -285,7 +292,7 @@ async fn set_up(
             }},
         },
     });
-    let hra = json!({
+    let mut hra = json!({
         "apiVersion": "actions.summerwind.dev/v1alpha1",
         "kind": "HorizontalRunnerAutoscaler",
         "metadata": {"name": NAME},
@@ -296,6 +303,9 @@ async fn set_up(
             "scaleUpTriggers": [{"githubEvent": {"workflowJob": {}}, "duration": "30m"}],
         },
     });
+    if let Some(delay) = args.scale_down_delay_seconds {
+        hra["spec"]["scaleDownDelaySecondsAfterScaleOut"] = json!(delay);
+    }
     let apply = PatchParams::apply("bench-webhooks").force();
     Api::<RunnerDeployment>::namespaced(client.clone(), NAMESPACE)
         .patch(NAME, &apply, &Patch::Apply(&rd))

@@ -40,6 +40,35 @@ pub struct Report {
     usage: Usage,
     /// Where the per-job records went (not committed).
     per_job_records: &'static str,
+    /// How a pool at `maxReplicas` with jobs waiting serves them (see [`Saturation`]).
+    saturation: Saturation,
+}
+
+/// A pool at `maxReplicas` with jobs waiting: how fast a finished runner's place serves the
+/// next job. Figures need at least `maxReplicas` jobs started; `None` otherwise.
+///
+/// Pairing: at the cap, the k-th job to complete frees the place in which the
+/// (`maxReplicas` + k)-th job to start runs. The pair is a replacement only if that job was
+/// already queued when the place was freed (otherwise the gap is the wait for demand, not for
+/// a runner).
+#[derive(Debug, Serialize)]
+pub struct Saturation {
+    /// k-th completion → (`maxReplicas` + k)-th start, over pairs whose job was waiting.
+    replacement_gap_seconds: Latency,
+    /// The same stack's own floor for a replacement: a runner pod first seen by the watch →
+    /// its runner registered, over the runners that ran a job.
+    pod_seen_to_registered_seconds: Latency,
+    /// `replacement_gap_seconds.p95 / pod_seen_to_registered_seconds.p95` (goal ≤ 1.5).
+    gap_p95_over_pod_start_p95: Option<f64>,
+    /// Busy runner-seconds ÷ (`maxReplicas` × seconds), from the `maxReplicas`-th start to the
+    /// last start (the pool full, jobs waiting). An oracle that knew every job's end would
+    /// have the next runner ready at it: 1.0.
+    utilization: Option<f64>,
+    /// Runner pods that ran no job: created for demand that was gone (with the default
+    /// scale-down delay also the warm pool kept after the last job).
+    runner_pods_without_a_job: usize,
+    /// `runner_pods_without_a_job` per job queued (goal ≤ 0.01 with a scale-down delay of 0).
+    over_provisioned_per_job: f64,
 }
 
 /// Writes (anything but GET, LIST and WATCH) the apiserver served while the jobs were queued
@@ -156,6 +185,89 @@ pub struct JobRecord {
     started: Option<f64>,
     completed: Option<f64>,
     interrupted: bool,
+}
+
+/// The [`Saturation`] figures of one run, from ghsim's job records, the pods the watch saw and
+/// the runners' registrations.
+fn saturation(max_replicas: u32, o: &Observed) -> Saturation {
+    let cap = max_replicas as usize;
+    let mut starts: Vec<(Timestamp, Timestamp)> = o
+        .jobs
+        .iter()
+        .filter_map(|j| Some((j.started_at?, j.created_at)))
+        .collect();
+    starts.sort();
+    let mut completions: Vec<Timestamp> = o.jobs.iter().filter_map(|j| j.completed_at).collect();
+    completions.sort();
+    let gaps: Vec<f64> = completions
+        .iter()
+        .zip(starts.iter().skip(cap))
+        .filter(|(freed, (_, queued))| queued <= *freed)
+        .map(|(freed, (started, _))| secs(*freed, *started))
+        .collect();
+    let ran: std::collections::HashSet<&str> = o
+        .jobs
+        .iter()
+        .filter_map(|j| j.runner_name.as_deref())
+        .collect();
+    let pod_start: Vec<f64> = o
+        .pods
+        .iter()
+        .filter(|(name, _)| ran.contains(name.as_str()))
+        .filter_map(|(name, pod)| Some(secs(pod.seen, *o.registered.get(name)?)))
+        .collect();
+    let utilization = match (starts.get(cap.saturating_sub(1)), starts.last()) {
+        (Some((from, _)), Some((to, _))) if cap > 0 && to > from => {
+            let window = secs(*from, *to);
+            let busy: f64 = o
+                .jobs
+                .iter()
+                .filter_map(|j| {
+                    let start = j.started_at?.max(*from);
+                    let end = j.completed_at.unwrap_or(*to).min(*to);
+                    Some(secs(start, end).max(0.0))
+                })
+                .sum();
+            Some(round_us(busy / (window * cap as f64)))
+        }
+        _ => None,
+    };
+    let without_a_job = o
+        .pods
+        .keys()
+        .filter(|name| !ran.contains(name.as_str()))
+        .count();
+    let replacement_gap_seconds = Latency::of(
+        "k-th job completed (ghsim's completed_at), with jobs waiting",
+        "(maxReplicas + k)-th job started (started_at)",
+        WALL_CLOCK,
+        gaps,
+    );
+    let pod_seen_to_registered_seconds = Latency::of(
+        "runner pod first seen by the watch",
+        "its runner registered (ghsim's registered_at)",
+        WALL_CLOCK,
+        pod_start,
+    );
+    let gap_p95_over_pod_start_p95 = match (
+        replacement_gap_seconds.p95,
+        pod_seen_to_registered_seconds.p95,
+    ) {
+        (Some(gap), Some(start)) if start > 0.0 => Some(round_us(gap / start)),
+        _ => None,
+    };
+    Saturation {
+        replacement_gap_seconds,
+        pod_seen_to_registered_seconds,
+        gap_p95_over_pod_start_p95,
+        utilization,
+        runner_pods_without_a_job: without_a_job,
+        over_provisioned_per_job: if o.jobs.is_empty() {
+            0.0
+        } else {
+            round_us(without_a_job as f64 / o.jobs.len() as f64)
+        },
+    }
 }
 
 /// The report and the per-job records of one run.
@@ -428,6 +540,7 @@ pub fn summarize(args: &Args, o: &Observed) -> (Report, Vec<JobRecord>) {
             controller_peak_rss_mib: round_us(o.usage.controller_peak_rss_mib),
         },
         per_job_records: "target/bench-webhooks/jobs.json",
+        saturation: saturation(args.max_replicas, o),
     };
     (report, records)
 }
@@ -532,7 +645,22 @@ pub fn summary(r: &Report) -> String {
          second), answer latency \
          p50 {answer50:.1} ms / p99 {answer99:.1} ms. GitHub API: {calls} calls with the controller's token ({per_job:.3} per \
          job). Apiserver: {writes:.1} writes per job. CPU while queueing: machine {busy:.0}% busy, controller {ctl:.2} CPUs, bench \
-         process {bench:.2} CPUs.",
+         process {bench:.2} CPUs. Saturation (pool at {max}): {gap}, {gaps} replacements; pod \
+         seen -> registered p95 {start}; gap p95 / that {ratio}; utilization {util}; {idle} runner \
+         pods ran no job.",
+        max = r.setup.max_replicas,
+        gap = line("replacement gap", &r.saturation.replacement_gap_seconds),
+        gaps = r.saturation.replacement_gap_seconds.count,
+        start = human(r.saturation.pod_seen_to_registered_seconds.p95),
+        ratio = r
+            .saturation
+            .gap_p95_over_pod_start_p95
+            .map_or("-".to_owned(), |x| format!("{x:.2}")),
+        util = r
+            .saturation
+            .utilization
+            .map_or("-".to_owned(), |x| format!("{x:.3}")),
+        idle = r.saturation.runner_pods_without_a_job,
         queued = r.jobs.queued,
         job = r.setup.job_seconds,
         rate = r.load.achieved_rate_per_second,
