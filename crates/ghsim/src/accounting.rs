@@ -57,6 +57,42 @@ pub struct JobRow {
     pub interrupted: bool,
     /// Times re-queued after an unclaimed assignment.
     pub requeues: u32,
+    /// `queued_at`, `started_at` and `completed_at` as seconds since the Unix epoch, at the
+    /// clock's resolution (the strings above have whole seconds): for arithmetic such as
+    /// [`replacement_gaps`].
+    #[serde(default)]
+    pub times_unix: JobTimes,
+}
+
+/// A job's times as seconds since the Unix epoch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobTimes {
+    /// Queued.
+    pub queued: f64,
+    /// Started, if it did.
+    pub started: Option<f64>,
+    /// Completed, if it did.
+    pub completed: Option<f64>,
+}
+
+/// A pool capped at `cap` runners with jobs waiting: how long each finished runner's place
+/// stayed empty. The k-th job to complete frees the place in which the (`cap` + k)-th job to
+/// start runs; a pair counts only if that job was already queued when the place was freed
+/// (otherwise the gap is a wait for demand, not for a runner). Seconds, in completion order.
+pub fn replacement_gaps(jobs: &[JobTimes], cap: usize) -> Vec<f64> {
+    let mut starts: Vec<(f64, f64)> = jobs
+        .iter()
+        .filter_map(|j| Some((j.started?, j.queued)))
+        .collect();
+    starts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut completions: Vec<f64> = jobs.iter().filter_map(|j| j.completed).collect();
+    completions.sort_by(f64::total_cmp);
+    completions
+        .iter()
+        .zip(starts.iter().skip(cap))
+        .filter(|(freed, (_, queued))| queued <= *freed)
+        .map(|(freed, (started, _))| started - freed)
+        .collect()
 }
 
 /// Job totals.
@@ -139,6 +175,10 @@ fn secs(from: jiff::Timestamp, to: jiff::Timestamp) -> f64 {
     until(from, to).as_secs_f64()
 }
 
+fn unix(t: jiff::Timestamp) -> f64 {
+    t.as_nanosecond() as f64 / 1e9
+}
+
 fn from_world(
     w: &World,
     now: jiff::Timestamp,
@@ -176,6 +216,11 @@ fn from_world(
             runner: j.runner_name.clone(),
             interrupted: j.interrupted,
             requeues: j.requeues,
+            times_unix: JobTimes {
+                queued: unix(j.created_at),
+                started: j.started_at.map(unix),
+                completed: j.completed_at.map(unix),
+            },
         })
         .collect();
     let waits: Vec<f64> = jobs.iter().filter_map(|j| j.queue_seconds).collect();
@@ -417,5 +462,40 @@ fn flush(out: &mut String, lines: &mut Vec<String>) {
     for line in lines.drain(..) {
         out.push_str(&line);
         out.push('\n');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(queued: f64, started: f64, completed: f64) -> JobTimes {
+        JobTimes {
+            queued,
+            started: Some(started),
+            completed: Some(completed),
+        }
+    }
+
+    #[test]
+    fn replacement_gaps_pair_completions_with_the_starts_beyond_the_cap() {
+        // A pool of 2. Jobs 1 and 2 run at once; 3 waits and starts 0.5 s after 1 ends; 4 is
+        // queued only after 2 ended, so 2's place waited for demand, not for a runner; 5 never
+        // started.
+        let jobs = [
+            job(0.0, 1.0, 5.0),
+            job(0.0, 1.2, 6.0),
+            job(0.1, 5.5, 9.0),
+            job(7.0, 7.4, 10.0),
+            JobTimes {
+                queued: 8.0,
+                started: None,
+                completed: None,
+            },
+        ];
+        let gaps = replacement_gaps(&jobs, 2);
+        assert_eq!(gaps, vec![0.5]);
+        // Uncapped (a pool as large as the jobs), no start is a replacement.
+        assert!(replacement_gaps(&jobs, 5).is_empty());
     }
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use ghsim::accounting::Accounting;
+use ghsim::accounting::{Accounting, replacement_gaps};
 use ghsim::world::JobStatus;
 
 use super::MIN_REPLICAS;
@@ -30,6 +30,11 @@ pub(super) struct Summary {
     queue_p50: Option<f64>,
     queue_p95: Option<f64>,
     pub(super) queue_max: Option<f64>,
+    /// With the pool at its peak and jobs waiting, how long a finished runner's place stayed
+    /// empty (`ghsim::accounting::replacement_gaps`): p50, max and how many, seconds.
+    replacement_gap_p50: Option<f64>,
+    replacement_gap_max: Option<f64>,
+    replacements: usize,
     pub(super) runners_created: usize,
     pub(super) max_replicas: i32,
     /// GitHub API calls made with the controller's credential, and their rate-limit cost.
@@ -53,6 +58,9 @@ impl Summary {
     pub(super) fn from_accounting(accounting: &Accounting, watch: &Watch) -> Self {
         let a = accounting;
         let waits: Vec<f64> = a.jobs.iter().filter_map(|j| j.queue_seconds).collect();
+        let times: Vec<_> = a.jobs.iter().map(|j| j.times_unix).collect();
+        let cap = usize::try_from(watch.max_replicas).unwrap_or(0);
+        let gaps = replacement_gaps(&times, cap);
         let mut by_endpoint: BTreeMap<&str, u64> = BTreeMap::new();
         let (mut calls, mut charged) = (0, 0);
         for row in a
@@ -80,6 +88,9 @@ impl Summary {
             queue_p50: percentile(&waits, 50.0),
             queue_p95: percentile(&waits, 95.0),
             queue_max: waits.iter().copied().reduce(f64::max),
+            replacement_gap_p50: percentile(&gaps, 50.0),
+            replacement_gap_max: gaps.iter().copied().reduce(f64::max),
+            replacements: gaps.len(),
             runners_created: watch.runners_seen.len(),
             max_replicas: watch.max_replicas,
             controller_calls: calls,
@@ -112,6 +123,13 @@ impl fmt::Display for Summary {
             secs(self.queue_p50),
             secs(self.queue_p95),
             secs(self.queue_max)
+        )?;
+        writeln!(
+            f,
+            "  replacement gap     p50 {}, max {} over {} finished runner(s) replaced with jobs waiting (job completed -> next job started)",
+            secs(self.replacement_gap_p50),
+            secs(self.replacement_gap_max),
+            self.replacements
         )?;
         writeln!(
             f,
@@ -149,7 +167,7 @@ impl fmt::Display for Summary {
 
 #[cfg(test)]
 mod tests {
-    use ghsim::accounting::{CallRow, JobRow, JobSummary, RunnerSummary, WebhookSummary};
+    use ghsim::accounting::{CallRow, JobRow, JobSummary, JobTimes, RunnerSummary, WebhookSummary};
 
     use super::*;
     use crate::demo::view::tests::job;
@@ -180,10 +198,16 @@ mod tests {
     /// calls count, and only started jobs have a queue time.
     fn accounting() -> Accounting {
         let runners = "/repos/{owner}/{repo}/actions/runners";
-        let started = |id, runner: &str, wait, interrupted| JobRow {
+        // Queued at 0, started after `wait`, each running 4 s.
+        let started = |id, runner: &str, wait: f64, interrupted| JobRow {
             runner: Some(runner.to_owned()),
             queue_seconds: Some(wait),
             interrupted,
+            times_unix: JobTimes {
+                queued: 0.0,
+                started: Some(wait),
+                completed: Some(wait + 4.0),
+            },
             ..job(id, JobStatus::Completed)
         };
         Accounting {
@@ -230,6 +254,8 @@ mod tests {
         assert_eq!((s.runners_created, s.max_replicas), (2, 2));
         assert_eq!((s.jobs, s.completed, s.interrupted), (3, 2, 1));
         assert_eq!((s.queue_p50, s.queue_p95), (Some(1.0), Some(3.0)));
+        // Two places for two jobs: no job waited for a replacement.
+        assert_eq!(s.replacements, 0);
         assert_eq!((s.controller_calls, s.controller_charged), (16, 14));
         assert_eq!(
             s.by_endpoint[0],

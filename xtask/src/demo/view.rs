@@ -250,6 +250,7 @@ pub(super) mod tests {
             runner: None,
             interrupted: false,
             requeues: 0,
+            times_unix: Default::default(),
         }
     }
 

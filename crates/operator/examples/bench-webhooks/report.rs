@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use ghsim::accounting::{JobTimes, replacement_gaps};
 use ghsim::world::JobStatus;
 use jiff::Timestamp;
 use serde::Serialize;
@@ -191,20 +192,10 @@ pub struct JobRecord {
 /// the runners' registrations.
 fn saturation(max_replicas: u32, o: &Observed) -> Saturation {
     let cap = max_replicas as usize;
-    let mut starts: Vec<(Timestamp, Timestamp)> = o
-        .jobs
-        .iter()
-        .filter_map(|j| Some((j.started_at?, j.created_at)))
-        .collect();
+    let times: Vec<JobTimes> = o.accounting.jobs.iter().map(|j| j.times_unix).collect();
+    let gaps = replacement_gaps(&times, cap);
+    let mut starts: Vec<Timestamp> = o.jobs.iter().filter_map(|j| j.started_at).collect();
     starts.sort();
-    let mut completions: Vec<Timestamp> = o.jobs.iter().filter_map(|j| j.completed_at).collect();
-    completions.sort();
-    let gaps: Vec<f64> = completions
-        .iter()
-        .zip(starts.iter().skip(cap))
-        .filter(|(freed, (_, queued))| queued <= *freed)
-        .map(|(freed, (started, _))| secs(*freed, *started))
-        .collect();
     let ran: std::collections::HashSet<&str> = o
         .jobs
         .iter()
@@ -217,7 +208,7 @@ fn saturation(max_replicas: u32, o: &Observed) -> Saturation {
         .filter_map(|(name, pod)| Some(secs(pod.seen, *o.registered.get(name)?)))
         .collect();
     let utilization = match (starts.get(cap.saturating_sub(1)), starts.last()) {
-        (Some((from, _)), Some((to, _))) if cap > 0 && to > from => {
+        (Some(from), Some(to)) if cap > 0 && to > from => {
             let window = secs(*from, *to);
             let busy: f64 = o
                 .jobs
