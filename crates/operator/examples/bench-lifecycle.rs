@@ -11,6 +11,9 @@
 //!   autoscaled ephemeral runner lives: created for demand, runs one job, goes away.
 //! - `idle`: scale to N, wait until all are registered and online, scale to 0 with no job run.
 //!   Each idle runner must be deleted on GitHub before its pod goes (one DELETE per runner).
+//! - `growth`: as `idle`, but from N/4 registered runners that are all newer than the
+//!   deployment's `effectiveTime` (as after a webhook scale-up), timed from the scale to N.
+//!   ARC creates nothing for ten minutes there; the time to N should match `idle`'s from 0.
 //!
 //! Reported per run: seconds to all registered (in ghsim, online) and to all gone, the
 //! controller's GitHub API calls (ghsim's accounting, by endpoint) per runner, the
@@ -60,7 +63,7 @@ struct Args {
     #[arg(long, value_enum, value_delimiter = ',', default_values = ["token", "jit"])]
     modes: Vec<Mode>,
     /// Scenarios to run in each mode, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_values = ["jobs", "idle"])]
+    #[arg(long, value_enum, value_delimiter = ',', default_values = ["jobs", "idle", "growth"])]
     scenarios: Vec<Scenario>,
 }
 
@@ -78,6 +81,7 @@ enum Mode {
 enum Scenario {
     Jobs,
     Idle,
+    Growth,
 }
 
 #[derive(Debug, Serialize)]
@@ -94,7 +98,8 @@ struct Report<'a> {
 struct RunReport {
     mode: Mode,
     scenario: Scenario,
-    /// From applying `replicas: N` until all N runners were registered and online in ghsim.
+    /// From applying `replicas: N` until all N runners were registered and online in ghsim
+    /// (`growth`: from N/4 registered).
     all_registered_seconds: f64,
     /// `jobs` only: from queueing N jobs until all had completed.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -288,6 +293,21 @@ async fn scenario_steps(
                 .await
         }
     };
+
+    let registered_online = |want: usize| {
+        github.sim.read(|w, _| {
+            let online = w.runners.values().filter(|r| r.online()).count();
+            w.runners.len() == want && online == want
+        })
+    };
+    if scenario == Scenario::Growth {
+        let base = n / 4;
+        apply(base).await?;
+        until(&format!("{base} runners registered and online"), || {
+            registered_online(base)
+        })
+        .await?;
+    }
 
     let started = Instant::now();
     let mut last_report = started;
