@@ -24,6 +24,12 @@
 //!   counts as pending until it cannot come back, and a run that came back counts as a live
 //!   runner that may hold a job: its owner retires through unregistration
 //!   ([`RetireReason::Restarted`]), never deleted outright.
+//! - **A deleted owner leaves nothing behind that could take a job.** A StatefulSet whose
+//!   controller still wants its pod is first scaled to zero ([`Action::StopReplacingPods`]) and
+//!   deleted only once its controller has observed that: deleted at once, a StatefulSet
+//!   controller that has not yet seen the deletion replaces the pod that garbage collection or
+//!   a withdrawal removed, and the fresh pod registers, takes a job and is killed when garbage
+//!   collection catches up with it.
 //! - **Owners that are still settling count as pending runners** (a Runner that has not created
 //!   its pod yet, a StatefulSet whose status has not caught up with its spec), so pods being
 //!   created are never counted as missing, and nothing waits for them either.
@@ -173,8 +179,24 @@ pub struct OwnerView {
     /// status.replicas above the pods in the store): a pod not seen yet may be running a job,
     /// so a retiring owner waits for it before it counts as unregistered.
     pub unseen_pods: bool,
+    /// Whether something would put a fresh pod in the place of a deleted one.
+    pub pod_controller: PodController,
     /// Its pods.
     pub pods: Vec<PodView>,
+}
+
+/// What puts a fresh pod in the place of an owner's deleted pod.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PodController {
+    /// Nothing: a Runner creates its one pod and never another once it is deleted.
+    #[default]
+    None,
+    /// A StatefulSet whose spec still wants its pod.
+    Replacing,
+    /// A StatefulSet scaled to zero whose controller has not yet observed that.
+    Stopping,
+    /// A StatefulSet whose controller has observed that it wants no pod.
+    Stopped,
 }
 
 /// Everything one decision looks at.
@@ -235,6 +257,15 @@ pub enum Action {
     MarkUnregistrationComplete {
         /// Owner name.
         owner: String,
+    },
+    /// Scale the owner's StatefulSet to zero and annotate it
+    /// `unregistration-complete-timestamp` (where missing): it is to be deleted, which waits
+    /// until its controller has observed that it wants no pod ([`PodController`]).
+    StopReplacingPods {
+        /// Owner name.
+        owner: String,
+        /// Why it is to be deleted, for logs and events.
+        reason: DeleteReason,
     },
 }
 
@@ -318,10 +349,8 @@ pub fn plan(input: &Input) -> Plan {
             continue; // garbage collection finishes it; its pods are not ours to count.
         }
         if owner.unregistration_complete {
-            plan.actions.push(Action::Delete {
-                owner: owner.name.clone(),
-                reason: DeleteReason::Unregistered,
-            });
+            plan.actions
+                .extend(delete(owner, DeleteReason::Unregistered));
             continue;
         }
         if owner.unregistration_requested {
@@ -373,10 +402,7 @@ pub fn plan(input: &Input) -> Plan {
                 finished.push((owner, at));
                 continue;
             }
-            plan.actions.push(Action::Delete {
-                owner: owner.name.clone(),
-                reason: DeleteReason::Completed,
-            });
+            plan.actions.extend(delete(owner, DeleteReason::Completed));
             continue;
         }
         if !owner.settled && owner.pods.is_empty() {
@@ -410,10 +436,7 @@ pub fn plan(input: &Input) -> Plan {
         .len()
         .min(desired.saturating_sub(running + pending) as usize);
     for (owner, _) in &finished[held..] {
-        plan.actions.push(Action::Delete {
-            owner: owner.name.clone(),
-            reason: DeleteReason::Completed,
-        });
+        plan.actions.extend(delete(owner, DeleteReason::Completed));
     }
     plan.recheck_at = finished[..held]
         .iter()
@@ -485,6 +508,23 @@ pub fn plan(input: &Input) -> Plan {
         }
     }
     plan
+}
+
+/// The step towards deleting `owner`: the delete itself once nothing would replace its pods,
+/// else stopping the StatefulSet first, or nothing while it is stopping.
+fn delete(owner: &OwnerView, reason: DeleteReason) -> Option<Action> {
+    let name = owner.name.clone();
+    match owner.pod_controller {
+        PodController::None | PodController::Stopped => Some(Action::Delete {
+            owner: name,
+            reason,
+        }),
+        PodController::Replacing => Some(Action::StopReplacingPods {
+            owner: name,
+            reason,
+        }),
+        PodController::Stopping => None,
+    }
 }
 
 fn request_unregistration(owner: &OwnerView, reason: RetireReason) -> Action {

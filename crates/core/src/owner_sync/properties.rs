@@ -61,6 +61,12 @@ prop_compose! {
         settled in proptest::bool::weighted(0.9),
         unseen_pods in proptest::bool::weighted(0.1),
         pods in proptest::collection::vec(pod_view(i), 0..3),
+        pod_controller in proptest::sample::select(vec![
+            PodController::None,
+            PodController::Replacing,
+            PodController::Stopping,
+            PodController::Stopped,
+        ]),
     ) -> OwnerView {
         OwnerView {
             name: format!("owner-{i}"),
@@ -71,6 +77,7 @@ prop_compose! {
             unregistration_complete: complete,
             settled,
             unseen_pods,
+            pod_controller,
             pods,
         }
     }
@@ -139,6 +146,34 @@ proptest! {
         }
     }
 
+    /// A StatefulSet is deleted only once its controller has observed that it wants no pod:
+    /// earlier, the controller may replace a pod that is gone with a fresh one, which takes a
+    /// job and dies when garbage collection reaches it. And the same rules that allow a delete
+    /// allow stopping the StatefulSet, which also removes its pod.
+    #[test]
+    fn never_deletes_a_statefulset_that_may_still_replace_its_pod(input in situation()) {
+        let plan = plan(&input);
+        for action in &plan.actions {
+            match action {
+                Action::Delete { owner, .. } => {
+                    let o = input.owners.iter().find(|o| &o.name == owner).unwrap();
+                    prop_assert!(
+                        matches!(o.pod_controller, PodController::None | PodController::Stopped),
+                        "plan deletes {owner} while its controller may replace its pod: {o:?}"
+                    );
+                }
+                Action::StopReplacingPods { owner, .. } => {
+                    let o = input.owners.iter().find(|o| &o.name == owner).unwrap();
+                    prop_assert!(
+                        o.unregistration_complete || !o.pods.iter().any(may_be_busy),
+                        "plan stops {owner} holding a possibly busy runner: {o:?}"
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// Only the pods the owner reports can be vouched for: while it has one the store does not
     /// show, it is never marked unregistered (and so never deleted for it).
     #[test]
@@ -184,7 +219,8 @@ proptest! {
                 Action::Create { .. } => continue,
                 Action::Delete { owner, .. }
                 | Action::RequestUnregistration { owner, .. }
-                | Action::MarkUnregistrationComplete { owner } => owner,
+                | Action::MarkUnregistrationComplete { owner }
+                | Action::StopReplacingPods { owner, .. } => owner,
             };
             prop_assert!(seen.insert(owner.clone()), "two actions for {owner}: {:?}", plan.actions);
         }

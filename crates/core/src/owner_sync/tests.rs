@@ -39,6 +39,7 @@ fn owner_at(name: &str, created: u64, phase: PodPhase) -> OwnerView {
         unregistration_complete: false,
         settled: true,
         unseen_pods: false,
+        pod_controller: PodController::None,
         pods: vec![pod(&format!("{name}-pod"), phase)],
     }
 }
@@ -634,4 +635,83 @@ fn fixed_size_and_outdated_sets_replace_finished_runners_at_once() {
     old.template_hash = Some("old".into());
     let plan = super::plan(&autoscaled(2, vec![running("a", 4), old], 5, 5));
     assert!(plan.actions.contains(&Action::Create { count: 1 }));
+}
+
+/// `owner` as a StatefulSet whose controller is in state `controller`.
+fn stateful(mut owner: OwnerView, controller: PodController) -> OwnerView {
+    owner.pod_controller = controller;
+    owner
+}
+
+#[test]
+fn a_statefulset_is_deleted_only_once_its_controller_observed_it_wants_no_pod() {
+    let mut unregistered = running("u", 1);
+    unregistered.unregistration_requested = true;
+    unregistered.unregistration_complete = true;
+    let finished = owner_at("f", 1, PodPhase::Succeeded);
+    // (case, owner, the action that moves it towards deletion)
+    let rows = [
+        (
+            "unregistered, still wanting its pod: scaled to zero first",
+            stateful(unregistered.clone(), PodController::Replacing),
+            Some(Action::StopReplacingPods {
+                owner: "u".into(),
+                reason: DeleteReason::Unregistered,
+            }),
+        ),
+        (
+            "unregistered, scaled to zero, not yet observed: wait",
+            stateful(unregistered.clone(), PodController::Stopping),
+            None,
+        ),
+        (
+            "unregistered, observed at zero: deleted",
+            stateful(unregistered.clone(), PodController::Stopped),
+            Some(Action::Delete {
+                owner: "u".into(),
+                reason: DeleteReason::Unregistered,
+            }),
+        ),
+        (
+            "a Runner: deleted at once",
+            unregistered,
+            Some(Action::Delete {
+                owner: "u".into(),
+                reason: DeleteReason::Unregistered,
+            }),
+        ),
+        (
+            "finished, still wanting its pod: scaled to zero first",
+            stateful(finished, PodController::Replacing),
+            Some(Action::StopReplacingPods {
+                owner: "f".into(),
+                reason: DeleteReason::Completed,
+            }),
+        ),
+    ];
+    for (case, owner, expected) in rows {
+        let plan = plan(&input(0, vec![owner], 2));
+        assert_eq!(plan.actions.first(), expected.as_ref(), "{case}");
+        assert!(plan.actions.len() <= 1, "{case}: {:?}", plan.actions);
+    }
+}
+
+#[test]
+fn a_finished_statefulset_being_stopped_no_longer_holds_a_place() {
+    // Its place is free while its controller catches up: the replacement is a new owner.
+    let finished = stateful(
+        owner_at("f", 1, PodPhase::Succeeded),
+        PodController::Replacing,
+    );
+    let plan = plan(&input(1, vec![finished], 2));
+    assert_eq!(
+        plan.actions,
+        vec![
+            Action::StopReplacingPods {
+                owner: "f".into(),
+                reason: DeleteReason::Completed,
+            },
+            Action::Create { count: 1 },
+        ]
+    );
 }

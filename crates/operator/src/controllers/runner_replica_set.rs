@@ -19,7 +19,7 @@ use std::sync::Arc;
 use futures::{StreamExt, TryStreamExt};
 use hangar_api::horizontal_runner_autoscaler::ScaleTargetKind;
 use hangar_api::{Runner, RunnerReplicaSet, annotation as ann, finalizer, label};
-use hangar_core::owner_sync::{self, Action as PlanAction, DeleteReason, OwnerView};
+use hangar_core::owner_sync::{self, Action as PlanAction, DeleteReason, OwnerView, PodController};
 use hangar_core::template_hash::template_hash;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -147,6 +147,8 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
                 // A Runner reports no pod count; its pod is looked up by name (the Runner
                 // controller checks a vanished pod with a GET before it gives up on it).
                 unseen_pods: false,
+                // A Runner never creates a second pod once its pod was deleted.
+                pod_controller: PodController::None,
                 pods: pod.iter().map(|p| pod_view(p)).collect(),
             }
         })
@@ -472,6 +474,10 @@ async fn apply(
                 "mark runner unregistered",
                 format!("{ns}/{owner}"),
             ))?;
+        }
+        // Owner sync asks this of StatefulSets only (a Runner's `pod_controller` is `None`).
+        PlanAction::StopReplacingPods { owner, .. } => {
+            warn!(set = %object_name(set), runner = owner, "asked to scale a Runner to zero; ignored");
         }
     }
     Ok(Touched::Annotated)

@@ -66,7 +66,7 @@ use hangar_api::horizontal_runner_autoscaler::ScaleTargetKind;
 use hangar_api::runner_config::RunnerPodSpec;
 use hangar_api::{RunnerSet, RunnerSpec, annotation as ann, finalizer, label};
 use hangar_core::RunnerScope;
-use hangar_core::owner_sync::{self, Action as PlanAction, OwnerView, PodView};
+use hangar_core::owner_sync::{self, Action as PlanAction, OwnerView, PodController, PodView};
 use hangar_core::template_hash::template_hash;
 use hangar_github::GitHubApi;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
@@ -501,7 +501,20 @@ fn owner_view(ctx: &Context, sts: &StatefulSet, now: SystemTime, spent: bool) ->
         // status.replicas counts the pods that exist: one the pod store does not show (yet)
         // may hold a job, so the StatefulSet is not unregistered until it is seen.
         unseen_pods: usize::try_from(have).unwrap_or(0) > pods.len(),
+        pod_controller: pod_controller(sts),
         pods: pods.iter().map(|p| stateful_pod_view(p, spent)).collect(),
+    }
+}
+
+/// Whether `sts`'s controller would still put a fresh pod in the place of a deleted one: until
+/// its status has caught up with `replicas: 0`, it may act on a spec that wants the pod.
+fn pod_controller(sts: &StatefulSet) -> PodController {
+    let wants = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let observed = sts.status.as_ref().and_then(|s| s.observed_generation);
+    match (wants, observed, sts.metadata.generation) {
+        (w, _, _) if w > 0 => PodController::Replacing,
+        (_, Some(o), Some(g)) if o >= g => PodController::Stopped,
+        _ => PodController::Stopping,
     }
 }
 
@@ -1016,6 +1029,31 @@ async fn apply(
                     "mark statefulset unregistered",
                     format!("{ns}/{owner}"),
                 ))?;
+        }
+        PlanAction::StopReplacingPods { owner, reason } => {
+            // One write: scaled to zero (its controller then adds no pod, whatever it has yet
+            // to see), and marked so that the next pass deletes it once that is observed.
+            let marked = state
+                .stateful_sets
+                .get(&ObjectRef::new(owner).within(&ns))
+                .is_some_and(|s| {
+                    annotation(s.as_ref(), ann::UNREGISTRATION_COMPLETE_TIMESTAMP).is_some()
+                });
+            let mut patch = serde_json::json!({ "spec": { "replicas": 0 } });
+            if !marked {
+                patch["metadata"] = serde_json::json!({ "annotations": {
+                    ann::UNREGISTRATION_COMPLETE_TIMESTAMP: now,
+                } });
+            }
+            sets.patch(owner, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(drop)
+                .or_else(ignore_not_found)
+                .map_err(kube_err(
+                    "scale statefulset to zero before deleting it",
+                    format!("{ns}/{owner}"),
+                ))?;
+            info!(set = %object_name(set), statefulset = owner, ?reason, "scaled runner statefulset to zero before deleting it");
         }
     }
     Ok(())
