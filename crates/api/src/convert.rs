@@ -23,6 +23,16 @@ fn system_time(t: &Time) -> SystemTime {
     SystemTime::from(t.0)
 }
 
+/// An autoscaler's stored `spec.capacityReservations`, oldest first, as the core sees them.
+pub fn reservations_of(hra: &crate::HorizontalRunnerAutoscaler) -> Vec<Reservation> {
+    hra.spec
+        .capacity_reservations
+        .iter()
+        .flatten()
+        .map(reservation_of)
+        .collect()
+}
+
 /// A stored reservation as the core sees it. Missing times count as the epoch (never active),
 /// as Go's zero time did in ARC; a negative replica count as zero.
 pub fn reservation_of(r: &CapacityReservation) -> Reservation {

@@ -119,13 +119,7 @@ async fn pull_one(
     let queued = queued_jobs(&*github, owner, repo)
         .await
         .map_err(PullError::Observe)?;
-    let reservations: Vec<_> = hra
-        .spec
-        .capacity_reservations
-        .iter()
-        .flatten()
-        .map(hangar_api::convert::reservation_of)
-        .collect();
+    let reservations = hangar_api::convert::reservations_of(hra);
     let ops = pull_operations(&PullInput {
         autoscaler: key,
         candidates,

@@ -27,7 +27,7 @@ use kube::{Api, Client};
 
 use hangar_runtime::reservations::{is_conflict, reservations_patch};
 
-use hangar_api::convert::{capacity_reservation, reservation_of};
+use hangar_api::convert::{capacity_reservation, reservations_of};
 
 /// Writes of one batch tried before giving up on conflicts.
 pub const WRITE_ATTEMPTS: usize = 4;
@@ -111,13 +111,7 @@ pub async fn write_operations(
             },
         };
         let now = ceil_to_second(now());
-        let stored: Vec<_> = hra
-            .spec
-            .capacity_reservations
-            .iter()
-            .flatten()
-            .map(reservation_of)
-            .collect();
+        let stored = reservations_of(&hra);
         let max = hra.spec.max_replicas.and_then(|m| u32::try_from(m).ok());
         let duration = job_duration(&hra).unwrap_or(DEFAULT_RESERVATION_DURATION);
         let update = apply_scale_operations(&stored, ops, now, max, duration);

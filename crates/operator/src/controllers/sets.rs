@@ -5,9 +5,9 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
-use hangar_api::convert::reservation_of;
+use hangar_api::convert::reservations_of;
 use hangar_api::horizontal_runner_autoscaler::ScaleTargetKind;
-use hangar_core::autoscaler::{AutoscalerView, Reservation, reflected_completions};
+use hangar_core::autoscaler::{AutoscalerView, reflected_completions};
 use hangar_core::owner_sync::{self, Action as PlanAction, RetireReason, Wait};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -172,13 +172,7 @@ pub fn completions_reflected(
     let [hra] = scaling.as_slice() else {
         return BTreeSet::new();
     };
-    let reservations: Vec<Reservation> = hra
-        .spec
-        .capacity_reservations
-        .iter()
-        .flatten()
-        .map(reservation_of)
-        .collect();
+    let reservations = reservations_of(hra);
     let status = hra.status.as_ref();
     let view = AutoscalerView {
         generation: hra.metadata.generation,
