@@ -76,6 +76,11 @@ struct Args {
     /// shows as over-provisioned.
     #[arg(long)]
     scale_down_delay_seconds: Option<u32>,
+    /// Scale on the `TotalNumberOfQueuedAndInProgressWorkflowRuns` metric (polled every
+    /// `--sync-period`, the controller's default) instead of the `workflowJob` trigger; the
+    /// deliveries still arrive and are answered "ignored".
+    #[arg(long)]
+    pull: bool,
     /// The `hangar` binary to run (default: next to this example's directory).
     #[arg(long)]
     hangar: Option<PathBuf>,
@@ -305,6 +310,14 @@ async fn set_up(
     });
     if let Some(delay) = args.scale_down_delay_seconds {
         hra["spec"]["scaleDownDelaySecondsAfterScaleOut"] = json!(delay);
+    }
+    if args.pull {
+        let spec = &mut hra["spec"];
+        spec.as_object_mut().map(|s| s.remove("scaleUpTriggers"));
+        spec["metrics"] = json!([{
+            "type": "TotalNumberOfQueuedAndInProgressWorkflowRuns",
+            "repositoryNames": ["app"],
+        }]);
     }
     let apply = PatchParams::apply("bench-webhooks").force();
     Api::<RunnerDeployment>::namespaced(client.clone(), NAMESPACE)

@@ -417,8 +417,13 @@ pub fn summarize(args: &Args, o: &Observed) -> (Report, Vec<JobRecord>) {
             nodes: args.load.nodes,
             max_replicas: args.max_replicas,
             machine_cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
-            autoscaler: "ephemeral RunnerDeployment from 0; HRA minReplicas 0, scaleUpTriggers \
-                         workflowJob (30m), default scale-down delay",
+            autoscaler: if args.pull {
+                "ephemeral RunnerDeployment from 0; HRA minReplicas 0, metric \
+                 TotalNumberOfQueuedAndInProgressWorkflowRuns, scale-down delay as --scale-down-delay-seconds"
+            } else {
+                "ephemeral RunnerDeployment from 0; HRA minReplicas 0, scaleUpTriggers \
+                 workflowJob (30m), scale-down delay as --scale-down-delay-seconds"
+            },
             controller: "hangar run --webhook-addr (release build), webhook secret, default \
                          --webhook-batch-interval 250ms and GitHub client cache",
         },
