@@ -214,15 +214,6 @@ impl Stack {
         self.h.submit_jobs(count, labels, duration, conclusion)
     }
 
-    /// The runners that ran jobs `ids`, as GitHub names them (the Runners' names).
-    fn runners_of(&self, ids: &[u64]) -> BTreeSet<String> {
-        self.h.sim.read(|w, _| {
-            ids.iter()
-                .filter_map(|id| w.jobs[id].runner_name.clone())
-                .collect()
-        })
-    }
-
     /// Whether every job completed with `conclusion`, none interrupted.
     fn all_completed(&self, ids: &[u64], conclusion: &str) -> bool {
         self.h.all_completed(ids, conclusion)
@@ -515,7 +506,7 @@ async fn a_finished_runners_place_is_released_as_soon_as_the_autoscaler_accounts
         s.all_completed(&jobs, "success").then_some(())
     })
     .await;
-    let ran = s.runners_of(&jobs);
+    let ran = s.h.runners_of(&jobs);
     assert_eq!(ran.len(), 2, "each job names its runner");
     // Each completion's tombstone names the runner that ran the job.
     eventually_of(&s, "tombstones naming both runners", WAIT, || async {
@@ -556,7 +547,7 @@ async fn a_finished_runners_place_is_released_as_soon_as_the_autoscaler_accounts
     })
     .await;
     // The idle runners waiting in the released places took them; nothing else was created.
-    assert_eq!(s.runners_of(&more), fresh);
+    assert_eq!(s.h.runners_of(&more), fresh);
     assert!(
         max.load(Ordering::SeqCst) <= 2,
         "never more than 2 replicas"

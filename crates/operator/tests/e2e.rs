@@ -163,7 +163,10 @@ async fn one_runner_finished_and_held(e: &E2e, rd: &Deployment) -> String {
         e.all_succeeded(&jobs).then_some(())
     })
     .await;
-    let ran = e.runner_of(jobs[0]).expect("the job names its runner");
+    let ran =
+        e.h.runners_of(&jobs)
+            .pop_first()
+            .expect("the job names its runner");
     for _ in 0..8 {
         let names: BTreeSet<String> = e.runners().await.iter().map(|r| r.name_any()).collect();
         assert_eq!(

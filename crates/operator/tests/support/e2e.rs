@@ -109,11 +109,6 @@ impl E2e {
     }
 
     /// (status, conclusion, interrupted) of each job.
-    /// The runner that ran job `id`, as GitHub names it (the Runner's name).
-    pub fn runner_of(&self, id: u64) -> Option<String> {
-        self.h.sim.read(|w, _| w.jobs[&id].runner_name.clone())
-    }
-
     pub fn jobs(&self, ids: &[u64]) -> Vec<(JobStatus, Option<String>, bool)> {
         self.h.sim.read(|w, _| {
             ids.iter()

@@ -319,6 +319,15 @@ impl Harness {
         })
     }
 
+    /// The runners that ran jobs `ids`, as GitHub names them (the Runners' names).
+    pub fn runners_of(&self, ids: &[u64]) -> BTreeSet<String> {
+        self.sim.read(|w, _| {
+            ids.iter()
+                .filter_map(|id| w.jobs[id].runner_name.clone())
+                .collect()
+        })
+    }
+
     /// Jobs ghsim counts as interrupted (their runner vanished mid-job).
     pub fn interrupted(&self) -> u64 {
         ghsim::accounting::snapshot(&self.sim)
