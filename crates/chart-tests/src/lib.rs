@@ -141,6 +141,8 @@ pub const CONTROLLER_NEEDS: &[Permission] = &[
     ("", "persistentvolumeclaims", "watch"),
     ("", "persistentvolumeclaims", "patch"),
     ("", "persistentvolumeclaims", "delete"),
+    // A deleted RunnerSet reads its namespace (is it terminating?).
+    ("", "namespaces", "get"),
     // kube-runtime's event recorder.
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),

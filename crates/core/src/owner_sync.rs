@@ -195,8 +195,32 @@ pub enum PodController {
     Replacing,
     /// A StatefulSet scaled to zero whose controller has not yet observed that.
     Stopping,
-    /// A StatefulSet whose controller has observed that it wants no pod.
+    /// A StatefulSet whose controller has observed that it wants no pod, or one in a
+    /// terminating namespace, where nothing can create a pod any more.
     Stopped,
+}
+
+impl PodController {
+    /// What a StatefulSet shows: it replaces a deleted pod while its `spec.replicas` (unset
+    /// means 1) wants one, and may still do so until its `status.observedGeneration` reaches
+    /// the `metadata.generation` that says `replicas: 0`. In a terminating namespace the
+    /// apiserver refuses every create (pods, and the ControllerRevisions the StatefulSet
+    /// controller needs before it syncs at all, so its status never catches up there).
+    pub fn of_stateful_set(
+        replicas: Option<i32>,
+        generation: Option<i64>,
+        observed_generation: Option<i64>,
+        namespace_terminating: bool,
+    ) -> Self {
+        if namespace_terminating {
+            return Self::Stopped;
+        }
+        match (replicas.unwrap_or(1), observed_generation, generation) {
+            (wants, _, _) if wants > 0 => Self::Replacing,
+            (_, Some(observed), Some(generation)) if observed >= generation => Self::Stopped,
+            _ => Self::Stopping,
+        }
+    }
 }
 
 /// Everything one decision looks at.

@@ -715,3 +715,28 @@ fn a_finished_statefulset_being_stopped_no_longer_holds_a_place() {
         ]
     );
 }
+
+#[test]
+fn a_stateful_sets_pod_controller_follows_its_spec_status_and_namespace() {
+    let cases = [
+        // (replicas, generation, observed, namespace terminating) -> controller
+        ((Some(1), Some(3), Some(3), false), PodController::Replacing),
+        ((None, Some(3), Some(3), false), PodController::Replacing),
+        ((Some(0), Some(4), Some(3), false), PodController::Stopping),
+        ((Some(0), Some(4), None, false), PodController::Stopping),
+        ((Some(0), None, Some(4), false), PodController::Stopping),
+        ((Some(0), Some(4), Some(4), false), PodController::Stopped),
+        ((Some(0), Some(4), Some(5), false), PodController::Stopped),
+        // Nothing is created in a terminating namespace, whatever the spec says.
+        ((Some(1), Some(3), Some(3), true), PodController::Stopped),
+        ((Some(0), Some(4), Some(3), true), PodController::Stopped),
+    ];
+    for ((replicas, generation, observed, terminating), want) in cases {
+        assert_eq!(
+            PodController::of_stateful_set(replicas, generation, observed, terminating),
+            want,
+            "replicas {replicas:?}, generation {generation:?}, observed {observed:?}, \
+             namespace terminating {terminating}"
+        );
+    }
+}

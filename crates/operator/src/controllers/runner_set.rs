@@ -25,6 +25,11 @@
 //! retirement timeout has passed ([`super::retirement`]); meanwhile `Progressing` says
 //! `Retiring`. Until then the garbage collector leaves its StatefulSets alone.
 //!
+//! A StatefulSet is deleted only once nothing can put a fresh pod in its withdrawn pod's place:
+//! it is scaled to zero first and deleted once its status shows its controller observed that
+//! (`owner_sync::PodController`), or at once in a terminating namespace, where the apiserver
+//! refuses every create (a deleted set reads its namespace to know).
+//!
 //! The pod template is the user's, completed as the Runner controller completes a runner pod
 //! ([`crate::runner_pod::build`]): the container named `runner` (added if absent) gets the
 //! runner environment, the `docker` sidecar is added or completed, and the pod carries the
@@ -71,7 +76,7 @@ use hangar_core::template_hash::template_hash;
 use hangar_github::GitHubApi;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
-    PersistentVolume, PersistentVolumeClaim, Pod, PodTemplateSpec, Secret,
+    Namespace, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplateSpec, Secret,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -479,7 +484,13 @@ fn registration_spent(sts: &StatefulSet) -> bool {
     annotation(sts, ann::REGISTRATION_SPENT).is_some()
 }
 
-fn owner_view(ctx: &Context, sts: &StatefulSet, now: SystemTime, spent: bool) -> OwnerView {
+fn owner_view(
+    ctx: &Context,
+    sts: &StatefulSet,
+    now: SystemTime,
+    spent: bool,
+    namespace_terminating: bool,
+) -> OwnerView {
     let pods = pods_of(ctx, sts);
     let want = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     let have = sts.status.as_ref().map_or(0, |s| s.replicas);
@@ -501,20 +512,28 @@ fn owner_view(ctx: &Context, sts: &StatefulSet, now: SystemTime, spent: bool) ->
         // status.replicas counts the pods that exist: one the pod store does not show (yet)
         // may hold a job, so the StatefulSet is not unregistered until it is seen.
         unseen_pods: usize::try_from(have).unwrap_or(0) > pods.len(),
-        pod_controller: pod_controller(sts),
+        pod_controller: PodController::of_stateful_set(
+            sts.spec.as_ref().and_then(|s| s.replicas),
+            sts.metadata.generation,
+            sts.status.as_ref().and_then(|s| s.observed_generation),
+            namespace_terminating,
+        ),
         pods: pods.iter().map(|p| stateful_pod_view(p, spent)).collect(),
     }
 }
 
-/// Whether `sts`'s controller would still put a fresh pod in the place of a deleted one: until
-/// its status has caught up with `replicas: 0`, it may act on a spec that wants the pod.
-fn pod_controller(sts: &StatefulSet) -> PodController {
-    let wants = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-    let observed = sts.status.as_ref().and_then(|s| s.observed_generation);
-    match (wants, observed, sts.metadata.generation) {
-        (w, _, _) if w > 0 => PodController::Replacing,
-        (_, Some(o), Some(g)) if o >= g => PodController::Stopped,
-        _ => PodController::Stopping,
+/// Whether namespace `ns` is terminating. Asked only by a deleted set, as a namespace deletion
+/// deletes every set in it: there, no StatefulSet controller can replace a pod (nor sync, so it
+/// never shows it observed `replicas: 0`). A namespace that cannot be read counts as live, so
+/// the set waits for its StatefulSets' controller as anywhere else.
+async fn namespace_terminating(ctx: &Context, ns: &str) -> bool {
+    match Api::<Namespace>::all(ctx.client.clone()).get_opt(ns).await {
+        Ok(namespace) => namespace.is_none_or(|n| n.metadata.deletion_timestamp.is_some()),
+        Err(error) => {
+            warn!(namespace = ns, %error, "cannot read the namespace of a deleted runner set; \
+                  its statefulsets are stopped before they go");
+            false
+        }
     }
 }
 
@@ -566,11 +585,12 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
         .collect();
     hand_on_unregistration_requests(ctx, &owned).await?;
     let spent = spend_registrations(ctx, &owned).await?;
+    let namespace_terminating = deleting.is_some() && namespace_terminating(ctx, &ns).await;
     let owners: Vec<OwnerView> = owned
         .iter()
         .map(|s| {
             let spent = registration_spent(s) || spent.contains(&s.name_any());
-            owner_view(ctx, s, now, spent)
+            owner_view(ctx, s, now, spent, namespace_terminating)
         })
         .collect();
 

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 use ghsim::world::JobStatus;
 use hangar_api::{Runner, RunnerReplicaSet};
 use hangar_testkit::eventually::{Describe, eventually_of};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use nodesim::NodeSimHandle;
@@ -180,12 +181,26 @@ impl Describe for E2e {
                 .map(|c| format!("{}:{:?}", c.name, c.state))
                 .collect();
             out += &format!(
-                "pod {} phase={:?} node={:?} deleting={} annotations={:?} containers={containers:?}\n",
+                "pod {} phase={:?} node={:?} deleting={} finalizers={:?} annotations={:?} containers={containers:?}\n",
                 p.name_any(),
                 st.phase,
                 p.spec.as_ref().and_then(|s| s.node_name.clone()),
                 p.metadata.deletion_timestamp.is_some(),
+                p.finalizers(),
                 p.annotations()
+            );
+        }
+        let stateful_sets: Vec<StatefulSet> = self.h.list().await;
+        for s in stateful_sets {
+            out += &format!(
+                "statefulset {} generation={:?} deleting={} finalizers={:?} annotations={:?} spec.replicas={:?} status={:?}\n",
+                s.name_any(),
+                s.metadata.generation,
+                s.metadata.deletion_timestamp.is_some(),
+                s.finalizers(),
+                s.annotations(),
+                s.spec.as_ref().and_then(|s| s.replicas),
+                s.status,
             );
         }
         let gh = self.h.describe_github_runners();
