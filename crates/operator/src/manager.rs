@@ -139,7 +139,9 @@ pub async fn run(options: ManagerOptions) {
     let all = watcher::Config::default;
     // Who reacts to what: pods → Runner, runner-pod, RunnerReplicaSet and RunnerSet
     // controllers; Runners → Runner and RunnerReplicaSet; RunnerReplicaSets → RunnerReplicaSet
-    // and RunnerDeployment; RunnerDeployments and autoscalers → their own controllers.
+    // and RunnerDeployment; RunnerDeployments → their own controller; autoscalers → their own
+    // controller and the sets of their targets (a full pool's autoscaler can account for a
+    // finished job without changing replicas).
     let runner_pods = all().labels(label::ACTIONS_RUNNER);
     let (
         pods,
@@ -156,7 +158,7 @@ pub async fn run(options: ManagerOptions) {
         shared_store(api::<RunnerReplicaSet>(&client, ns), all());
     let (deployments, [deployments_for_deployments]) =
         shared_store(api::<RunnerDeployment>(&client, ns), all());
-    let (hras, [hras_for_hras]) =
+    let (hras, [hras_for_hras, hras_for_sets, hras_for_runner_sets]) =
         shared_store(api::<HorizontalRunnerAutoscaler>(&client, ns), all());
     let stores = Stores {
         pods,
@@ -241,13 +243,19 @@ pub async fn run(options: ManagerOptions) {
                 sets_for_sets,
                 runners_for_sets,
                 pods_for_sets,
+                hras_for_sets,
             ),
             controllers::runner_deployment::run(
                 ctx.clone(),
                 deployments_for_deployments,
                 sets_for_deployments,
             ),
-            controllers::runner_set::run(ctx.clone(), api(&client, ns), pods_for_runner_sets),
+            controllers::runner_set::run(
+                ctx.clone(),
+                api(&client, ns),
+                pods_for_runner_sets,
+                hras_for_runner_sets,
+            ),
             crate::sweep::run(ctx.clone(), namespace.clone()),
             async {
                 if let Some(routing) = routing {

@@ -557,6 +557,90 @@ async fn a_finished_runners_place_is_released_as_soon_as_the_autoscaler_accounts
 }
 
 #[tokio::test]
+async fn the_autoscaler_accounting_for_a_finished_job_wakes_a_full_set_at_once() {
+    // No timer wakes the set in this test: the release grace and the sync period outlast it,
+    // and no pull pass runs. The count stays at 2 throughout, so only the autoscaler's own
+    // change can tell the set that the finished runners' places are free.
+    let s = Stack::start_configured("as-wake", true, |c| {
+        c.release_grace = Duration::from_secs(10 * 60);
+        c.sync_period = Duration::from_secs(10 * 60);
+        c.webhook_pull_interval = Duration::ZERO;
+    })
+    .await;
+    assert_eq!(s.subscribe(SECRET).await, 200);
+    s.apply_deployment("wake", "wake", 0);
+    s.apply_hra("wake", webhook_spec(0, 4));
+    wait_reconciled(&s, "wake", 0).await;
+
+    let jobs = s.submit(2, "wake", Duration::from_secs(3), "success");
+    eventually_of(&s, "both jobs running", WAIT, || async {
+        (s.h.busy().len() == 2).then_some(())
+    })
+    .await;
+    // The completions are not delivered yet: GitHub loses them.
+    let drop_all = s.h.sim.faults().merged(json!({"webhook_drop_rate": 1.0}));
+    s.h.sim.set_faults(drop_all.unwrap());
+    eventually_of(&s, "2 jobs done", WAIT, || async {
+        s.all_completed(&jobs, "success").then_some(())
+    })
+    .await;
+    let ran = s.h.runners_of(&jobs);
+    eventually_of(&s, "both runner containers exited", WAIT, || async {
+        let pods = s.pods().await;
+        let exited = pods
+            .iter()
+            .filter(|p| {
+                p.status
+                    .iter()
+                    .flat_map(|st| st.container_statuses.iter().flatten())
+                    .any(|c| {
+                        c.name == "runner"
+                            && c.state.as_ref().is_some_and(|st| st.terminated.is_some())
+                    })
+            })
+            .count();
+        (exited == 2).then_some(())
+    })
+    .await;
+    // Unaccounted, the finished runners keep their places: nothing new is created.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let names: BTreeSet<String> = s.runners().await.iter().map(|r| r.name_any()).collect();
+    assert!(names.is_subset(&ran), "no fresh runner yet: {names:?}");
+
+    let deliver_all = s.h.sim.faults().merged(json!({"webhook_drop_rate": 0.0}));
+    s.h.sim.set_faults(deliver_all.unwrap());
+    let lost: Vec<String> =
+        s.h.sim
+            .deliveries()
+            .into_iter()
+            .filter(|d| d.dropped && d.action.as_deref() == Some("completed"))
+            .map(|d| d.guid)
+            .collect();
+    assert_eq!(lost.len(), 2, "both completions were lost");
+    for guid in &lost {
+        s.h.sim.redeliver(guid).unwrap();
+    }
+    eventually_of(
+        &s,
+        "two new runners in the finished ones' places",
+        WAIT,
+        || async {
+            let runners = s.runners().await;
+            let running: BTreeSet<String> = runners
+                .iter()
+                .filter(|r| r.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running"))
+                .map(|r| r.name_any())
+                .collect();
+            (runners.len() == 2 && running.len() == 2 && running.is_disjoint(&ran)).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(s.replicas("wake").await, Some(2));
+    assert_eq!(s.h.interrupted(), 0);
+    s.shutdown().await;
+}
+
+#[tokio::test]
 async fn duplicated_and_reordered_deliveries_neither_double_scale_nor_strand_a_job() {
     let mut s = Stack::start("as-faults", true).await;
     assert_eq!(s.subscribe(SECRET).await, 200);

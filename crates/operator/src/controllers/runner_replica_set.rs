@@ -18,7 +18,9 @@ use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 use hangar_api::horizontal_runner_autoscaler::ScaleTargetKind;
-use hangar_api::{Runner, RunnerReplicaSet, annotation as ann, finalizer, label};
+use hangar_api::{
+    HorizontalRunnerAutoscaler, Runner, RunnerReplicaSet, annotation as ann, finalizer, label,
+};
 use hangar_core::owner_sync::{self, Action as PlanAction, DeleteReason, OwnerView, PodController};
 use hangar_core::template_hash::template_hash;
 use k8s_openapi::api::core::v1::Pod;
@@ -50,10 +52,30 @@ pub async fn run(
     sets: Triggers<RunnerReplicaSet>,
     runners: Triggers<Runner>,
     pods: Triggers<Pod>,
+    hras: Triggers<HorizontalRunnerAutoscaler>,
 ) {
     let stores = ctx.stores.clone();
+    let replica_sets = ctx.stores.replica_sets.clone();
     Controller::for_stream(sets, ctx.stores.replica_sets.clone())
         .owns_stream(runners)
+        // An autoscaler's change matters to the sets of the RunnerDeployment it scales.
+        .watches_stream(hras, move |hra: HorizontalRunnerAutoscaler| {
+            let Some((ns, ScaleTargetKind::RunnerDeployment, deployment)) = sets::target_of(&hra)
+            else {
+                return Vec::new();
+            };
+            replica_sets
+                .state()
+                .into_iter()
+                .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
+                .filter(|s| {
+                    s.owner_references()
+                        .iter()
+                        .any(|o| o.kind == "RunnerDeployment" && o.name == deployment)
+                })
+                .map(|s| ObjectRef::from_obj(s.as_ref()))
+                .collect::<Vec<_>>()
+        })
         // A pod change (ready, registered, completed) matters to the set owning its Runner.
         .watches_stream(pods, move |pod: Pod| {
             let ns = pod.namespace()?;

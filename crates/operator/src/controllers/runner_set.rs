@@ -69,7 +69,9 @@ use std::time::SystemTime;
 use futures::StreamExt;
 use hangar_api::horizontal_runner_autoscaler::ScaleTargetKind;
 use hangar_api::runner_config::RunnerPodSpec;
-use hangar_api::{RunnerSet, RunnerSpec, annotation as ann, finalizer, label};
+use hangar_api::{
+    HorizontalRunnerAutoscaler, RunnerSet, RunnerSpec, annotation as ann, finalizer, label,
+};
 use hangar_core::RunnerScope;
 use hangar_core::owner_sync::{self, Action as PlanAction, OwnerView, PodController, PodView};
 use hangar_core::template_hash::template_hash;
@@ -143,7 +145,12 @@ const SKELETON: Reconciler<RunnerSet> = Reconciler::new("runnerset");
 /// manages and of their claims (label `runnerset-name`) and of volumes given up for reuse
 /// (label `pending-cleanup`, cluster-wide: PersistentVolumes have no namespace), so the shared
 /// stores need not know about them.
-pub async fn run(ctx: Arc<Context>, sets: Api<RunnerSet>, pods: Triggers<Pod>) {
+pub async fn run(
+    ctx: Arc<Context>,
+    sets: Api<RunnerSet>,
+    pods: Triggers<Pod>,
+    hras: Triggers<HorizontalRunnerAutoscaler>,
+) {
     let ns = sets.namespace().map(str::to_owned);
     let sts_api: Api<StatefulSet> = hangar_runtime::watch::api(&ctx.client, ns.as_deref());
     let pvc_api: Api<PersistentVolumeClaim> =
@@ -173,6 +180,11 @@ pub async fn run(ctx: Arc<Context>, sets: Api<RunnerSet>, pods: Triggers<Pod>) {
         .watches_stream(pods, |pod: Pod| {
             let set = pod.labels().get(label::RUNNERSET_NAME)?;
             Some(ObjectRef::new(set).within(&pod.namespace()?))
+        })
+        // So does a change of the autoscaler that scales it.
+        .watches_stream(hras, |hra| match sets::target_of(&hra)? {
+            (ns, ScaleTargetKind::RunnerSet, set) => Some(ObjectRef::new(&set).within(&ns)),
+            _ => None,
         })
         // So do its claims (created, bound, deleted) and its volumes (released).
         .watches_stream(claim_changes, |pvc| volumes::claim_trigger(&pvc))

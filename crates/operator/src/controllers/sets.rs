@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
+use hangar_api::HorizontalRunnerAutoscaler;
 use hangar_api::convert::reservations_of;
 use hangar_api::horizontal_runner_autoscaler::ScaleTargetKind;
 use hangar_core::autoscaler::{AutoscalerView, reflected_completions};
@@ -144,6 +145,19 @@ pub async fn hand_on_unregistration_request(
             "request unregistration of pod",
             format!("{}/{name}", pod.namespace().unwrap_or_default()),
         ))
+}
+
+/// The target an autoscaler scales, as (namespace, kind, name): what a change of the
+/// autoscaler (its reservations, its status) may matter to. Its status can change without the
+/// target's `replicas` changing (a full pool stays full), yet tell owner sync that a finished
+/// runner's place need no longer be held ([`completions_reflected`]).
+pub fn target_of(hra: &HorizontalRunnerAutoscaler) -> Option<(String, ScaleTargetKind, String)> {
+    let target = hra.spec.scale_target_ref.as_ref()?;
+    Some((
+        hra.namespace()?,
+        target.kind.unwrap_or_default(),
+        target.name.clone()?,
+    ))
 }
 
 /// The runners whose job's completion a set's `desired` count already reflects
