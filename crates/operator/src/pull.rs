@@ -16,27 +16,28 @@
 //! compare-and-swap, so a job the webhook recorded meanwhile counts once.
 //!
 //! API cost per repository and pass: 2 run lists plus one job list per queued or in-progress
-//! run; at the default interval, 24 run lists an hour plus 12 per run that stays queued or in
-//! progress. Lists are revalidated with the ETag the last answer carried, and an unchanged
-//! list is a 304, which does not count against the rate limit. A job whose delivery was lost
+//! run whose jobs no earlier pass or queued-runs evaluation listed, or that changed since
+//! ([`hangar_runtime::workflow_runs`]; a one-job run that only moved from queued to in
+//! progress is not listed again); at the default interval, 24 run lists an hour. Lists are
+//! revalidated with the ETag the last answer carried, and an unchanged list is a 304, which
+//! does not count against the rate limit. A job whose delivery was lost
 //! is seen by the next pass, which starts at most one interval after the job was queued, and
 //! is reserved by the end of that pass (its lists and one write per autoscaler); the HRA
 //! controller's scale-up follows at once, triggered by the write.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use hangar_api::HorizontalRunnerAutoscaler;
 use hangar_core::RunnerScope;
+use hangar_core::autoscaler::metrics::{JobStatus, RepositoryRef};
 use hangar_core::autoscaler::{JobKey, JobOrigin, PullInput, QueuedJob, pull_operations};
-use hangar_github::{GitHubApi, RunStatus};
+use hangar_github::GitHubApi;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use tracing::{debug, info, warn};
 
 use crate::context::Context;
-use crate::error::{Error, github_err};
+use crate::error::Error;
 use crate::reservation_write::{WriteError, Written, job_duration, write_operations};
 use crate::webhook_server::{HraKey, WebhookStores, candidates};
 
@@ -116,7 +117,7 @@ async fn pull_one(
         .github_for(ns, hra.spec.github_api_credentials_from.as_ref())
         .await
         .map_err(PullError::Observe)?;
-    let queued = queued_jobs(&*github, owner, repo)
+    let queued = queued_jobs(ctx, &*github, owner, repo)
         .await
         .map_err(PullError::Observe)?;
     let reservations = hangar_api::convert::reservations_of(hra);
@@ -164,38 +165,33 @@ async fn pull_one(
     Ok(())
 }
 
-/// The queued jobs of a repository's queued and in-progress runs. A run that moves between the
-/// two lists during the pass is listed once.
+/// The queued jobs of a repository's queued and in-progress runs. Their jobs come from the
+/// listings the queued-runs metric shares ([`hangar_runtime::workflow_runs`]): a run listed by
+/// an earlier pass or evaluation whose listing still holds costs no call.
 async fn queued_jobs(
+    ctx: &Context,
     github: &dyn GitHubApi,
     owner: &str,
     repo: &str,
 ) -> Result<Vec<QueuedJob>, Error> {
-    let scope = format!("{owner}/{repo}");
-    let mut run_ids = BTreeSet::new();
-    for status in [RunStatus::Queued, RunStatus::InProgress] {
-        let runs = github
-            .list_workflow_runs(owner, repo, status)
-            .await
-            .map_err(github_err("list workflow runs", &scope))?;
-        run_ids.extend(runs.into_iter().map(|r| r.id));
-    }
+    let repository = RepositoryRef {
+        owner: owner.to_owned(),
+        name: repo.to_owned(),
+    };
     let mut queued = Vec::new();
-    for run_id in run_ids {
-        let jobs = github
-            .list_jobs(owner, repo, run_id)
-            .await
-            .map_err(github_err("list jobs", &scope))?;
+    for run in ctx.workflow_runs.active_runs(github, &repository).await? {
+        let jobs = ctx.workflow_runs.jobs(github, &run, ctx.now()).await?;
         queued.extend(
-            jobs.into_iter()
-                .filter(|j| j.status == RunStatus::Queued)
+            jobs.jobs
+                .into_iter()
+                .filter(|j| j.status == JobStatus::Queued)
                 .map(|j| QueuedJob {
                     job: JobKey {
                         id: j.id,
-                        attempt: j.run_attempt.unwrap_or(1),
+                        attempt: j.run_attempt,
                     },
                     labels: j.labels,
-                    created_at: j.created_at.map(SystemTime::from),
+                    created_at: j.created_at,
                 }),
         );
     }

@@ -904,6 +904,50 @@ async fn the_queued_jobs_metric_lists_an_unchanged_runs_jobs_once() {
 }
 
 #[tokio::test]
+async fn the_pull_recovery_and_the_queued_jobs_metric_list_a_runs_jobs_once_between_them() {
+    // A pull pass every 2 s, for the webhook-driven pool; the metric-driven pool evaluates
+    // every sync. Both read the same repository's runs.
+    let s = Stack::start_configured("as-pull-shared", false, |c| {
+        c.webhook_pull_interval = Duration::from_secs(2);
+    })
+    .await;
+    s.apply_deployment("hooked", "hooked", 0);
+    s.apply_hra("hooked", webhook_spec(0, 5));
+    s.apply_deployment("metered", "metered", 0);
+    s.apply_hra(
+        "metered",
+        json!({
+            "minReplicas": 0,
+            "maxReplicas": 5,
+            "scaleDownDelaySecondsAfterScaleOut": 0,
+            "metrics": [{"type": "TotalNumberOfQueuedAndInProgressWorkflowRuns"}],
+        }),
+    );
+    wait_reconciled(&s, "hooked", 0).await;
+    wait_reconciled(&s, "metered", 0).await;
+    // Four runs of another pool's jobs and one of the metered pool's (no node runs its
+    // runner): all five wait, unchanged, through every pass and evaluation below.
+    for _ in 0..4 {
+        s.submit(1, "someone-else", Duration::from_secs(5), "success");
+    }
+    s.submit(1, "metered", Duration::from_secs(5), "success");
+    let run_lists_before = s.api_calls("GET /repos/{owner}/{repo}/actions/runs");
+    // Ten more passes or evaluations (each lists the queued and the in-progress runs).
+    eventually_of(&s, "ten passes and evaluations", WAIT, || async {
+        (s.api_calls("GET /repos/{owner}/{repo}/actions/runs") >= run_lists_before + 20)
+            .then_some(())
+    })
+    .await;
+    wait_reconciled(&s, "metered", 1).await;
+    let job_lists = s.api_calls("GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs");
+    assert!(
+        job_lists <= 5,
+        "{job_lists} job lists for 5 unchanged runs: the pull and the metric each listed them"
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test]
 async fn percentage_runners_busy_adds_runners_when_most_are_busy() {
     let mut s = Stack::start("as-busy", true).await;
     s.apply_deployment("busy", "busy", 2);

@@ -148,6 +148,9 @@ pub struct Context {
     pub authorities: crate::authority::Memo,
     /// Events counting runners created and deleted, coalesced per set.
     pub runner_events: crate::events::RunnerEvents,
+    /// The jobs of active workflow runs, listed once for the queued-runs metric and the pull
+    /// recovery alike.
+    pub workflow_runs: crate::workflow_runs::WorkflowRuns,
 }
 
 impl std::fmt::Debug for Stores {
@@ -196,6 +199,7 @@ impl Context {
         let recorder = Recorder::new(client.clone(), reporter);
         Self {
             runner_events: crate::events::RunnerEvents::new(recorder.clone()),
+            workflow_runs: crate::workflow_runs::WorkflowRuns::default(),
             recorder,
             clients: GitHubClients::new(github.clone(), settings.github_registry.clone()),
             metrics: settings

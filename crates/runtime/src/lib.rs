@@ -40,3 +40,4 @@ pub mod retirement;
 pub mod runner_pod;
 pub mod serve;
 pub mod watch;
+pub mod workflow_runs;

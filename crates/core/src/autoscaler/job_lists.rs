@@ -55,6 +55,20 @@ pub fn listed_jobs_hold(listed: &ListedJobs, run: &RunRef, now: SystemTime) -> b
     listed.jobs.jobs.len() == 1 && young
 }
 
+/// `run`'s jobs now, from a listing that holds ([`listed_jobs_hold`]): as listed while the run
+/// is unchanged; a changed one-job run's job has the run's own status (its run is queued while
+/// it waits and in progress while it runs), so a job listed queued that has started is not
+/// taken for a job still waiting.
+pub fn current_jobs(listed: &ListedJobs, run: &RunRef) -> WorkflowRun {
+    let mut jobs = listed.jobs.clone();
+    if listed.run_updated_at != run.updated_at
+        && let [job] = jobs.jobs.as_mut_slice()
+    {
+        job.status = run.status;
+    }
+    jobs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,13 +86,17 @@ mod tests {
             },
             id: 7,
             updated_at: updated_at.map(at),
+            status: JobStatus::InProgress,
         }
     }
 
     fn listed(jobs: usize, run_updated_at: Option<u64>, listed_at: u64) -> ListedJobs {
         let job = WorkflowJob {
+            id: 70,
+            run_attempt: 1,
             status: JobStatus::Queued,
             labels: vec!["self-hosted".into()],
+            created_at: None,
         };
         ListedJobs {
             jobs: WorkflowRun {
@@ -212,5 +230,25 @@ mod tests {
             &run(Some(9)),
             at(50)
         ));
+    }
+
+    #[test]
+    fn a_changed_one_job_run_gives_its_job_the_runs_status() {
+        let statuses = |jobs: &WorkflowRun| jobs.jobs.iter().map(|j| j.status).collect::<Vec<_>>();
+        // Listed queued; the run (in progress now) changed since: its one job runs.
+        assert_eq!(
+            statuses(&current_jobs(&listed(1, Some(5), 10), &run(Some(12)))),
+            [JobStatus::InProgress]
+        );
+        // Unchanged: as listed.
+        assert_eq!(
+            statuses(&current_jobs(&listed(1, Some(5), 10), &run(Some(5)))),
+            [JobStatus::Queued]
+        );
+        // Several jobs say nothing about each other: as listed.
+        assert_eq!(
+            statuses(&current_jobs(&listed(2, Some(5), 10), &run(Some(12)))),
+            [JobStatus::Queued, JobStatus::Queued]
+        );
     }
 }

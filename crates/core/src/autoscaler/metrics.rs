@@ -489,10 +489,16 @@ impl JobStatus {
 /// A job of a workflow run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkflowJob {
+    /// Its ID.
+    pub id: u64,
+    /// The attempt of its run it belongs to (1 unless re-run).
+    pub run_attempt: u32,
     /// Its status.
     pub status: JobStatus,
     /// Its `runs-on` labels.
     pub labels: Vec<String>,
+    /// When it was created.
+    pub created_at: Option<std::time::SystemTime>,
 }
 
 /// A queued or in-progress workflow run, as listed.
@@ -504,6 +510,9 @@ pub struct RunRef {
     pub id: u64,
     /// Its `updated_at` in the listing ([`super::job_lists`] reuses its jobs while it holds).
     pub updated_at: Option<std::time::SystemTime>,
+    /// The list it was found in: [`JobStatus::Queued`] or [`JobStatus::InProgress`] (in
+    /// progress when it moved from one to the other between the two list calls).
+    pub status: JobStatus,
 }
 
 /// A queued or in-progress workflow run and its jobs.

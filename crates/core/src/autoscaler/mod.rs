@@ -45,7 +45,7 @@ pub use desired::{
     DEFAULT_MIN_REPLICAS, DEFAULT_SCALE_DOWN_DELAY, Decision, DecisionError, DesiredInput,
     desired_replicas,
 };
-pub use job_lists::{ListedJobs, SINGLE_JOB_RELIST_AFTER, listed_jobs_hold};
+pub use job_lists::{ListedJobs, SINGLE_JOB_RELIST_AFTER, current_jobs, listed_jobs_hold};
 pub use labels::{SELF_HOSTED, job_labels_match, label_eq};
 pub use metrics::{
     Evaluation, Metric, MetricError, MetricKind, Needed, Observations, Suggestion, suggest_replicas,

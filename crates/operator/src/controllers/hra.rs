@@ -26,8 +26,7 @@
 //! Warning event and retried after the sync period, never in a hot loop. The autoscaler's status
 //! has no `conditions` field in ARC's API, so events and logs are where such errors show.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use futures::StreamExt;
@@ -38,15 +37,11 @@ use hangar_api::{
 };
 use hangar_core::RunnerScope;
 use hangar_core::autoscaler::after::{AfterInput, after};
-use hangar_core::autoscaler::metrics::{
-    GitHubRunner, JobStatus, MetricTarget, RepositoryRef, RunRef, RunnerObservation, WorkflowJob,
-    WorkflowRun,
-};
+use hangar_core::autoscaler::metrics::{GitHubRunner, MetricTarget, RunnerObservation};
 use hangar_core::autoscaler::{
-    DesiredInput, Evaluation, ListedJobs, Needed, Observations, Reservation, desired_replicas,
-    listed_jobs_hold, suggest_replicas,
+    DesiredInput, Evaluation, Needed, Observations, Reservation, desired_replicas, suggest_replicas,
 };
-use hangar_github::{GitHubApi, RunStatus};
+use hangar_github::GitHubApi;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -86,13 +81,11 @@ fn patch_params() -> PatchParams {
 const SKELETON: Reconciler<HorizontalRunnerAutoscaler> =
     Reconciler::new("horizontalrunnerautoscaler").recheck_permanent_errors();
 
-/// The controller's state: the shared context, and the jobs of the workflow runs the
-/// queued-runs metric has listed, shared by every autoscaler of this controller.
+/// The controller's state: the shared context.
 #[derive(Debug)]
 pub struct AutoscalerState {
     /// The shared context.
     pub ctx: Arc<Context>,
-    listed_jobs: ListedRuns,
 }
 
 impl AsRef<Context> for AutoscalerState {
@@ -101,53 +94,11 @@ impl AsRef<Context> for AutoscalerState {
     }
 }
 
-/// The jobs of each active run as last listed, by repository and run ID; a repository's runs
-/// that left its queued and in-progress lists are forgotten when it is listed again.
-#[derive(Debug, Default)]
-struct ListedRuns(Mutex<HashMap<RepositoryRef, HashMap<u64, ListedJobs>>>);
-
-impl ListedRuns {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RepositoryRef, HashMap<u64, ListedJobs>>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Keeps only the listings of `runs`, the repository's active runs now.
-    fn retain(&self, repository: &RepositoryRef, runs: &[RunRef]) {
-        let mut all = self.lock();
-        let listed = all.entry(repository.clone()).or_default();
-        listed.retain(|id, _| runs.iter().any(|r| r.id == *id));
-    }
-
-    /// `run`'s jobs as listed before, if that listing still holds at `now`.
-    fn holding(&self, run: &RunRef, now: SystemTime) -> Option<WorkflowRun> {
-        let all = self.lock();
-        let listed = all.get(&run.repository)?.get(&run.id)?;
-        listed_jobs_hold(listed, run, now).then(|| listed.jobs.clone())
-    }
-
-    fn remember(&self, run: &RunRef, jobs: &WorkflowRun, now: SystemTime) {
-        self.lock()
-            .entry(run.repository.clone())
-            .or_default()
-            .insert(
-                run.id,
-                ListedJobs {
-                    jobs: jobs.clone(),
-                    run_updated_at: run.updated_at,
-                    listed_at: now,
-                },
-            );
-    }
-}
-
 /// Runs the controller until the stream ends.
 pub async fn run(ctx: Arc<Context>, hras: Triggers<HorizontalRunnerAutoscaler>) {
     // Spec changes only: a status write (ours) does not trigger another reconcile.
     let trigger = hras.predicate_filter(predicates::generation, Default::default());
-    let state = Arc::new(AutoscalerState {
-        ctx: ctx.clone(),
-        listed_jobs: ListedRuns::default(),
-    });
+    let state = Arc::new(AutoscalerState { ctx: ctx.clone() });
     Controller::for_stream(trigger, ctx.stores.hras.clone())
         .run(
             SKELETON.reconcile(reconcile_reporting),
@@ -290,9 +241,7 @@ pub async fn reconcile(
             Needed::WorkflowRuns { repositories } if observed.workflow_runs.is_none() => {
                 let mut runs = Vec::new();
                 for repo in repositories {
-                    let listed = list_runs(&*gh, repo.clone()).await?;
-                    state.listed_jobs.retain(&repo, &listed);
-                    runs.extend(listed);
+                    runs.extend(ctx.workflow_runs.active_runs(&*gh, &repo).await?);
                 }
                 observed.workflow_runs = Some(runs);
             }
@@ -303,16 +252,10 @@ pub async fn reconcile(
                     .and_then(|r| r.get(observed.run_jobs.len()))
                     == Some(&run) =>
             {
-                // A run's jobs listed at an earlier sync are counted again while that listing
-                // holds (`hangar_core::autoscaler::job_lists`): no call for an unchanged run.
-                let jobs = match state.listed_jobs.holding(&run, now) {
-                    Some(jobs) => jobs,
-                    None => {
-                        let jobs = list_jobs(&*gh, &run).await?;
-                        state.listed_jobs.remember(&run, &jobs, now);
-                        jobs
-                    }
-                };
+                // A run's jobs listed earlier (by any evaluation or the pull recovery) are
+                // counted again while that listing holds (`hangar_core::autoscaler::job_lists`):
+                // no call for an unchanged run.
+                let jobs = ctx.workflow_runs.jobs(&*gh, &run, now).await?;
                 observed.run_jobs.push(jobs);
             }
             // The protocol asked twice for the same thing: a bug, not worth a hot loop.
@@ -569,54 +512,6 @@ async fn observe_runners(
         target_runners,
         github_runners,
         failing_unregistration,
-    })
-}
-
-/// A repository's queued and in-progress runs, oldest first. A run that moves from queued to
-/// in progress between the two list calls is listed once.
-async fn list_runs(
-    github: &dyn GitHubApi,
-    repository: RepositoryRef,
-) -> Result<Vec<RunRef>, Error> {
-    let scope = format!("{}/{}", repository.owner, repository.name);
-    // Oldest first; a run that moved between the two lists is taken at its newest update.
-    let mut runs: BTreeMap<u64, Option<SystemTime>> = BTreeMap::new();
-    for status in [RunStatus::Queued, RunStatus::InProgress] {
-        let listed = github
-            .list_workflow_runs(&repository.owner, &repository.name, status)
-            .await
-            .map_err(github_err("list workflow runs", &scope))?;
-        for run in listed {
-            let updated_at = run.updated_at.map(SystemTime::from);
-            let seen = runs.entry(run.id).or_insert(updated_at);
-            *seen = (*seen).max(updated_at);
-        }
-    }
-    Ok(runs
-        .into_iter()
-        .map(|(id, updated_at)| RunRef {
-            repository: repository.clone(),
-            id,
-            updated_at,
-        })
-        .collect())
-}
-
-/// The jobs of one run.
-async fn list_jobs(github: &dyn GitHubApi, run: &RunRef) -> Result<WorkflowRun, Error> {
-    let RepositoryRef { owner, name } = &run.repository;
-    let jobs = github
-        .list_jobs(owner, name, run.id)
-        .await
-        .map_err(github_err("list jobs", &format!("{owner}/{name}")))?;
-    Ok(WorkflowRun {
-        jobs: jobs
-            .into_iter()
-            .map(|j| WorkflowJob {
-                status: JobStatus::from_github(j.status.as_str()),
-                labels: j.labels,
-            })
-            .collect(),
     })
 }
 

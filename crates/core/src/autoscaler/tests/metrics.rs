@@ -289,8 +289,11 @@ fn enterprise_runners_cannot_count_workflow_runs() {
 
 fn job(status: &str, labels: &[&str]) -> WorkflowJob {
     WorkflowJob {
+        id: 1,
+        run_attempt: 1,
         status: JobStatus::from_github(status),
         labels: strings(labels),
+        created_at: None,
     }
 }
 
@@ -379,6 +382,7 @@ fn run_ref(id: u64) -> RunRef {
         },
         id,
         updated_at: None,
+        status: JobStatus::Queued,
     }
 }
 
