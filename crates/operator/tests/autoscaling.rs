@@ -869,50 +869,33 @@ async fn the_queued_jobs_metric_lists_no_more_runs_jobs_than_max_replicas_needs(
 #[tokio::test]
 async fn the_queued_jobs_metric_lists_an_unchanged_runs_jobs_once() {
     let s = Stack::start("as-pull-once", false).await;
-    s.apply_deployment("once", "once", 0);
-    s.apply_hra(
-        "once",
-        json!({
-            "minReplicas": 0,
-            "maxReplicas": 5,
-            "scaleDownDelaySecondsAfterScaleOut": 0,
-            "metrics": [{"type": "TotalNumberOfQueuedAndInProgressWorkflowRuns"}],
-        }),
-    );
-    wait_reconciled(&s, "once", 0).await;
-    // Four runs of another pool's jobs (nothing takes them) and one of this pool's (no node
-    // runs its runner): all five wait, unchanged, through every sync below.
-    for _ in 0..4 {
-        s.submit(1, "someone-else", Duration::from_secs(5), "success");
-    }
-    s.submit(1, "once", Duration::from_secs(5), "success");
-    let run_lists_before = s.api_calls("GET /repos/{owner}/{repo}/actions/runs");
     // Five more evaluations (each lists the queued and the in-progress runs).
-    eventually_of(&s, "five evaluations", WAIT, || async {
-        (s.api_calls("GET /repos/{owner}/{repo}/actions/runs") >= run_lists_before + 10)
-            .then_some(())
-    })
-    .await;
-    // The reused listing still counts this pool's job.
-    wait_reconciled(&s, "once", 1).await;
-    let job_lists = s.api_calls("GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs");
-    assert!(
-        job_lists <= 5,
-        "{job_lists} job lists for 5 unchanged runs over 5 evaluations: listed again at each"
-    );
+    five_waiting_runs_are_listed_once(&s, 5).await;
     s.shutdown().await;
 }
 
 #[tokio::test]
 async fn the_pull_recovery_and_the_queued_jobs_metric_list_a_runs_jobs_once_between_them() {
-    // A pull pass every 2 s, for the webhook-driven pool; the metric-driven pool evaluates
-    // every sync. Both read the same repository's runs.
+    // A pull pass every 2 s for a webhook-driven pool, beside the metric-driven one: both read
+    // the same repository's runs.
     let s = Stack::start_configured("as-pull-shared", false, |c| {
         c.webhook_pull_interval = Duration::from_secs(2);
     })
     .await;
     s.apply_deployment("hooked", "hooked", 0);
     s.apply_hra("hooked", webhook_spec(0, 5));
+    wait_reconciled(&s, "hooked", 0).await;
+    // Ten more passes or evaluations.
+    five_waiting_runs_are_listed_once(&s, 10).await;
+    s.shutdown().await;
+}
+
+/// A pool `metered` scaled by the queued-runs metric; four runs of another pool's jobs
+/// (nothing takes them) and one of `metered`'s (no node runs its runner) wait, unchanged,
+/// through `listings` more listings of the runs (each lists the queued and the in-progress
+/// ones): the jobs of each run are listed once in all, and the reused listing still counts
+/// `metered`'s job.
+async fn five_waiting_runs_are_listed_once(s: &Stack, listings: u64) {
     s.apply_deployment("metered", "metered", 0);
     s.apply_hra(
         "metered",
@@ -923,28 +906,26 @@ async fn the_pull_recovery_and_the_queued_jobs_metric_list_a_runs_jobs_once_betw
             "metrics": [{"type": "TotalNumberOfQueuedAndInProgressWorkflowRuns"}],
         }),
     );
-    wait_reconciled(&s, "hooked", 0).await;
-    wait_reconciled(&s, "metered", 0).await;
-    // Four runs of another pool's jobs and one of the metered pool's (no node runs its
-    // runner): all five wait, unchanged, through every pass and evaluation below.
+    wait_reconciled(s, "metered", 0).await;
     for _ in 0..4 {
         s.submit(1, "someone-else", Duration::from_secs(5), "success");
     }
     s.submit(1, "metered", Duration::from_secs(5), "success");
-    let run_lists_before = s.api_calls("GET /repos/{owner}/{repo}/actions/runs");
-    // Ten more passes or evaluations (each lists the queued and the in-progress runs).
-    eventually_of(&s, "ten passes and evaluations", WAIT, || async {
-        (s.api_calls("GET /repos/{owner}/{repo}/actions/runs") >= run_lists_before + 20)
-            .then_some(())
-    })
+    let run_lists = "GET /repos/{owner}/{repo}/actions/runs";
+    let before = s.api_calls(run_lists);
+    eventually_of(
+        s,
+        &format!("{listings} more run listings"),
+        WAIT,
+        || async { (s.api_calls(run_lists) >= before + 2 * listings).then_some(()) },
+    )
     .await;
-    wait_reconciled(&s, "metered", 1).await;
+    wait_reconciled(s, "metered", 1).await;
     let job_lists = s.api_calls("GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs");
     assert!(
         job_lists <= 5,
-        "{job_lists} job lists for 5 unchanged runs: the pull and the metric each listed them"
+        "{job_lists} job lists for 5 unchanged runs over {listings} listings: listed again"
     );
-    s.shutdown().await;
 }
 
 #[tokio::test]
