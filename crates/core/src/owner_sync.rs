@@ -266,6 +266,11 @@ pub enum Action {
         owner: String,
         /// Why, for logs and events.
         reason: DeleteReason,
+        /// The owner's pods the driver deletes with it: those seen finished or unregistered
+        /// (and not yet deleting). Any other pod, above all one created after the judgement
+        /// and not seen by it, is left to the owner's own retirement, which unregisters it
+        /// first.
+        pods: Vec<String>,
     },
     /// Annotate `unregistration-request-timestamp` on these pods (where missing), then on the
     /// owner: start unregister-before-delete.
@@ -542,6 +547,12 @@ fn delete(owner: &OwnerView, reason: DeleteReason) -> Option<Action> {
         PodController::None | PodController::Stopped => Some(Action::Delete {
             owner: name,
             reason,
+            pods: owner
+                .pods
+                .iter()
+                .filter(|p| !p.deleting && (p.is_stopped() || p.unregistration_complete))
+                .map(|p| p.name.clone())
+                .collect(),
         }),
         PodController::Replacing => Some(Action::StopReplacingPods {
             owner: name,

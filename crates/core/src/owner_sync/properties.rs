@@ -21,7 +21,7 @@ fn phase() -> impl Strategy<Value = PodPhase> {
 }
 
 prop_compose! {
-    fn pod_view(i: usize)(
+    fn pod_view()(
         phase in phase(),
         runner_stopped in proptest::bool::weighted(0.1),
         // What the runner container's judgement allows next to it (`runner_container::Run`):
@@ -35,7 +35,7 @@ prop_compose! {
         finished in proptest::option::of(0u64..120),
     ) -> PodView {
         PodView {
-            name: format!("pod-{i}"),
+            name: String::new(),
             phase,
             runner_stopped,
             runner_restarted: !runner_stopped && back == 0,
@@ -60,7 +60,7 @@ prop_compose! {
         complete in proptest::bool::weighted(0.05),
         settled in proptest::bool::weighted(0.9),
         unseen_pods in proptest::bool::weighted(0.1),
-        pods in proptest::collection::vec(pod_view(i), 0..3),
+        pods in proptest::collection::vec(pod_view(), 0..3),
         pod_controller in proptest::sample::select(vec![
             PodController::None,
             PodController::Replacing,
@@ -78,7 +78,12 @@ prop_compose! {
             settled,
             unseen_pods,
             pod_controller,
-            pods,
+            // Unique names: an action names the pods it touches.
+            pods: pods
+                .into_iter()
+                .enumerate()
+                .map(|(j, pod)| PodView { name: format!("pod-{i}-{j}"), ..pod })
+                .collect(),
         }
     }
 }
@@ -130,18 +135,26 @@ fn may_be_busy(pod: &PodView) -> bool {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 
-    /// Deleting an owner deletes its pods; that must never happen to a runner that may be busy
-    /// unless GitHub confirmed it unregistered (then it cannot be holding a job).
+    /// An owner is deleted only once its runners are unregistered or finished, and the pods
+    /// deleted with it are only pods seen unregistered or finished: the owner's own
+    /// retirement unregisters any other pod (one created after the judgement) first.
     #[test]
-    fn never_deletes_an_owner_with_a_possibly_busy_runner(input in situation()) {
+    fn never_deletes_a_possibly_busy_runner(input in situation()) {
         let plan = plan(&input);
         for action in &plan.actions {
-            if let Action::Delete { owner, .. } = action {
+            if let Action::Delete { owner, pods, .. } = action {
                 let o = input.owners.iter().find(|o| &o.name == owner).unwrap();
                 prop_assert!(
                     o.unregistration_complete || !o.pods.iter().any(may_be_busy),
                     "plan deletes {owner} holding a possibly busy runner: {o:?}"
                 );
+                for name in pods {
+                    let pod = o.pods.iter().find(|p| &p.name == name);
+                    prop_assert!(
+                        pod.is_some_and(|p| !may_be_busy(p) && !p.deleting),
+                        "plan deletes pod {name} of {owner}, possibly busy or unseen: {o:?}"
+                    );
+                }
             }
         }
     }

@@ -144,17 +144,52 @@ fn steady_state_does_nothing() {
 }
 
 #[test]
-fn owner_with_unregistration_complete_is_deleted() {
-    let mut a = running("a", 0);
-    a.unregistration_complete = true;
-    let plan = plan(&input(0, vec![a], 1));
-    assert_eq!(
-        plan.actions,
-        vec![Action::Delete {
-            owner: "a".into(),
-            reason: DeleteReason::Unregistered
-        }]
-    );
+fn an_owner_judged_unregistered_is_deleted_with_only_the_pods_that_judgement_saw_safe() {
+    let judged = |pod: Option<fn(&mut PodView)>| {
+        let mut a = running("a", 0);
+        a.unregistration_requested = true;
+        a.unregistration_complete = true;
+        match pod {
+            Some(set) => set(&mut a.pods[0]),
+            None => a.pods.clear(),
+        }
+        a
+    };
+    // (case, owner, pods deleted with it)
+    let rows: [(&str, OwnerView, Vec<String>); 5] = [
+        (
+            "its pod unregistered: deleted with it",
+            judged(Some(|p| p.unregistration_complete = true)),
+            vec!["a-pod".into()],
+        ),
+        (
+            "its pod finished: deleted with it",
+            judged(Some(|p| p.phase = PodPhase::Succeeded)),
+            vec!["a-pod".into()],
+        ),
+        (
+            "its pod already deleting: no second delete",
+            judged(Some(|p| p.deleting = true)),
+            vec![],
+        ),
+        (
+            "its pod appeared after the judgement, unmarked: left to the owner's retirement",
+            judged(Some(|_| {})),
+            vec![],
+        ),
+        ("no pod seen: none deleted", judged(None), vec![]),
+    ];
+    for (case, owner, pods) in rows {
+        assert_eq!(
+            plan(&input(0, vec![owner], 1)).actions,
+            vec![Action::Delete {
+                owner: "a".into(),
+                reason: DeleteReason::Unregistered,
+                pods,
+            }],
+            "{case}"
+        );
+    }
 }
 
 #[test]
@@ -195,7 +230,8 @@ fn completed_owner_is_deleted() {
         plan.actions,
         vec![Action::Delete {
             owner: "done".into(),
-            reason: DeleteReason::Completed
+            reason: DeleteReason::Completed,
+            pods: vec!["done-pod".into()],
         }]
     );
 }
@@ -351,6 +387,7 @@ fn an_unsettled_owner_holds_back_neither_new_runners_nor_cleanup() {
             Action::Delete {
                 owner: "c".into(),
                 reason: DeleteReason::Completed,
+                pods: vec!["c-pod".into()],
             },
             Action::Create { count: 2 },
         ]
@@ -576,6 +613,7 @@ fn a_just_finished_runner_of_an_autoscaled_set_keeps_its_place_until_demand_is_r
         vec![Action::Delete {
             owner: "b".into(),
             reason: DeleteReason::Completed,
+            pods: vec!["b-pod".into()],
         }]
     );
     assert_eq!(plan.recheck_at, None);
@@ -607,6 +645,7 @@ fn finished_and_replaced(owner: &str, count: u32) -> Vec<Action> {
         Action::Delete {
             owner: owner.into(),
             reason: DeleteReason::Completed,
+            pods: vec![format!("{owner}-pod")],
         },
         Action::Create { count },
     ]
@@ -670,6 +709,7 @@ fn a_statefulset_is_deleted_only_once_its_controller_observed_it_wants_no_pod() 
             Some(Action::Delete {
                 owner: "u".into(),
                 reason: DeleteReason::Unregistered,
+                pods: vec![],
             }),
         ),
         (
@@ -678,6 +718,7 @@ fn a_statefulset_is_deleted_only_once_its_controller_observed_it_wants_no_pod() 
             Some(Action::Delete {
                 owner: "u".into(),
                 reason: DeleteReason::Unregistered,
+                pods: vec![],
             }),
         ),
         (

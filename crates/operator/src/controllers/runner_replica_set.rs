@@ -25,7 +25,7 @@ use hangar_core::owner_sync::{self, Action as PlanAction, DeleteReason, OwnerVie
 use hangar_core::template_hash::template_hash;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::Controller;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -136,6 +136,9 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
         .filter(|r| r.owner_references().iter().any(|o| o.uid == uid))
         .collect();
+    // The pods the plan judges, as it saw them: a pod deleted with its Runner must be one of
+    // these, the very object (UID) judged unregistered or finished.
+    let mut seen_pods: BTreeMap<String, Arc<Pod>> = BTreeMap::new();
     let owners: Vec<OwnerView> = runners
         .iter()
         .map(|r| {
@@ -143,6 +146,9 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
                 .stores
                 .pods
                 .get(&ObjectRef::<Pod>::new(&r.name_any()).within(&ns));
+            if let Some(pod) = &pod {
+                seen_pods.insert(pod.name_any(), pod.clone());
+            }
             OwnerView {
                 name: r.name_any(),
                 created: r
@@ -215,8 +221,9 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
     // a time, a burst's finished Runners would each cost a round trip before the next is
     // deleted, and new demand would wait behind them.
     let (set_ref, ctx_ref, hash) = (&*set, &*ctx, input.desired_template_hash.as_str());
+    let seen_ref = &seen_pods;
     let applied: Vec<Result<Touched, Error>> = futures::stream::iter(plan.actions.clone())
-        .map(|action| async move { apply(set_ref, ctx_ref, &action, hash).await })
+        .map(|action| async move { apply(set_ref, ctx_ref, &action, hash, seen_ref).await })
         .buffer_unordered(APPLY_CONCURRENCY)
         .collect()
         .await;
@@ -250,7 +257,9 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
             .actions
             .iter()
             .filter_map(|a| match a {
-                PlanAction::Delete { owner, reason: r } if *r == reason => Some(owner.clone()),
+                PlanAction::Delete {
+                    owner, reason: r, ..
+                } if *r == reason => Some(owner.clone()),
                 _ => None,
             })
             .collect();
@@ -373,23 +382,27 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
     })
 }
 
-/// How a set deletes the pod of a Runner it deletes. A terminal pod (`Succeeded` or `Failed`:
-/// every container has exited) goes without a grace period, as the pod garbage collector
-/// deletes terminated pods: there is nothing left to stop, and the kubelet's confirming delete
-/// would be one more apiserver write per runner. Its finalizer still holds it until the runner
-/// is unregistered. Any other pod gets its grace period.
-fn pod_deletion(ctx: &Context, ns: &str, name: &str) -> DeleteParams {
-    let pod = ctx.stores.pods.get(&ObjectRef::new(name).within(ns));
-    let terminal = pod.is_some_and(|pod| {
-        matches!(
-            pod_phase(&pod),
-            owner_sync::PodPhase::Succeeded | owner_sync::PodPhase::Failed
-        )
-    });
+/// How a set deletes a judged pod of a Runner it deletes: only that very pod (its UID), and a
+/// terminal one (`Succeeded` or `Failed`: every container has exited) without a grace period,
+/// as the pod garbage collector deletes terminated pods: there is nothing left to stop, and the
+/// kubelet's confirming delete would be one more apiserver write per runner. Its finalizer
+/// still holds it until the runner is unregistered. Any other pod gets its grace period.
+fn pod_deletion(pod: &Pod) -> DeleteParams {
+    let terminal = matches!(
+        pod_phase(pod),
+        owner_sync::PodPhase::Succeeded | owner_sync::PodPhase::Failed
+    );
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: pod.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
     if terminal {
-        DeleteParams::background().grace_period(0)
+        params.grace_period(0)
     } else {
-        DeleteParams::background()
+        params
     }
 }
 
@@ -405,6 +418,7 @@ async fn apply(
     ctx: &Context,
     action: &PlanAction,
     hash: &str,
+    seen_pods: &BTreeMap<String, Arc<Pod>>,
 ) -> Result<Touched, Error> {
     let ns = set.namespace().unwrap_or_default();
     let runners: Api<Runner> = Api::namespaced(ctx.client.clone(), &ns);
@@ -436,17 +450,29 @@ async fn apply(
             );
             return Ok(Touched::Created(created));
         }
-        PlanAction::Delete { owner, reason } => {
-            // The pod too, rather than leaving it to the garbage collector, which on a young
-            // cluster may not watch Runners yet (it rediscovers resources every 30 s). Its
-            // finalizer still holds it until the runner is unregistered. The pod goes first:
+        PlanAction::Delete {
+            owner,
+            reason,
+            pods: judged,
+        } => {
+            // The judged pods too, rather than leaving them to the garbage collector, which on
+            // a young cluster may not watch Runners yet (it rediscovers resources every 30 s).
+            // Their finalizer still holds them until the runner is unregistered. They go first:
             // a collector that sees the Runner gone while the pod is not yet deleting deletes
-            // the pod itself, a second write for the apiserver.
-            pods.delete(owner, &pod_deletion(ctx, &ns, owner))
-                .await
-                .map(drop)
-                .or_else(ignore_not_found)
-                .map_err(kube_err("delete pod of runner", format!("{ns}/{owner}")))?;
+            // the pod itself, a second write for the apiserver. A pod the plan did not judge
+            // (created after the Runner was judged unregistered) is left to the Runner's own
+            // retirement, which unregisters it before it goes.
+            for pod in judged.iter().filter_map(|name| seen_pods.get(name)) {
+                let name = pod.name_any();
+                match pods.delete(&name, &pod_deletion(pod)).await {
+                    Ok(_) => {}
+                    // Not the pod that was judged: it is not ours to delete.
+                    Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}
+                    Err(e) => {
+                        return Err(kube_err("delete pod of runner", format!("{ns}/{name}"))(e));
+                    }
+                }
+            }
             runners
                 .delete(owner, &DeleteParams::background())
                 .await

@@ -1001,7 +1001,9 @@ async fn apply(
                 },
             );
         }
-        PlanAction::Delete { owner, reason } => {
+        // A StatefulSet is deleted only once its controller observed that it wants no pod and
+        // has stopped its pods itself; garbage collection takes what is left.
+        PlanAction::Delete { owner, reason, .. } => {
             sets.delete(owner, &DeleteParams::background())
                 .await
                 .map(drop)

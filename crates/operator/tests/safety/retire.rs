@@ -133,6 +133,53 @@ async fn deleting_a_runner_deployment_lets_its_busy_runner_finish_its_job() {
     e.shutdown().await;
 }
 
+/// A set judges a retiring Runner unregistered when none of its pods were asked and unanswered,
+/// but a Runner controller acting on an older copy of the Runner may create the pod just
+/// after that judgement (seen by the chaos soak: the pod registered and took a job between the
+/// judgement and the delete). Here the judgement is stamped by hand on a Runner whose runner is
+/// busy: the set deletes the Runner, but the pod it never judged goes the unregister-first way.
+#[tokio::test]
+async fn a_runner_judged_unregistered_before_its_pod_was_seen_finishes_its_job() {
+    let e = E2e::start("retire-unseen").await;
+    let rd = Deployment::new("unseen", 1, "unseen");
+    e.apply(&rd);
+    e.wait_running(1).await;
+    let (job, busy, _) = one_busy(&e, "unseen", Duration::from_secs(8)).await;
+
+    let stamps = json!({"metadata": {"annotations": {
+        hangar_api::annotation::UNREGISTRATION_REQUEST_TIMESTAMP: "2026-01-01T00:00:00Z",
+        hangar_api::annotation::UNREGISTRATION_COMPLETE_TIMESTAMP: "2026-01-01T00:00:00Z",
+    }}});
+    e.h.api::<Runner>()
+        .patch(
+            &busy,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&stamps),
+        )
+        .await
+        .unwrap();
+
+    hold_until(&e, "the judged Runner deleting", || async {
+        e.h.api::<Runner>()
+            .get_opt(&busy)
+            .await
+            .unwrap()
+            .is_none_or(|r| r.metadata.deletion_timestamp.is_some())
+    })
+    .await;
+    hold_until(&e, "the job completed", || async {
+        assert_eq!(e.h.interrupted(), 0, "no job was interrupted");
+        e.all_succeeded(&[job])
+    })
+    .await;
+    hold_until(&e, "the busy runner's pod gone", || async {
+        e.h.api::<Pod>().get_opt(&busy).await.unwrap().is_none()
+    })
+    .await;
+    assert_eq!(e.h.interrupted(), 0, "no job was interrupted");
+    e.shutdown().await;
+}
+
 #[tokio::test]
 async fn deleting_a_standalone_runner_lets_it_finish_its_job() {
     let e = E2e::start("retire-runner").await;
