@@ -15,10 +15,13 @@
 //! *apply* the `+1`s with [`crate::reservation_write::write_operations`], the webhook writer's
 //! compare-and-swap, so a job the webhook recorded meanwhile counts once.
 //!
-//! API cost per repository and pass: 2 run lists plus one job list per queued or in-progress
-//! run whose jobs no earlier pass or queued-runs evaluation listed, or that changed since
-//! ([`hangar_runtime::workflow_runs`]; a one-job run that only moved from queued to in
-//! progress is not listed again); at the default interval, 24 run lists an hour. Lists are
+//! API cost per repository and pass: nothing for an autoscaler whose active reservations fill
+//! its `maxReplicas` (no job could be reserved: under a backlog whose deliveries arrived, every
+//! queued job holds one); otherwise 2 run lists plus, oldest run first until the jobs found
+//! fill the room, one job list per queued or in-progress run whose jobs no earlier pass or
+//! queued-runs evaluation listed, or that changed since ([`hangar_runtime::workflow_runs`]; a
+//! one-job run that only moved from queued to in progress is not listed again); at the
+//! default interval, at most 24 run lists an hour. Lists are
 //! revalidated with the ETag the last answer carried, and an unchanged list is a 304, which
 //! does not count against the rate limit. A job whose delivery was lost
 //! is seen by the next pass, which starts at most one interval after the job was queued, and
@@ -29,9 +32,10 @@ use std::sync::Arc;
 
 use hangar_api::HorizontalRunnerAutoscaler;
 use hangar_core::RunnerScope;
-use hangar_core::autoscaler::metrics::{JobStatus, RepositoryRef};
-use hangar_core::autoscaler::{JobKey, JobOrigin, PullInput, QueuedJob, pull_operations};
-use hangar_github::GitHubApi;
+use hangar_core::autoscaler::metrics::{JobStatus, RepositoryRef, WorkflowRun};
+use hangar_core::autoscaler::{
+    JobKey, JobOrigin, PullInput, QueuedJob, pull_operations, pull_room,
+};
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use tracing::{debug, info, warn};
@@ -113,29 +117,58 @@ async fn pull_one(
         return Ok(()); // invalid without it; the HRA controller reports that
     };
     let (ns, name) = key;
+    let reservations = hangar_api::convert::reservations_of(hra);
+    let now = ctx.now();
+    let room = pull_room(&reservations, cap, now);
+    if room == 0 {
+        // Nothing could be reserved, whatever the listing showed.
+        debug!(autoscaler = %format!("{ns}/{name}"), "at maxReplicas: nothing to pull");
+        return Ok(());
+    }
+    let decide = |queued: &[QueuedJob]| {
+        pull_operations(&PullInput {
+            autoscaler: key,
+            candidates,
+            origin: JobOrigin {
+                owner,
+                repository: repo,
+                // Only the repository tier is pulled, which any owner's jobs reach.
+                owner_is_user: false,
+                enterprise: None,
+            },
+            queued,
+            reservations: &reservations,
+            cap,
+            now,
+        })
+    };
     let github = ctx
         .github_for(ns, hra.spec.github_api_credentials_from.as_ref())
         .await
         .map_err(PullError::Observe)?;
-    let queued = queued_jobs(ctx, &*github, owner, repo)
+    let repository = RepositoryRef {
+        owner: owner.to_owned(),
+        name: repo.to_owned(),
+    };
+    // Oldest runs first, and no further once the jobs found fill the room.
+    let (mut queued, mut ops) = (vec![], vec![]);
+    for run in ctx
+        .workflow_runs
+        .active_runs(&*github, &repository)
         .await
-        .map_err(PullError::Observe)?;
-    let reservations = hangar_api::convert::reservations_of(hra);
-    let ops = pull_operations(&PullInput {
-        autoscaler: key,
-        candidates,
-        origin: JobOrigin {
-            owner,
-            repository: repo,
-            // Only the repository tier is pulled, which any owner's jobs reach.
-            owner_is_user: false,
-            enterprise: None,
-        },
-        queued: &queued,
-        reservations: &reservations,
-        cap,
-        now: ctx.now(),
-    });
+        .map_err(PullError::Observe)?
+    {
+        let jobs = ctx
+            .workflow_runs
+            .jobs(&*github, &run, ctx.now())
+            .await
+            .map_err(PullError::Observe)?;
+        queued.extend(queued_jobs(jobs));
+        ops = decide(&queued);
+        if ops.len() >= room {
+            break;
+        }
+    }
     debug!(autoscaler = %format!("{ns}/{name}"), queued = queued.len(), reserve = ops.len(), "pulled queued jobs");
     if ops.is_empty() {
         return Ok(());
@@ -165,35 +198,17 @@ async fn pull_one(
     Ok(())
 }
 
-/// The queued jobs of a repository's queued and in-progress runs. Their jobs come from the
-/// listings the queued-runs metric shares ([`hangar_runtime::workflow_runs`]): a run listed by
-/// an earlier pass or evaluation whose listing still holds costs no call.
-async fn queued_jobs(
-    ctx: &Context,
-    github: &dyn GitHubApi,
-    owner: &str,
-    repo: &str,
-) -> Result<Vec<QueuedJob>, Error> {
-    let repository = RepositoryRef {
-        owner: owner.to_owned(),
-        name: repo.to_owned(),
-    };
-    let mut queued = Vec::new();
-    for run in ctx.workflow_runs.active_runs(github, &repository).await? {
-        let jobs = ctx.workflow_runs.jobs(github, &run, ctx.now()).await?;
-        queued.extend(
-            jobs.jobs
-                .into_iter()
-                .filter(|j| j.status == JobStatus::Queued)
-                .map(|j| QueuedJob {
-                    job: JobKey {
-                        id: j.id,
-                        attempt: j.run_attempt,
-                    },
-                    labels: j.labels,
-                    created_at: j.created_at,
-                }),
-        );
-    }
-    Ok(queued)
+/// The queued jobs of one run.
+fn queued_jobs(jobs: WorkflowRun) -> impl Iterator<Item = QueuedJob> {
+    jobs.jobs
+        .into_iter()
+        .filter(|j| j.status == JobStatus::Queued)
+        .map(|j| QueuedJob {
+            job: JobKey {
+                id: j.id,
+                attempt: j.run_attempt,
+            },
+            labels: j.labels,
+            created_at: j.created_at,
+        })
 }

@@ -890,6 +890,65 @@ async fn the_pull_recovery_and_the_queued_jobs_metric_list_a_runs_jobs_once_betw
     s.shutdown().await;
 }
 
+#[tokio::test]
+async fn a_pull_pass_lists_nothing_for_an_autoscaler_whose_reservations_fill_its_cap() {
+    let s = Stack::start_configured("as-pull-capped", false, |c| {
+        c.webhook_pull_interval = Duration::from_secs(1);
+    })
+    .await;
+    assert_eq!(s.subscribe(SECRET).await, 200);
+    s.apply_deployment("capped", "capped", 0);
+    s.apply_hra("capped", webhook_spec(0, 1));
+    wait_reconciled(&s, "capped", 0).await;
+    // No node: both jobs wait, each delivered and reserved, one beyond maxReplicas.
+    s.submit(2, "capped", Duration::from_secs(5), "success");
+    eventually_of(&s, "both jobs reserved", WAIT, || async {
+        (s.reservations("capped").await == 2).then_some(())
+    })
+    .await;
+    let run_lists = "GET /repos/{owner}/{repo}/actions/runs";
+    let before = s.api_calls(run_lists);
+    // Four passes: none could reserve anything, so none lists the runs.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        s.api_calls(run_lists),
+        before,
+        "pull passes listed runs for an autoscaler at its cap"
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_pull_pass_lists_runs_only_until_the_jobs_it_found_fill_the_room() {
+    let s = Stack::start_configured("as-pull-room", false, |c| {
+        c.webhook_pull_interval = Duration::from_secs(1);
+    })
+    .await;
+    assert_eq!(s.subscribe(SECRET).await, 200);
+    s.apply_deployment("roomy", "roomy", 0);
+    s.apply_hra("roomy", webhook_spec(0, 1));
+    wait_reconciled(&s, "roomy", 0).await;
+    // Every delivery is lost and no node runs a runner: three runs of one job each wait, and
+    // only the pull can see them.
+    let drop_all = s.h.sim.faults().merged(json!({"webhook_drop_rate": 1.0}));
+    s.h.sim.set_faults(drop_all.unwrap());
+    for _ in 0..3 {
+        s.submit(1, "roomy", Duration::from_secs(5), "success");
+    }
+    eventually_of(&s, "the pull reserved a runner", WAIT, || async {
+        (s.reservations("roomy").await == 1).then_some(())
+    })
+    .await;
+    // Three more passes, each at the cap.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let job_lists = s.api_calls("GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs");
+    assert_eq!(
+        job_lists, 1,
+        "the oldest run's job filled the room of one: no other run's jobs are listed"
+    );
+    s.shutdown().await;
+}
+
 /// A pool `metered` scaled by the queued-runs metric; four runs of another pool's jobs
 /// (nothing takes them) and one of `metered`'s (no node runs its runner) wait, unchanged,
 /// through `listings` more listings of the runs (each lists the queued and the in-progress

@@ -50,7 +50,7 @@ pub use labels::{SELF_HOSTED, job_labels_match, label_eq};
 pub use metrics::{
     Evaluation, Metric, MetricError, MetricKind, Needed, Observations, Suggestion, suggest_replicas,
 };
-pub use pull::{PULL_DELIVERY, PullInput, QueuedJob, pull_operations};
+pub use pull::{PULL_DELIVERY, PullInput, QueuedJob, pull_operations, pull_room};
 pub use reservations::{
     DEFAULT_RESERVATION_DURATION, JobKey, JobOp, MAX_TOMBSTONES, Reservation, ReservationUpdate,
     ScaleOp, apply_scale_operations, reserved_replicas,

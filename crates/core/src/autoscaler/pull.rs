@@ -11,9 +11,15 @@
 //! 3. the stored list records nothing active for it, neither a reservation nor a completed
 //!    job's tombstone (a job can look queued in a listing taken just before it completed); a
 //!    job still queued after its reservation expired is reserved again;
-//! 4. there is room: the active reservations holding runners stay at most `cap` (the
-//!    autoscaler's `maxReplicas`); the oldest jobs by creation time go first, and the rest are
-//!    picked up by a later pass once runners free up.
+//! 4. there is room ([`pull_room`]): the active reservations holding runners stay at most
+//!    `cap` (the autoscaler's `maxReplicas`); the oldest jobs by creation time go first, and
+//!    the rest are picked up by a later pass once runners free up.
+//!
+//! What the driver may skip, since the answer cannot change: with no room it lists nothing
+//! (an autoscaler whose queued jobs were all delivered holds a reservation for each, so under
+//! a backlog it is at its cap), and it stops listing runs, oldest first, once the jobs found
+//! fill the room. A job of a later run is older only when it belongs to a re-run; it is
+//! reserved by a later pass.
 //!
 //! Each becomes a `+1` [`JobOp`] naming its job, with delivery id [`PULL_DELIVERY`], so the
 //! stored reservation says where it came from. The operations go through
@@ -63,14 +69,19 @@ pub struct PullInput<'a, T> {
     pub now: SystemTime,
 }
 
+/// How many more jobs a pass may reserve: `cap` less the runners the active reservations
+/// hold at `now`. Zero means the pass has nothing to decide, so nothing to list.
+pub fn pull_room(reservations: &[Reservation], cap: u32, now: SystemTime) -> usize {
+    let held = reservations
+        .iter()
+        .filter(|r| r.is_active(now))
+        .fold(0u32, |sum, r| sum.saturating_add(r.replicas));
+    usize::try_from(cap.saturating_sub(held)).unwrap_or(usize::MAX)
+}
+
 /// The `+1` operations for the queued jobs that need a reservation (see the module docs).
 pub fn pull_operations<T: PartialEq>(input: &PullInput<'_, T>) -> Vec<JobOp> {
-    let held = input
-        .reservations
-        .iter()
-        .filter(|r| r.is_active(input.now))
-        .fold(0u32, |sum, r| sum.saturating_add(r.replicas));
-    let room = usize::try_from(input.cap.saturating_sub(held)).unwrap_or(usize::MAX);
+    let room = pull_room(input.reservations, input.cap, input.now);
     // Active records only, as `apply_scale_operations` sees them: a job still queued after its
     // reservation expired waits yet, and is reserved again.
     let recorded = |job: JobKey| {

@@ -100,3 +100,19 @@ fn queued_jobs_without_a_record_are_reserved_by_pull() {
         assert_eq!(pull_operations(&input), pulled(&expected), "{name}");
     }
 }
+
+#[test]
+fn room_is_the_cap_less_what_active_reservations_hold() {
+    // (case, reservations, cap, room) at minute 10
+    #[rustfmt::skip]
+    let rows = [
+        ("nothing held: the whole cap",             vec![],                                          4, 4),
+        ("held replicas count",                     vec![reserved(1, 1, 30), reserved(2, 2, 30)],   4, 1),
+        ("at the cap: no room, nothing to list",    vec![reserved(1, 4, 30)],                        4, 0),
+        ("queued demand beyond the cap: no room",   vec![reserved(1, 3, 30), reserved(2, 3, 30)],   4, 0),
+        ("tombstones and expired hold nothing",     vec![reserved(1, 0, 30), reserved(2, 3, 10)],   4, 4),
+    ];
+    for (case, reservations, cap, room) in rows {
+        assert_eq!(pull_room(&reservations, cap, t(10)), room, "{case}");
+    }
+}
