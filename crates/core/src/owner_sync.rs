@@ -246,6 +246,11 @@ pub struct Input {
     /// A finished runner named here gives up its place at once instead of after
     /// `release_grace`.
     pub reflected_completions: BTreeSet<String>,
+    /// How many more finished runners give up their places at once, although nothing says
+    /// `desired` reflects their completions: the autoscaler's reservations keep its count at
+    /// `desired` or above even once their completions arrive (jobs wait beyond its maximum),
+    /// so their places are wanted either way.
+    pub absorbed_completions: u32,
     /// How long a finished runner of an autoscaled set keeps its place when nothing says its
     /// completion is reflected ([`RELEASE_GRACE`] unless `hangar run --release-grace` says
     /// otherwise).
@@ -459,11 +464,11 @@ pub fn plan(input: &Input) -> Plan {
         running, pending, ..
     } = plan.counts;
     let desired = input.desired;
-    // Just-finished runners keep the places still wanted, newest first; the rest go.
+    // Just-finished runners keep the places still wanted, newest first, except those whose
+    // completions the count absorbs; the rest go.
     finished.sort_by_key(|(_, at)| std::cmp::Reverse(*at));
-    let held = finished
-        .len()
-        .min(desired.saturating_sub(running + pending) as usize);
+    let absorbed = finished.len().min(input.absorbed_completions as usize);
+    let held = (finished.len() - absorbed).min(desired.saturating_sub(running + pending) as usize);
     for (owner, _) in &finished[held..] {
         plan.actions.extend(delete(owner, DeleteReason::Completed));
     }

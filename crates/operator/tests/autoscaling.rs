@@ -641,6 +641,44 @@ async fn the_autoscaler_accounting_for_a_finished_job_wakes_a_full_set_at_once()
 }
 
 #[tokio::test]
+async fn a_full_pool_with_a_job_waiting_replaces_a_finished_runner_before_its_completion_is_heard()
+{
+    // As above, nothing but knowledge can release a place: no timer runs within the test.
+    let s = Stack::start_configured("as-absorb", true, |c| {
+        c.release_grace = Duration::from_secs(10 * 60);
+        c.sync_period = Duration::from_secs(10 * 60);
+        c.webhook_pull_interval = Duration::ZERO;
+    })
+    .await;
+    assert_eq!(s.subscribe(SECRET).await, 200);
+    s.apply_deployment("absorb", "absorb", 0);
+    s.apply_hra("absorb", webhook_spec(0, 2));
+    wait_reconciled(&s, "absorb", 0).await;
+
+    // Three jobs for a pool of two: the third waits beyond maxReplicas.
+    let first = s.submit(2, "absorb", Duration::from_secs(3), "success");
+    let third = s.submit(1, "absorb", Duration::from_secs(1), "success");
+    eventually_of(&s, "two jobs running, three reserved", WAIT, || async {
+        (s.h.busy().len() == 2 && s.reservations("absorb").await == 3).then_some(())
+    })
+    .await;
+    // From now on GitHub loses every delivery: no completion is ever heard.
+    let drop_all = s.h.sim.faults().merged(json!({"webhook_drop_rate": 1.0}));
+    s.h.sim.set_faults(drop_all.unwrap());
+
+    // Whichever way the two completions go, the waiting job keeps the count at 2: one place is
+    // wanted either way, and the third job gets a fresh runner in it.
+    eventually_of(&s, "the waiting job done", WAIT, || async {
+        s.all_completed(&third, "success").then_some(())
+    })
+    .await;
+    assert!(s.all_completed(&first, "success"));
+    assert_eq!(s.reservations("absorb").await, 3, "no completion was heard");
+    assert_eq!(s.h.interrupted(), 0);
+    s.shutdown().await;
+}
+
+#[tokio::test]
 async fn duplicated_and_reordered_deliveries_neither_double_scale_nor_strand_a_job() {
     let mut s = Stack::start("as-faults", true).await;
     assert_eq!(s.subscribe(SECRET).await, 200);

@@ -77,12 +77,13 @@ pub struct Decision {
     /// it as the target's `spec.effectiveTime` so that completed runners are recreated for new
     /// demand at once. `None` leaves the target's value alone. ARC writes it only together with
     /// a replica change, so at maxReplicas new demand waited out ARC's recreation delay
-    /// (ARC #2254); write it whenever it differs. While demand is capped at maxReplicas, it is
-    /// `now`: jobs are still waiting, so every runner that finishes must be replaced, also
-    /// where the autoscaler cannot say it accounted for the runner's job (it has metrics) and
-    /// the set would otherwise hold the place for the release grace.
+    /// (ARC #2254); write it whenever it differs. While a metric's demand is capped at
+    /// maxReplicas, it is `now`: jobs are still waiting, so every runner that finishes must be
+    /// replaced, and nothing else tells the set so (it cannot say which jobs a metric counted);
+    /// it would hold the place for the release grace. Reservations alone tell the set
+    /// themselves ([`super::completions::completions_absorbed`]).
     pub effective_time: Option<SystemTime>,
-    /// Demand exceeds maxReplicas: decide again soon ([`BACKLOG_REFRESH`]) to keep
+    /// A metric's demand exceeds maxReplicas: decide again soon ([`BACKLOG_REFRESH`]) to keep
     /// `effective_time` current.
     pub backlog: bool,
     /// The effective minReplicas.
@@ -199,7 +200,9 @@ pub fn desired_replicas(input: &DesiredInput) -> Result<Decision, DecisionError>
     }
 
     let scale_out = desired > input.previous_desired.unwrap_or(DEFAULT_TARGET_REPLICAS);
-    let backlog = input.ephemeral && total > max;
+    // Without a metric the sets tell for themselves from the reservations which finished
+    // runners' places stay wanted (`completions::completions_absorbed`): no refresh needed.
+    let backlog = input.ephemeral && total > max && input.suggestion.metric.is_some();
     let effective_time = if backlog {
         Some(now)
     } else if input.ephemeral {

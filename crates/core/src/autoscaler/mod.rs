@@ -39,7 +39,9 @@ pub mod schedule;
 pub mod webhook;
 
 pub use batch::{Batch, Batcher, QueueFull};
-pub use completions::{AutoscalerView, reflected_completions};
+pub use completions::{
+    AutoscalerView, completions_absorbed, min_replicas_floor, reflected_completions,
+};
 pub use dedup::{Dedup, Seen};
 pub use desired::{
     DEFAULT_MIN_REPLICAS, DEFAULT_SCALE_DOWN_DELAY, Decision, DecisionError, DesiredInput,

@@ -100,6 +100,7 @@ prop_compose! {
         ephemeral in any::<bool>(),
         now in 30u64..60,
         reflected in any::<bool>(),
+        absorbed_completions in 0u32..3,
     ) -> Input {
         // The autoscaler may have accounted for every runner's job, even one still running
         // (its completion delivered before the pod's status says so): that must not matter.
@@ -117,6 +118,7 @@ prop_compose! {
             now: t(now),
             registration_timeout: REGISTRATION_TIMEOUT,
             reflected_completions,
+            absorbed_completions,
             release_grace: RELEASE_GRACE,
         }
     }

@@ -58,6 +58,7 @@ fn input(desired: u32, owners: Vec<OwnerView>, now_min: u64) -> Input {
         now: t(now_min),
         registration_timeout: REGISTRATION_TIMEOUT,
         reflected_completions: BTreeSet::new(),
+        absorbed_completions: 0,
         release_grace: RELEASE_GRACE,
     }
 }
@@ -470,6 +471,42 @@ fn a_finished_runner_whose_completion_is_reflected_gives_up_its_place_at_once() 
     let plan = plan(&input);
     assert_eq!(plan.actions, finished_and_replaced("b", 1));
     assert_eq!(plan.recheck_at, None);
+}
+
+#[test]
+fn finished_runners_whose_completions_the_count_absorbs_give_up_their_places_at_once() {
+    // A pool at its maximum of 3 with jobs waiting beyond it: b and c finished 1 and 2 s ago,
+    // their completions not yet heard of.
+    let now = t(5);
+    let owners = vec![
+        running("a", 4),
+        finished("b", 4, now, Duration::from_secs(1)),
+        finished("c", 4, now, Duration::from_secs(2)),
+    ];
+    let delete = |owner: &str| Action::Delete {
+        owner: owner.into(),
+        reason: DeleteReason::Completed,
+        pods: vec![format!("{owner}-pod")],
+    };
+    // (case, completions absorbed, actions)
+    let rows = [
+        ("nothing absorbed: both held for the grace", 0, vec![]),
+        (
+            "one absorbed: the older goes and is replaced, the newer is held",
+            1,
+            vec![delete("c"), Action::Create { count: 1 }],
+        ),
+        (
+            "more absorbed than finished: both replaced",
+            5,
+            vec![delete("b"), delete("c"), Action::Create { count: 2 }],
+        ),
+    ];
+    for (case, absorbed, actions) in rows {
+        let mut input = autoscaled(3, owners.clone(), 5, 3);
+        input.absorbed_completions = absorbed;
+        assert_eq!(plan(&input).actions, actions, "{case}");
+    }
 }
 
 #[test]

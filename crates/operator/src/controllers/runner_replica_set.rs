@@ -195,6 +195,11 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         .iter()
         .find(|o| o.controller == Some(true) && o.kind == "RunnerDeployment")
         .map(|o| o.name.clone());
+    let known = deployment
+        .map(|rd| {
+            sets::completions_known(&ctx, &ns, ScaleTargetKind::RunnerDeployment, &rd, desired)
+        })
+        .unwrap_or_default();
     let input = owner_sync::Input {
         desired,
         desired_template_hash: desired_hash(&set),
@@ -204,17 +209,8 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         now,
         registration_timeout: ctx.settings.registration_timeout,
         release_grace: ctx.settings.release_grace,
-        reflected_completions: deployment
-            .map(|rd| {
-                sets::completions_reflected(
-                    &ctx,
-                    &ns,
-                    ScaleTargetKind::RunnerDeployment,
-                    &rd,
-                    desired,
-                )
-            })
-            .unwrap_or_default(),
+        reflected_completions: known.reflected,
+        absorbed_completions: known.absorbed,
     };
     let plan = owner_sync::plan(&input);
     // The actions touch different Runners (at most one each), so they go out together: one at

@@ -612,6 +612,13 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
     } else {
         u32::try_from(set.spec.stateful_set.replicas.unwrap_or(1).max(0)).unwrap_or(0)
     };
+    let known = sets::completions_known(
+        ctx,
+        &ns,
+        ScaleTargetKind::RunnerSet,
+        &set.name_any(),
+        desired,
+    );
     let input = owner_sync::Input {
         desired,
         desired_template_hash: desired_hash(&set),
@@ -621,13 +628,8 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
         now,
         registration_timeout: ctx.settings.registration_timeout,
         release_grace: ctx.settings.release_grace,
-        reflected_completions: sets::completions_reflected(
-            ctx,
-            &ns,
-            ScaleTargetKind::RunnerSet,
-            &set.name_any(),
-            desired,
-        ),
+        reflected_completions: known.reflected,
+        absorbed_completions: known.absorbed,
     };
     let plan = owner_sync::plan(&input);
     for action in &plan.actions {

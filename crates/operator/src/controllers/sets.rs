@@ -8,7 +8,9 @@ use std::time::{Duration, SystemTime};
 use hangar_api::HorizontalRunnerAutoscaler;
 use hangar_api::convert::reservations_of;
 use hangar_api::horizontal_runner_autoscaler::ScaleTargetKind;
-use hangar_core::autoscaler::{AutoscalerView, reflected_completions};
+use hangar_core::autoscaler::{
+    AutoscalerView, completions_absorbed, min_replicas_floor, reflected_completions,
+};
 use hangar_core::owner_sync::{self, Action as PlanAction, RetireReason, Wait};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -150,7 +152,7 @@ pub async fn hand_on_unregistration_request(
 /// The target an autoscaler scales, as (namespace, kind, name): what a change of the
 /// autoscaler (its reservations, its status) may matter to. Its status can change without the
 /// target's `replicas` changing (a full pool stays full), yet tell owner sync that a finished
-/// runner's place need no longer be held ([`completions_reflected`]).
+/// runner's place need no longer be held ([`completions_known`]).
 pub fn target_of(hra: &HorizontalRunnerAutoscaler) -> Option<(String, ScaleTargetKind, String)> {
     let target = hra.spec.scale_target_ref.as_ref()?;
     Some((
@@ -160,17 +162,17 @@ pub fn target_of(hra: &HorizontalRunnerAutoscaler) -> Option<(String, ScaleTarge
     ))
 }
 
-/// The runners whose job's completion a set's `desired` count already reflects
-/// ([`hangar_core::autoscaler::completions`]), read from the one autoscaler in `ns` that scales
-/// the set's target (`kind`/`name`). None when no autoscaler or several do: owner sync then
-/// holds finished runners' places for the release grace.
-pub fn completions_reflected(
+/// What the one autoscaler in `ns` that scales a set's target (`kind`/`name`) says of finished
+/// runners' completions against the set's `desired` count
+/// ([`hangar_core::autoscaler::completions`]). Nothing when no autoscaler or several do: owner
+/// sync then holds finished runners' places for the release grace.
+pub fn completions_known(
     ctx: &Context,
     ns: &str,
     kind: ScaleTargetKind,
     name: &str,
     desired: u32,
-) -> BTreeSet<String> {
+) -> KnownCompletions {
     let scaling: Vec<_> = ctx
         .stores
         .hras
@@ -184,7 +186,7 @@ pub fn completions_reflected(
         })
         .collect();
     let [hra] = scaling.as_slice() else {
-        return BTreeSet::new();
+        return KnownCompletions::default();
     };
     let reservations = reservations_of(hra);
     let status = hra.status.as_ref();
@@ -194,6 +196,29 @@ pub fn completions_reflected(
         desired: status.and_then(|s| s.desired_replicas),
         has_metrics: hra.spec.metrics.as_ref().is_some_and(|m| !m.is_empty()),
         reservations: &reservations,
+        max_replicas: hra.spec.max_replicas,
+        min_replicas_floor: min_replicas_floor(
+            hra.spec.min_replicas,
+            &hra.spec
+                .scheduled_overrides
+                .iter()
+                .flatten()
+                .map(|o| o.min_replicas)
+                .collect::<Vec<_>>(),
+        ),
     };
-    reflected_completions(&view, desired)
+    KnownCompletions {
+        reflected: reflected_completions(&view, desired),
+        absorbed: completions_absorbed(&view, desired, ctx.now()),
+    }
+}
+
+/// Owner sync's [`owner_sync::Input::reflected_completions`] and
+/// [`owner_sync::Input::absorbed_completions`], as [`completions_known`] reads them.
+#[derive(Debug, Default)]
+pub struct KnownCompletions {
+    /// Runners whose job's completion the set's count reflects.
+    pub reflected: BTreeSet<String>,
+    /// How many finished runners' completions, not yet heard of, the count absorbs.
+    pub absorbed: u32,
 }

@@ -38,6 +38,8 @@ fn only_a_count_computed_from_the_tombstones_releases_their_runners() {
         desired: Some(2),
         has_metrics: false,
         reservations: &list,
+        max_replicas: Some(4),
+        min_replicas_floor: 0,
     };
     let both = BTreeSet::from(["pool-a".to_owned(), "pool-b".to_owned()]);
     // (case, view, the set's count, released)
@@ -99,5 +101,108 @@ fn only_a_count_computed_from_the_tombstones_releases_their_runners() {
             released,
             "{case}"
         );
+    }
+}
+
+#[test]
+fn completions_not_yet_heard_are_absorbed_while_jobs_wait_beyond_the_count() {
+    // Four runners at maxReplicas 4; reserved(n) holds one runner each, tombstones none.
+    let waiting = |n: u64| -> Vec<Reservation> {
+        (0..n)
+            .map(reserved)
+            .chain([tombstone(99, Some("pool-a"))])
+            .collect()
+    };
+    fn view(list: &[Reservation]) -> AutoscalerView<'_> {
+        AutoscalerView {
+            generation: Some(7),
+            observed_generation: Some(6),
+            desired: Some(4),
+            has_metrics: false,
+            reservations: list,
+            max_replicas: Some(4),
+            min_replicas_floor: 0,
+        }
+    }
+    let (six, four) = (waiting(6), waiting(4));
+    // (case, view, the set's count, completions absorbed)
+    let rows: Vec<(&str, AutoscalerView, u32, u32)> = vec![
+        (
+            "two jobs wait beyond the count: two completions leave it at 4 (a status from an older spec does not matter)",
+            view(&six),
+            4,
+            2,
+        ),
+        ("no job waits: none", view(&four), 4, 0),
+        (
+            "the set's count is not the autoscaler's (in flight, or split by a rollout)",
+            view(&six),
+            3,
+            0,
+        ),
+        (
+            "pull metrics may count anything",
+            AutoscalerView {
+                has_metrics: true,
+                ..view(&six)
+            },
+            4,
+            0,
+        ),
+        (
+            "a count above maxReplicas cannot be kept by reservations",
+            AutoscalerView {
+                max_replicas: Some(3),
+                ..view(&six)
+            },
+            4,
+            0,
+        ),
+        (
+            "minReplicas adds to what reservations keep: one more absorbed",
+            AutoscalerView {
+                min_replicas_floor: 1,
+                ..view(&six)
+            },
+            4,
+            3,
+        ),
+        (
+            "no maxReplicas (invalid): none",
+            AutoscalerView {
+                max_replicas: None,
+                ..view(&six)
+            },
+            4,
+            0,
+        ),
+    ];
+    for (case, view, set_desired, absorbed) in rows {
+        assert_eq!(
+            completions_absorbed(&view, set_desired, t(1)),
+            absorbed,
+            "{case}"
+        );
+    }
+}
+
+#[test]
+fn the_min_replicas_floor_is_the_lowest_the_spec_or_an_override_allows() {
+    /// (case, spec's minReplicas, overrides' minReplicas, floor)
+    type Row = (&'static str, Option<i32>, Vec<Option<i32>>, u32);
+    let rows: [Row; 5] = [
+        ("unset counts as the default 1", None, vec![], 1),
+        ("negative counts as the default 1", Some(-3), vec![], 1),
+        ("the spec's", Some(3), vec![], 3),
+        (
+            "an override that lowers it",
+            Some(3),
+            vec![Some(5), Some(0)],
+            0,
+        ),
+        ("an unset override keeps the spec's", Some(3), vec![None], 3),
+    ];
+    for (case, spec, overrides, floor) in rows {
+        assert_eq!(min_replicas_floor(spec, &overrides), floor, "{case}");
     }
 }

@@ -394,12 +394,18 @@ fn ephemeral_targets_get_the_newest_unexpired_reservation_time() {
 }
 
 #[test]
-fn demand_capped_at_max_replicas_keeps_the_effective_time_current() {
-    // 12 reservations for at most 10 runners: 2 jobs wait, so every runner that finishes is
-    // to be replaced now, however old the newest reservation is.
+fn a_metrics_demand_capped_at_max_replicas_keeps_the_effective_time_current() {
+    // A metric counts 12 jobs for at most 10 runners: 2 wait, so every runner that finishes
+    // is to be replaced now, however old the newest reservation is.
+    let metric = |replicas| Suggestion {
+        replicas: Some(replicas),
+        metric: Some(MetricKind::TotalNumberOfQueuedAndInProgressWorkflowRuns),
+        detail: String::new(),
+    };
     let d = decide(&DesiredInput {
         min_replicas: Some(0),
-        reservations: (0..12).map(|_| reservation(50, 200)).collect(),
+        suggestion: metric(12),
+        reservations: vec![reservation(50, 200)],
         ..input()
     });
     assert_eq!((d.desired, d.backlog), (10, true));
@@ -407,7 +413,22 @@ fn demand_capped_at_max_replicas_keeps_the_effective_time_current() {
 
     let d = decide(&DesiredInput {
         min_replicas: Some(0),
-        reservations: (0..10).map(|_| reservation(50, 200)).collect(),
+        suggestion: metric(9),
+        reservations: vec![reservation(50, 200)],
+        ..input()
+    });
+    assert_eq!((d.desired, d.backlog), (10, false));
+    assert_eq!(d.effective_time, Some(t(50)));
+}
+
+#[test]
+fn reservations_capped_at_max_replicas_need_no_refresh() {
+    // 12 reservations for at most 10 runners: the sets see the 2 waiting jobs in the
+    // reservations themselves (`completions_absorbed`), so the time stays the newest
+    // reservation's and nothing is rewritten every few seconds.
+    let d = decide(&DesiredInput {
+        min_replicas: Some(0),
+        reservations: (0..12).map(|_| reservation(50, 200)).collect(),
         ..input()
     });
     assert_eq!((d.desired, d.backlog), (10, false));
