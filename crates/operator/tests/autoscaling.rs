@@ -152,9 +152,39 @@ impl Stack {
         self.h.apply(&rd.to_string());
     }
 
+    /// RunnerSet `name` of `replicas` runners labelled `label`, placed on the stack's nodes.
+    fn apply_runner_set(&self, name: &str, label: &str, replicas: i32) {
+        let mut pod = json!({"containers": [{"name": "runner"}]});
+        if let Some(nodes) = &self.nodes {
+            let placement = nodes.placement();
+            pod["nodeSelector"] = json!(placement.node_selector);
+            pod["tolerations"] = json!(placement.tolerations);
+            if let Some(scheduler) = &placement.scheduler_name {
+                pod["schedulerName"] = json!(scheduler);
+            }
+        }
+        let set = json!({
+            "apiVersion": "actions.summerwind.dev/v1alpha1",
+            "kind": "RunnerSet",
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": replicas,
+                "repository": "octo/app",
+                "labels": [label],
+                "template": {"spec": pod},
+            },
+        });
+        self.h.apply(&set.to_string());
+    }
+
     /// Autoscaler `name` scaling RunnerDeployment `name`, with `spec` merged in.
     fn apply_hra(&self, name: &str, spec: Value) {
-        let mut full = json!({"scaleTargetRef": {"kind": "RunnerDeployment", "name": name}});
+        self.apply_hra_for("RunnerDeployment", name, spec);
+    }
+
+    /// Autoscaler `name` scaling the `kind` named `name`, with `spec` merged in.
+    fn apply_hra_for(&self, kind: &str, name: &str, spec: Value) {
+        let mut full = json!({"scaleTargetRef": {"kind": kind, "name": name}});
         if let (Some(full), Some(extra)) = (full.as_object_mut(), spec.as_object()) {
             full.extend(extra.clone());
         }
@@ -643,17 +673,36 @@ async fn the_autoscaler_accounting_for_a_finished_job_wakes_a_full_set_at_once()
 #[tokio::test]
 async fn a_full_pool_with_a_job_waiting_replaces_a_finished_runner_before_its_completion_is_heard()
 {
-    // As above, nothing but knowledge can release a place: no timer runs within the test.
-    let s = Stack::start_configured("as-absorb", true, |c| {
+    waiting_job_takes_a_finished_runners_place_unheard("RunnerDeployment").await;
+}
+
+#[tokio::test]
+async fn a_full_runner_set_with_a_job_waiting_replaces_a_finished_runner_before_its_completion_is_heard()
+ {
+    waiting_job_takes_a_finished_runners_place_unheard("RunnerSet").await;
+}
+
+/// A pool of `kind` at its maximum of 2 with a third job waiting: once GitHub loses every
+/// delivery, the third job still gets a runner in a finished one's place. Nothing but
+/// knowledge can release a place: no timer runs within the test.
+async fn waiting_job_takes_a_finished_runners_place_unheard(kind: &str) {
+    let s = Stack::start_configured(&format!("as-absorb-{}", kind.len()), true, |c| {
         c.release_grace = Duration::from_secs(10 * 60);
         c.sync_period = Duration::from_secs(10 * 60);
         c.webhook_pull_interval = Duration::ZERO;
     })
     .await;
     assert_eq!(s.subscribe(SECRET).await, 200);
-    s.apply_deployment("absorb", "absorb", 0);
-    s.apply_hra("absorb", webhook_spec(0, 2));
-    wait_reconciled(&s, "absorb", 0).await;
+    if kind == "RunnerSet" {
+        s.apply_runner_set("absorb", "absorb", 0);
+    } else {
+        s.apply_deployment("absorb", "absorb", 0);
+    }
+    s.apply_hra_for(kind, "absorb", webhook_spec(0, 2));
+    eventually_of(&s, "the autoscaler's first count", WAIT, || async {
+        (s.desired("absorb").await == Some(0)).then_some(())
+    })
+    .await;
 
     // Three jobs for a pool of two: the third waits beyond maxReplicas.
     let first = s.submit(2, "absorb", Duration::from_secs(3), "success");
