@@ -154,27 +154,8 @@ impl Stack {
 
     /// RunnerSet `name` of `replicas` runners labelled `label`, placed on the stack's nodes.
     fn apply_runner_set(&self, name: &str, label: &str, replicas: i32) {
-        let mut pod = json!({"containers": [{"name": "runner"}]});
-        if let Some(nodes) = &self.nodes {
-            let placement = nodes.placement();
-            pod["nodeSelector"] = json!(placement.node_selector);
-            pod["tolerations"] = json!(placement.tolerations);
-            if let Some(scheduler) = &placement.scheduler_name {
-                pod["schedulerName"] = json!(scheduler);
-            }
-        }
-        let set = json!({
-            "apiVersion": "actions.summerwind.dev/v1alpha1",
-            "kind": "RunnerSet",
-            "metadata": {"name": name},
-            "spec": {
-                "replicas": replicas,
-                "repository": "octo/app",
-                "labels": [label],
-                "template": {"spec": pod},
-            },
-        });
-        self.h.apply(&set.to_string());
+        let set = support::runner_set_manifest(self.nodes.as_ref(), name, replicas, label, &[]);
+        self.h.apply(&set);
     }
 
     /// Autoscaler `name` scaling RunnerDeployment `name`, with `spec` merged in.

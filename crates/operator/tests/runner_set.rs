@@ -62,31 +62,7 @@ impl Rs {
 
     /// A RunnerSet for repository `octo/app` whose pods run on this test's nodes.
     fn runner_set(&self, name: &str, replicas: i32, label: &str, env: &[(&str, &str)]) -> String {
-        let placement = self.nodes.placement();
-        let env: Vec<_> = env
-            .iter()
-            .map(|(k, v)| json!({"name": k, "value": v}))
-            .collect();
-        let mut pod = json!({
-            "nodeSelector": placement.node_selector,
-            "tolerations": placement.tolerations,
-            "containers": [{"name": "runner", "env": env}],
-        });
-        if let Some(s) = &placement.scheduler_name {
-            pod["schedulerName"] = json!(s);
-        }
-        json!({
-            "apiVersion": "actions.summerwind.dev/v1alpha1",
-            "kind": "RunnerSet",
-            "metadata": {"name": name},
-            "spec": {
-                "replicas": replicas,
-                "repository": "octo/app",
-                "labels": [label],
-                "template": {"spec": pod},
-            },
-        })
-        .to_string()
+        support::runner_set_manifest(Some(&self.nodes), name, replicas, label, env)
     }
 
     async fn stateful_sets(&self) -> Vec<StatefulSet> {

@@ -257,27 +257,7 @@ async fn a_busy_runner_is_killed_once_the_retirement_timeout_has_passed_and_an_e
 
 /// A RunnerSet of `replicas` runners labelled `label` for `octo/app`, placed on `e`'s nodes.
 pub(crate) fn runner_set(e: &E2e, name: &str, replicas: i32, label: &str) -> String {
-    let placement = e.nodes.placement();
-    let mut pod = json!({
-        "nodeSelector": placement.node_selector,
-        "tolerations": placement.tolerations,
-        "containers": [{"name": "runner"}],
-    });
-    if let Some(s) = &placement.scheduler_name {
-        pod["schedulerName"] = json!(s);
-    }
-    json!({
-        "apiVersion": "actions.summerwind.dev/v1alpha1",
-        "kind": "RunnerSet",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "repository": "octo/app",
-            "labels": [label],
-            "template": {"spec": pod},
-        },
-    })
-    .to_string()
+    crate::support::runner_set_manifest(Some(&e.nodes), name, replicas, label, &[])
 }
 
 /// Waits until `n` runner pods are registered and online; returns their names.

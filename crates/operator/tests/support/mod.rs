@@ -499,3 +499,38 @@ pub fn kubectl_with_stdin(cmd: &mut std::process::Command, input: &str) -> std::
         .unwrap();
     child.wait_with_output().unwrap()
 }
+
+/// A RunnerSet for repository `octo/app` of `replicas` runners labelled `label`, its pods placed
+/// on `nodes` when given, with `env` on the runner container.
+pub fn runner_set_manifest(
+    nodes: Option<&NodeSimHandle>,
+    name: &str,
+    replicas: i32,
+    label: &str,
+    env: &[(&str, &str)],
+) -> String {
+    let env: Vec<_> = env
+        .iter()
+        .map(|(k, v)| serde_json::json!({"name": k, "value": v}))
+        .collect();
+    let mut pod = serde_json::json!({"containers": [{"name": "runner", "env": env}]});
+    if let Some(placement) = nodes.map(NodeSimHandle::placement) {
+        pod["nodeSelector"] = serde_json::json!(placement.node_selector);
+        pod["tolerations"] = serde_json::json!(placement.tolerations);
+        if let Some(s) = &placement.scheduler_name {
+            pod["schedulerName"] = serde_json::json!(s);
+        }
+    }
+    serde_json::json!({
+        "apiVersion": "actions.summerwind.dev/v1alpha1",
+        "kind": "RunnerSet",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "repository": "octo/app",
+            "labels": [label],
+            "template": {"spec": pod},
+        },
+    })
+    .to_string()
+}
