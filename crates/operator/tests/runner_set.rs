@@ -239,6 +239,42 @@ async fn scale_from_zero_to_three_and_back_registers_and_removes_every_runner() 
     e.shutdown().await;
 }
 
+/// A StatefulSet's registration Secret is applied owned by the RunnerSet, and handed to the
+/// StatefulSet once that exists: a controller killed in between (seen by the chaos soak) left
+/// it owned by the RunnerSet, outliving the StatefulSet. Here the hand-over is undone by hand;
+/// the StatefulSet's retirement hands it over, so it goes with its StatefulSet.
+#[tokio::test]
+async fn a_registration_secret_left_with_the_runner_set_goes_with_its_stateful_set() {
+    let e = Rs::start("rs-handover").await;
+    e.h.apply(&e.runner_set("handover", 1, "handover", &[]));
+    e.wait_running(1).await;
+    let sts = e.stateful_sets().await.remove(0);
+    let set = e.set("handover").await;
+    let secret = format!("{}-registration", sts.name_any());
+    let to_the_set = json!({"metadata": {"ownerReferences": [{
+        "apiVersion": "actions.summerwind.dev/v1alpha1",
+        "kind": "RunnerSet",
+        "name": "handover",
+        "uid": set.uid().unwrap(),
+    }]}});
+    e.h.api::<Secret>()
+        .patch(
+            &secret,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&to_the_set),
+        )
+        .await
+        .unwrap();
+
+    kubectl_scale(&e, "handover", 0);
+    eventually_of(&e, "the StatefulSet and its Secret gone", WAIT, || async {
+        let left = e.h.api::<Secret>().get_opt(&secret).await.unwrap();
+        (e.stateful_sets().await.is_empty() && left.is_none()).then_some(())
+    })
+    .await;
+    e.shutdown().await;
+}
+
 #[tokio::test]
 async fn scale_down_while_jobs_run_interrupts_no_job() {
     let e = Rs::start("rs-busy").await;

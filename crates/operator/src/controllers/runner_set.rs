@@ -45,7 +45,9 @@
 //!   GitHub call. A pod deleted directly comes back under its name with a fresh credential.
 //! - **fallback** (no admission webhook in this process): a Secret per StatefulSet
 //!   (`<statefulset>-registration`: a token, or a JIT configuration for the runner named after
-//!   the pod) created by the controller, read through `valueFrom`, and taken back once the
+//!   the pod; owned by the StatefulSet, or handed to it before it is deleted where a stopped
+//!   controller left it with the RunnerSet) created by the controller, read through
+//!   `valueFrom`, and taken back once the
 //!   pod's runner container has started ([`spend_registrations`]), so a pod of such a set
 //!   deleted directly comes back unable to register: it counts as finished once the kubelet
 //!   shows it cannot create its runner container, and the StatefulSet is replaced.
@@ -751,6 +753,41 @@ async fn hand_on_unregistration_requests(
     Ok(())
 }
 
+/// Makes sure `sts`'s registration Secret is owned by `sts` before `sts` is deleted, so that it
+/// goes with it. [`create_runner`] applies the Secret owned by the RunnerSet and hands it to the
+/// StatefulSet once that exists; a controller stopped between the two (a leader killed, a
+/// failed write) leaves it with the RunnerSet, outliving the StatefulSet. One GET per
+/// StatefulSet deleted; a merge patch of its owner only where the hand-over was cut short.
+async fn hand_over_registration_secret(ctx: &Context, sts: &StatefulSet) -> Result<(), Error> {
+    let ns = sts.namespace().unwrap_or_default();
+    let name = registration_secret_name(&sts.name_any());
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(secret) = secrets
+        .get_opt(&name)
+        .await
+        .map_err(kube_err("get registration secret", format!("{ns}/{name}")))?
+    else {
+        return Ok(());
+    };
+    let (Some(uid), Some(mut owner)) = (sts.uid(), sts.controller_owner_ref(&())) else {
+        return Ok(());
+    };
+    if secret.owner_references().iter().any(|o| o.uid == uid) {
+        return Ok(());
+    }
+    owner.controller = None;
+    let patch = serde_json::json!({ "metadata": { "ownerReferences": [owner] } });
+    secrets
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(kube_err(
+            "hand registration secret to statefulset",
+            format!("{ns}/{name}"),
+        ))?;
+    warn!(secret = %format!("{ns}/{name}"), "handed a registration secret left with its RunnerSet to its statefulset");
+    Ok(())
+}
+
 /// Takes back the registration credential of each StatefulSet whose pod restarts its runner
 /// container (the fallback mode) once a run has started (`hangar_core::runner_container::
 /// should_spend`): empties its Secret `<statefulset>-registration` — the running process read
@@ -1006,6 +1043,11 @@ async fn apply(
         // A StatefulSet is deleted only once its controller observed that it wants no pod and
         // has stopped its pods itself; garbage collection takes what is left.
         PlanAction::Delete { owner, reason, .. } => {
+            if ctx.settings.runner_set_registration == RunnerSetRegistration::StatefulSetSecret
+                && let Some(sts) = state.stateful_sets.get(&ObjectRef::new(owner).within(&ns))
+            {
+                hand_over_registration_secret(ctx, &sts).await?;
+            }
             sets.delete(owner, &DeleteParams::background())
                 .await
                 .map(drop)
