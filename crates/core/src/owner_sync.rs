@@ -246,10 +246,12 @@ pub struct Input {
     /// A finished runner named here gives up its place at once instead of after
     /// `release_grace`.
     pub reflected_completions: BTreeSet<String>,
-    /// How many more finished runners give up their places at once, although nothing says
-    /// `desired` reflects their completions: the autoscaler's reservations keep its count at
-    /// `desired` or above even once their completions arrive (jobs wait beyond its maximum),
-    /// so their places are wanted either way.
+    /// How many finished runners whose completions `desired` may still count give up their
+    /// places at once: the autoscaler's reservations keep its count at `desired` or above even
+    /// once that many completions arrive (jobs wait beyond its maximum), so their places are
+    /// wanted either way. The number covers every such runner the set still has, those whose
+    /// places were given up earlier included: they stay, holding no place, until their
+    /// completions are reflected (or the release grace is over).
     pub absorbed_completions: u32,
     /// How long a finished runner of an autoscaled set keeps its place when nothing says its
     /// completion is reflected ([`RELEASE_GRACE`] unless `hangar run --release-grace` says
@@ -464,15 +466,19 @@ pub fn plan(input: &Input) -> Plan {
         running, pending, ..
     } = plan.counts;
     let desired = input.desired;
-    // Just-finished runners keep the places still wanted, newest first, except those whose
-    // completions the count absorbs; the rest go.
+    // Just-finished runners keep the places still wanted, except those whose completions the
+    // count absorbs: their places go to new runners at once, but they stay (holding none) until
+    // their completions are reflected or the grace is over, so that the absorption still counts
+    // their completions until then (a deleted one would be forgotten while its completion is
+    // still to come). The rest go.
     finished.sort_by_key(|(_, at)| std::cmp::Reverse(*at));
     let absorbed = finished.len().min(input.absorbed_completions as usize);
     let held = (finished.len() - absorbed).min(desired.saturating_sub(running + pending) as usize);
-    for (owner, _) in &finished[held..] {
+    let kept = absorbed + held;
+    for (owner, _) in &finished[kept..] {
         plan.actions.extend(delete(owner, DeleteReason::Completed));
     }
-    plan.recheck_at = finished[..held]
+    plan.recheck_at = finished[..kept]
         .iter()
         .map(|(_, at)| *at + input.release_grace)
         .min();

@@ -14,7 +14,8 @@
 //! `min(maxReplicas, minReplicas + reserved)`, so while `floor + reserved - c` stays at or above
 //! the set's count (`floor`: the lowest minReplicas any scheduled override allows), `c`
 //! finished runners' places are wanted whatever their deliveries say, and are released as soon
-//! as the runners are seen finished. The autoscaler then needs no periodic rewrite of the
+//! as the runners are seen finished. `c` counts every finished runner whose completion is not
+//! yet reflected, so owner sync keeps such a runner (holding no place) until it is. The autoscaler then needs no periodic rewrite of the
 //! target's `effectiveTime` to say that jobs wait (it keeps that for metrics).
 //!
 //! Both answers are empty — and owner sync falls back to the timer — whenever the count in hand

@@ -483,30 +483,56 @@ fn finished_runners_whose_completions_the_count_absorbs_give_up_their_places_at_
         finished("b", 4, now, Duration::from_secs(1)),
         finished("c", 4, now, Duration::from_secs(2)),
     ];
-    let delete = |owner: &str| Action::Delete {
-        owner: owner.into(),
-        reason: DeleteReason::Completed,
-        pods: vec![format!("{owner}-pod")],
-    };
     // (case, completions absorbed, actions)
     let rows = [
         ("nothing absorbed: both held for the grace", 0, vec![]),
         (
-            "one absorbed: the older goes and is replaced, the newer is held",
+            "one absorbed: one place goes to a new runner, the other is held",
             1,
-            vec![delete("c"), Action::Create { count: 1 }],
+            vec![Action::Create { count: 1 }],
         ),
         (
-            "more absorbed than finished: both replaced",
+            "more absorbed than finished: both places go to new runners",
             5,
-            vec![delete("b"), delete("c"), Action::Create { count: 2 }],
+            vec![Action::Create { count: 2 }],
         ),
     ];
     for (case, absorbed, actions) in rows {
         let mut input = autoscaled(3, owners.clone(), 5, 3);
         input.absorbed_completions = absorbed;
-        assert_eq!(plan(&input).actions, actions, "{case}");
+        let plan = plan(&input);
+        // The finished runners stay until their completions are reflected or the grace is
+        // over: the absorption counts their completions until then.
+        assert_eq!(plan.actions, actions, "{case}");
+        assert_eq!(
+            plan.recheck_at,
+            Some(now - Duration::from_secs(2) + RELEASE_GRACE),
+            "{case}"
+        );
     }
+}
+
+#[test]
+fn a_runner_whose_place_was_given_up_still_counts_against_the_absorption() {
+    // A pool of 2 with one job waiting (one completion absorbed): c finished first, and its
+    // place went to d, which now runs the waiting job. Then b finished; neither completion has
+    // been heard. The one absorbed completion is c's: b's place is held, as d took the last
+    // waiting job, and nothing is created (deleting c would forget its completion and replace
+    // b for a job that is not there).
+    let now = t(5);
+    let owners = vec![
+        running("d", 5),
+        finished("b", 4, now, Duration::from_secs(1)),
+        finished("c", 4, now, Duration::from_secs(2)),
+    ];
+    let mut input = autoscaled(2, owners, 5, 3);
+    input.absorbed_completions = 1;
+    let plan = plan(&input);
+    assert_eq!(plan.actions, vec![]);
+    assert_eq!(
+        plan.recheck_at,
+        Some(now - Duration::from_secs(2) + RELEASE_GRACE)
+    );
 }
 
 #[test]
