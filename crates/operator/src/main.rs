@@ -438,9 +438,10 @@ async fn webhook_server(args: WebhookServerArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let client = kube::Client::try_default()
+    let kube_config = kube::Config::infer()
         .await
-        .context("cannot reach Kubernetes")?;
+        .context("cannot find a Kubernetes configuration")?;
+    let client = hangar::kube_client::uncounted(kube_config).context("cannot reach Kubernetes")?;
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await
         .with_context(|| format!("cannot listen on {}", args.addr))?;

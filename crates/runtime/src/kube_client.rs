@@ -8,6 +8,14 @@
 //! only the transport sees every answer. A permission the RBAC lacks shows up as `code="403"`,
 //! whichever code path made the call; the chart tests run the binary with the chart's own
 //! ServiceAccount and assert that no such series appears.
+//!
+//! **No retries inside the client.** kube's default client retries an answer of 429, 503 or
+//! 504 up to 15 times with exponential back-off capped at 1000 s, so one call can stall for
+//! minutes while the apiserver restarts: a reconcile stuck in it holds its object, and what it
+//! writes was computed from a world minutes old. Hangar's client fails such a call at once,
+//! as client-go does without a `Retry-After`; every caller already retries with its own
+//! back-off from freshly observed state (reconcilers per object, the webhook batcher per
+//! autoscaler, the elector every retry period).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -20,9 +28,19 @@ use crate::metrics::Metrics;
 
 /// A client for `config` whose requests are counted into `metrics`.
 pub fn counted(config: kube::Config, metrics: Arc<Metrics>) -> Result<kube::Client, kube::Error> {
-    Ok(ClientBuilder::try_from(config)?
+    Ok(ClientBuilder::try_from(without_retries(config))?
         .with_layer(&CountLayer(metrics))
         .build())
+}
+
+/// A client for `config` that makes each request once (see the module's contract).
+pub fn uncounted(config: kube::Config) -> Result<kube::Client, kube::Error> {
+    kube::Client::try_from(without_retries(config))
+}
+
+fn without_retries(mut config: kube::Config) -> kube::Config {
+    config.default_retry = false;
+    config
 }
 
 /// Wraps a service in [`Counted`].

@@ -715,17 +715,33 @@ fn write_kubeconfig(path: &Path, server: &str, pki: &PkiFiles) -> Result<(), Con
 
 /// A client for the admin kubeconfig at `path`.
 pub async fn admin_client(path: &Path) -> Result<kube::Client, ControlPlaneError> {
-    let invalid = |e: &dyn std::fmt::Display| ControlPlaneError::Io {
+    let config = admin_config(path).await?;
+    kube::Client::try_from(config).map_err(|e| invalid_kubeconfig(path, &e))
+}
+
+/// A client for the admin kubeconfig at `path` that, like a kubelet's (client-go), makes each
+/// request once: kube's default client retries 429, 503 and 504 for minutes, which no
+/// kubelet does. For the node simulator.
+pub async fn kubelet_client(path: &Path) -> Result<kube::Client, ControlPlaneError> {
+    let mut config = admin_config(path).await?;
+    config.default_retry = false;
+    kube::Client::try_from(config).map_err(|e| invalid_kubeconfig(path, &e))
+}
+
+/// The client configuration of the admin kubeconfig at `path`.
+pub async fn admin_config(path: &Path) -> Result<kube::Config, ControlPlaneError> {
+    let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| invalid_kubeconfig(path, &e))?;
+    kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(|e| invalid_kubeconfig(path, &e))
+}
+
+fn invalid_kubeconfig(path: &Path, e: &dyn std::fmt::Display) -> ControlPlaneError {
+    ControlPlaneError::Io {
         action: "load kubeconfig",
         path: path.to_owned(),
         source: std::io::Error::other(e.to_string()),
-    };
-    let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| invalid(&e))?;
-    let config =
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await
-            .map_err(|e| invalid(&e))?;
-    kube::Client::try_from(config).map_err(|e| invalid(&e))
+    }
 }
 
 async fn readyz(client: &kube::Client) -> bool {

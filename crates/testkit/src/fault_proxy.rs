@@ -30,6 +30,10 @@
 //!   object has been modified; …") without reaching it. Writes without a resourceVersion and
 //!   server-side apply never conflict this way on a real apiserver either, so they are left
 //!   alone.
+//! - [`Faults::set_writes_timing_out`]: while on, every write (POST, PUT, PATCH, DELETE) is
+//!   answered as kube-apiserver answers one etcd did not commit in time: `504` with a
+//!   `Status` of reason `Timeout`, without reaching it. Reads and watches still work, as
+//!   they do from the apiserver's watch cache while etcd is slow or without a leader.
 //!
 //! When the apiserver cannot be reached (it is being restarted), a request is answered 503
 //! with a `Status`, as a load balancer in front of it would.
@@ -109,6 +113,7 @@ struct Shared {
     /// Bumped by [`Faults::disconnect_watches`]; each open watch ends when it changes.
     disconnects: watch::Sender<u64>,
     watch_gone: std::sync::atomic::AtomicBool,
+    writes_timing_out: std::sync::atomic::AtomicBool,
     /// The conflict rate and the RNG it is drawn with.
     conflicts: Mutex<(f64, fastrand::Rng)>,
     forwarded: AtomicU64,
@@ -116,6 +121,7 @@ struct Shared {
     watches_cut: AtomicU64,
     gone: AtomicU64,
     conflicted: AtomicU64,
+    timed_out: AtomicU64,
     unreachable: AtomicU64,
 }
 
@@ -132,6 +138,8 @@ pub struct Counts {
     pub gone: u64,
     /// Writes answered 409 Conflict.
     pub conflicted: u64,
+    /// Writes answered 504 Timeout.
+    pub timed_out: u64,
     /// Requests answered 503 because the apiserver could not be reached.
     pub unreachable: u64,
 }
@@ -142,12 +150,14 @@ impl Faults {
             inner: Arc::new(Shared {
                 disconnects: watch::channel(0).0,
                 watch_gone: false.into(),
+                writes_timing_out: false.into(),
                 conflicts: Mutex::new((0.0, fastrand::Rng::with_seed(seed))),
                 forwarded: 0.into(),
                 watches_open: 0.into(),
                 watches_cut: 0.into(),
                 gone: 0.into(),
                 conflicted: 0.into(),
+                timed_out: 0.into(),
                 unreachable: 0.into(),
             }),
         }
@@ -168,10 +178,16 @@ impl Faults {
         self.inner.conflicts.lock().expect("conflicts").0 = rate.clamp(0.0, 1.0);
     }
 
+    /// While `on`, every write is answered 504 Timeout without reaching the apiserver.
+    pub fn set_writes_timing_out(&self, on: bool) {
+        self.inner.writes_timing_out.store(on, Ordering::SeqCst);
+    }
+
     /// Switches every fault off (open watches stay open).
     pub fn clear(&self) {
         self.set_watch_gone(false);
         self.set_write_conflicts(0.0);
+        self.set_writes_timing_out(false);
     }
 
     /// What the proxy did so far.
@@ -183,6 +199,7 @@ impl Faults {
             watches_cut: i.watches_cut.load(Ordering::Relaxed),
             gone: i.gone.load(Ordering::Relaxed),
             conflicted: i.conflicted.load(Ordering::Relaxed),
+            timed_out: i.timed_out.load(Ordering::Relaxed),
             unreachable: i.unreachable.load(Ordering::Relaxed),
         }
     }
@@ -251,6 +268,33 @@ impl FaultProxy {
             faults,
             task,
         })
+    }
+
+    /// A proxy in front of a test cluster's apiserver (its PKI is `pki/` beside its
+    /// kubeconfig), and the cluster's admin client configuration pointed at the proxy.
+    ///
+    /// The configuration keeps kube's default of retrying 429, 503 and 504 inside the client
+    /// (for minutes); set `default_retry = false` for a client that, like client-go, sees each
+    /// answer the proxy gives.
+    pub async fn in_front_of(
+        cluster: &crate::TestCluster,
+        seed: u64,
+    ) -> Result<(Self, kube::Config), FaultProxyError> {
+        let kubeconfig = cluster.kubeconfig();
+        let invalid = |e: &dyn std::fmt::Display| FaultProxyError::Kubeconfig {
+            path: kubeconfig.to_owned(),
+            reason: e.to_string(),
+        };
+        let pki = kubeconfig
+            .parent()
+            .ok_or_else(|| invalid(&"no parent directory"))?
+            .join("pki");
+        let proxy = Self::start(kubeconfig, &pki, seed).await?;
+        let mut config = crate::control_plane::admin_config(kubeconfig)
+            .await
+            .map_err(|e| invalid(&e))?;
+        config.cluster_url = proxy.url.parse().map_err(|e| invalid(&e))?;
+        Ok((proxy, config))
     }
 
     /// `https://127.0.0.1:<port>`.
@@ -525,6 +569,22 @@ async fn handle(
     {
         faults.inner.gone.fetch_add(1, Ordering::Relaxed);
         return Ok(gone(rv));
+    }
+    if matches!(
+        parts.method,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    ) && faults.inner.writes_timing_out.load(Ordering::SeqCst)
+    {
+        faults.inner.timed_out.fetch_add(1, Ordering::Relaxed);
+        return Ok(full(
+            StatusCode::GATEWAY_TIMEOUT,
+            status_body(
+                504,
+                "Timeout",
+                "Timeout: request did not complete within requested timeout - context deadline exceeded",
+                None,
+            ),
+        ));
     }
     let apply = parts
         .headers

@@ -136,6 +136,58 @@ async fn with_conflicts_at_rate_one_an_update_gets_409_with_the_apiservers_statu
 }
 
 #[tokio::test]
+async fn while_writes_time_out_reads_work_and_every_write_gets_504_without_landing() {
+    let cluster = TestCluster::get();
+    let ns = TestNamespace::create(cluster, "proxy-timeout").await;
+    // A client that makes each request once: kube's default retries a 504 for minutes.
+    let (proxy, mut config) = FaultProxy::in_front_of(cluster, 7).await.unwrap();
+    config.default_retry = false;
+    let via: Api<ConfigMap> = ns.api(Client::try_from(config).unwrap());
+    via.create(&PostParams::default(), &config_map("cm"))
+        .await
+        .unwrap();
+    proxy.faults().set_writes_timing_out(true);
+
+    let timed_out = |result: kube::Result<_>, what: &str| match result {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(
+                (s.code, s.reason.as_str()),
+                (504, "Timeout"),
+                "{what}: {s:?}"
+            );
+        }
+        other => panic!("{what}: expected a timeout, got {other:?}"),
+    };
+    let merge = serde_json::json!({"data": {"k": "w"}});
+    timed_out(
+        via.patch("cm", &PatchParams::default(), &Patch::Merge(&merge))
+            .await
+            .map(drop),
+        "merge patch",
+    );
+    timed_out(
+        via.create(&PostParams::default(), &config_map("other"))
+            .await
+            .map(drop),
+        "create",
+    );
+    timed_out(
+        via.delete("cm", &Default::default()).await.map(drop),
+        "delete",
+    );
+    // Reads are served, and none of the writes landed.
+    assert_eq!(via.get("cm").await.unwrap().data.unwrap()["k"], "v");
+    assert!(via.get_opt("other").await.unwrap().is_none());
+    assert_eq!(proxy.faults().counts().timed_out, 3);
+
+    proxy.faults().clear();
+    via.patch("cm", &PatchParams::default(), &Patch::Merge(&merge))
+        .await
+        .unwrap();
+    assert_eq!(via.get("cm").await.unwrap().data.unwrap()["k"], "w");
+}
+
+#[tokio::test]
 async fn a_watch_through_the_proxy_streams_and_ends_on_disconnect_watches() {
     let cluster = TestCluster::get();
     let ns = TestNamespace::create(cluster, "proxy-watch").await;

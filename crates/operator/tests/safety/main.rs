@@ -6,6 +6,7 @@
 mod support;
 
 mod durable;
+mod outage;
 mod ownership;
 mod retire;
 mod secrets;
