@@ -76,6 +76,11 @@ pub struct Timing {
     pub pull_backoff_max: Duration,
     /// The shortest grace period a container is given on SIGTERM (kubelet: 2 s).
     pub min_termination_grace: Duration,
+    /// How long one writer keeps retrying a pod write that fails for transient reasons (the
+    /// apiserver unreachable, restarting or timing out) before it puts the write back at the
+    /// end of the queue and serves other pods. The write is never dropped while its pod
+    /// exists: a kubelet's status manager retries an unsynced pod until it lands.
+    pub write_retry_window: Duration,
 }
 
 /// Client-side limits on the simulator's pod writes (status patches, deletions, bindings).
@@ -123,6 +128,7 @@ impl Default for Timing {
             pull_backoff_initial: Duration::from_secs(10),
             pull_backoff_max: Duration::from_secs(300),
             min_termination_grace: Duration::from_secs(2),
+            write_retry_window: Duration::from_secs(60),
         }
     }
 }
@@ -139,6 +145,7 @@ impl Timing {
             crash_backoff_max: Duration::from_secs(2),
             pull_backoff_initial: Duration::from_millis(200),
             pull_backoff_max: Duration::from_secs(2),
+            write_retry_window: Duration::from_secs(1),
             ..Self::default()
         }
     }

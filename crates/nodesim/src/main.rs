@@ -99,18 +99,21 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let args = Args::parse();
-    let client = match &args.kubeconfig {
+    let mut config = match &args.kubeconfig {
         Some(path) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("failed to read kubeconfig {}", path.display()))?;
             let options = kube::config::KubeConfigOptions::default();
-            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?;
-            kube::Client::try_from(config)?
+            kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?
         }
-        None => kube::Client::try_default()
+        None => kube::Config::infer()
             .await
             .context("no kubeconfig given and no in-cluster config")?,
     };
+    // A kubelet's client (client-go) does not retry a 429, 503 or 504 by itself; the pod
+    // writers retry with their own back-off instead.
+    config.default_retry = false;
+    let client = kube::Client::try_from(config)?;
 
     let mut programs = Programs::new();
     if args.runner {

@@ -144,6 +144,7 @@ impl NodeSim {
         let writer = Writer::start(
             client.clone(),
             &config.api,
+            &config.timing,
             limiter.clone(),
             stats.clone(),
             config.field_manager.clone(),

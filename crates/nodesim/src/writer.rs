@@ -8,6 +8,12 @@
 //!
 //! Every write names the pod's UID: status patches carry `metadata.uid` (the API server
 //! rejects a patch for a different pod of the same name) and deletions a UID precondition.
+//!
+//! A write ends only when it lands, the API server rejects it (4xx other than 429), or the pod
+//! is gone. One that keeps failing for transient reasons (the apiserver restarting, unreachable
+//! or timing out) is retried with back-off for [`Timing::write_retry_window`], then put back
+//! at the end of the queue, merged under anything newer submitted meanwhile: a kubelet never
+//! abandons a pod's status or its final deletion, so neither does the simulator.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,7 +28,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::config::ApiBudget;
+use crate::config::{ApiBudget, Timing};
 
 /// One pod's pending write.
 #[derive(Clone, Debug, PartialEq)]
@@ -36,6 +42,26 @@ pub(crate) struct PodWrite {
     pub delete: bool,
 }
 
+impl PodWrite {
+    /// Folds `newer` (a later submission for the same pod) into this write: its status
+    /// replaces ours, and a deletion asked by either stays asked.
+    fn absorb(&mut self, newer: PodWrite) {
+        if newer.status.is_some() {
+            self.status = newer.status;
+        }
+        self.delete |= newer.delete;
+    }
+}
+
+/// How a write's attempt ended.
+#[derive(Debug, PartialEq)]
+enum Sent {
+    /// Written, or nothing left to write (the pod is gone or the write was rejected).
+    Done,
+    /// Still failing transiently after the retry window: what remains to be written.
+    Deferred(PodWrite),
+}
+
 /// Counters of what the simulator did, for benchmarks and tests.
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -44,6 +70,7 @@ pub struct Stats {
     pub(crate) deletions: AtomicU64,
     pub(crate) bindings: AtomicU64,
     pub(crate) failed_writes: AtomicU64,
+    pub(crate) deferred_writes: AtomicU64,
     pub(crate) containers_started: AtomicU64,
 }
 
@@ -58,8 +85,10 @@ pub struct StatsSnapshot {
     pub deletions: u64,
     /// Pods bound by the simulator.
     pub bindings: u64,
-    /// Writes that failed for good (other than the pod being gone).
+    /// Writes the API server rejected (other than the pod being gone).
     pub failed_writes: u64,
+    /// Writes put back in the queue after failing transiently for the retry window.
+    pub deferred_writes: u64,
     /// Container runs started.
     pub containers_started: u64,
 }
@@ -74,6 +103,7 @@ impl Stats {
             deletions: get(&self.deletions),
             bindings: get(&self.bindings),
             failed_writes: get(&self.failed_writes),
+            deferred_writes: get(&self.deferred_writes),
             containers_started: get(&self.containers_started),
         }
     }
@@ -138,6 +168,7 @@ struct Inner {
     notify: Notify,
     stats: Arc<Stats>,
     field_manager: String,
+    retry_window: Duration,
 }
 
 /// The submission side of the writer pool.
@@ -157,6 +188,7 @@ impl Writer {
     pub fn start(
         client: Client,
         budget: &ApiBudget,
+        timing: &Timing,
         limiter: Arc<RateLimiter>,
         stats: Arc<Stats>,
         field_manager: String,
@@ -169,6 +201,7 @@ impl Writer {
             notify: Notify::new(),
             stats,
             field_manager,
+            retry_window: timing.write_retry_window,
         });
         for _ in 0..budget.writers {
             let inner = inner.clone();
@@ -185,10 +218,7 @@ impl Writer {
         match &mut slot.pending {
             Some(queued) => {
                 bump(&self.inner.stats.coalesced);
-                if write.status.is_some() {
-                    queued.status = write.status;
-                }
-                queued.delete |= write.delete;
+                queued.absorb(write.clone());
             }
             None => slot.pending = Some(write.clone()),
         }
@@ -221,10 +251,18 @@ impl Inner {
                 continue;
             };
             let uid = write.uid.clone();
-            self.send(write).await;
+            let sent = self.send(write).await;
             let mut queue = self.lock();
-            let requeue = match queue.slots.get_mut(&uid) {
-                Some(slot) if slot.pending.is_some() => {
+            let requeue = match (queue.slots.get_mut(&uid), sent) {
+                (Some(slot), Sent::Deferred(mut rest)) => {
+                    if let Some(newer) = slot.pending.take() {
+                        rest.absorb(newer);
+                    }
+                    slot.pending = Some(rest);
+                    slot.busy = false;
+                    true
+                }
+                (Some(slot), Sent::Done) if slot.pending.is_some() => {
                     slot.busy = false;
                     true
                 }
@@ -241,7 +279,7 @@ impl Inner {
         }
     }
 
-    async fn send(&self, write: PodWrite) {
+    async fn send(&self, write: PodWrite) -> Sent {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &write.namespace);
         if let Some(status) = &write.status {
             let patch = serde_json::json!({
@@ -253,15 +291,15 @@ impl Inner {
                 ..PatchParams::default()
             };
             let patch = Patch::Merge(&patch);
-            let sent = self
+            match self
                 .retrying(&write, "patch status", || {
                     api.patch_status(&write.name, &params, &patch)
                 })
-                .await;
-            if sent {
-                bump(&self.stats.status_patches);
-            } else {
-                return;
+                .await
+            {
+                Attempt::Landed => bump(&self.stats.status_patches),
+                Attempt::Dropped => return Sent::Done,
+                Attempt::StillFailing => return Sent::Deferred(write),
             }
         }
         if write.delete {
@@ -273,40 +311,59 @@ impl Inner {
                 }),
                 ..DeleteParams::default()
             };
-            if self
+            match self
                 .retrying(&write, "delete", || api.delete(&write.name, &params))
                 .await
             {
-                bump(&self.stats.deletions);
+                Attempt::Landed => bump(&self.stats.deletions),
+                Attempt::Dropped => {}
+                Attempt::StillFailing => {
+                    return Sent::Deferred(PodWrite {
+                        status: None,
+                        ..write
+                    });
+                }
             }
         }
+        Sent::Done
     }
 
-    /// Runs `call` (paced) until it succeeds, the pod is gone, or it has failed for
-    /// [`RETRY_FOR`]. Returns whether it succeeded.
-    async fn retrying<T, F, Fut>(&self, write: &PodWrite, action: &str, call: F) -> bool
+    /// Runs `call` (paced) until it succeeds, the pod is gone, the write is rejected, or it
+    /// has failed transiently for the retry window.
+    async fn retrying<T, F, Fut>(&self, write: &PodWrite, action: &str, call: F) -> Attempt
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = kube::Result<T>>,
     {
         let started = tokio::time::Instant::now();
-        for attempt in 1.. {
+        let mut attempt: u32 = 0;
+        loop {
+            attempt = attempt.saturating_add(1);
             self.limiter.acquire().await;
             match call().await {
-                Ok(_) => return true,
+                Ok(_) => return Attempt::Landed,
                 // Gone, or replaced by a pod of the same name (UID mismatch): nothing to do.
-                Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => return false,
+                Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => {
+                    return Attempt::Dropped;
+                }
                 Err(kube::Error::Api(s)) if (400..500).contains(&s.code) && s.code != 429 => {
                     tracing::warn!(
                         pod = %format!("{}/{}", write.namespace, write.name),
                         action, error = %s.message, "pod write rejected"
                     );
                     bump(&self.stats.failed_writes);
-                    return false;
+                    return Attempt::Dropped;
                 }
                 Err(e) => {
-                    let Some(delay) = retry_after(attempt, started.elapsed()) else {
-                        break;
+                    let Some(delay) = retry_after(attempt, started.elapsed(), self.retry_window)
+                    else {
+                        tracing::warn!(
+                            pod = %format!("{}/{}", write.namespace, write.name),
+                            action, attempts = attempt, error = %e,
+                            "pod write still failing; queued again"
+                        );
+                        bump(&self.stats.deferred_writes);
+                        return Attempt::StillFailing;
                     };
                     tracing::debug!(
                         pod = %format!("{}/{}", write.namespace, write.name),
@@ -316,24 +373,24 @@ impl Inner {
                 }
             }
         }
-        tracing::warn!(
-            pod = %format!("{}/{}", write.namespace, write.name),
-            action, "pod write failed; giving up"
-        );
-        bump(&self.stats.failed_writes);
-        false
     }
 }
 
-/// How long a pod write that keeps failing for transient reasons (the apiserver unreachable
-/// or overloaded) is retried: a kubelet's status manager never gives up on a pod it runs, and
-/// an apiserver restart takes several seconds.
-pub(crate) const RETRY_FOR: Duration = Duration::from_secs(60);
+/// How one write's retries ended.
+#[derive(Debug, PartialEq)]
+enum Attempt {
+    Landed,
+    /// The pod is gone or the write was rejected: there is nothing to retry.
+    Dropped,
+    /// Failing transiently for the whole retry window.
+    StillFailing,
+}
 
 /// The wait before attempt `attempt + 1` after attempt `attempt` (from 1) failed transiently,
-/// `failing_for` after the first attempt; `None` once the write has failed for [`RETRY_FOR`].
-fn retry_after(attempt: u32, failing_for: Duration) -> Option<Duration> {
-    if failing_for >= RETRY_FOR {
+/// `failing_for` after the first attempt; `None` once the write has failed for `window`
+/// (then it goes back in the queue).
+fn retry_after(attempt: u32, failing_for: Duration, window: Duration) -> Option<Duration> {
+    if failing_for >= window {
         return None;
     }
     let doublings = attempt.saturating_sub(1).min(10);
@@ -356,10 +413,10 @@ mod tests {
             (8, s(12), Some(s(5))),
             (20, s(59), Some(s(5))),
             (u32::MAX, s(59), Some(s(5))),
-            (21, RETRY_FOR, None),
+            (21, s(60), None),
         ] {
             assert_eq!(
-                retry_after(attempt, failing_for),
+                retry_after(attempt, failing_for, s(60)),
                 want,
                 "attempt {attempt} after {failing_for:?}"
             );

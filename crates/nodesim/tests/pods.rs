@@ -208,6 +208,50 @@ async fn deleting_a_pod_stops_it_and_removes_the_object() {
 }
 
 #[tokio::test]
+async fn a_pod_deleted_while_writes_fail_past_the_retry_window_is_still_removed() {
+    let cluster = hangar_testkit::TestCluster::get();
+    let direct = cluster.client().await;
+    let ns = hangar_testkit::TestNamespace::create(cluster, "nodesim").await;
+    // The simulator talks to the apiserver through a proxy that can fail its writes, with a
+    // client that, like a kubelet's, makes each request once.
+    let (proxy, mut config) = hangar_testkit::fault_proxy::FaultProxy::in_front_of(cluster, 11)
+        .await
+        .expect("proxy starts");
+    config.default_retry = false;
+    let sim = start(kube::Client::try_from(config).unwrap(), "write-outage", 1).await;
+    let retry_window = nodesim::Timing::fast().write_retry_window;
+    let pods: Api<Pod> = ns.api(direct);
+    pods.create(
+        &PostParams::default(),
+        &pod("p", &sim.placement(), vec![container("main", "busybox")]),
+    )
+    .await
+    .unwrap();
+    let p = wait_for(&pods, "p", "Running", when(|p| phase(p) == Some("Running"))).await;
+
+    // Writes time out (etcd without a leader) for several retry windows while the pod is
+    // deleted: the simulator's status patch and final deletion keep failing.
+    proxy.faults().set_writes_timing_out(true);
+    pods.delete("p", &DeleteParams::default()).await.unwrap();
+    let outage = retry_window * 4;
+    tokio::time::sleep(outage).await;
+    assert!(
+        proxy.faults().counts().timed_out > 0,
+        "the simulator did not try to write during the outage"
+    );
+    assert!(
+        pods.get_opt("p").await.unwrap().is_some(),
+        "removed during the outage"
+    );
+    assert!(sim.stats().deferred_writes > 0, "{:?}", sim.stats());
+
+    // Once writes work again the pod is removed, as a kubelet would remove it.
+    proxy.faults().clear();
+    wait_deleted(&pods, "p", &p.uid().unwrap()).await;
+    sim.shutdown().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_container_ignoring_sigterm_is_killed_when_the_grace_period_ends() {
     let cluster = hangar_testkit::TestCluster::get();
     let client = cluster.client().await;

@@ -65,7 +65,7 @@ impl World {
         let runner = RunnerProgram::new().with_remove_credential(RUNNER_PAT);
         let runner_faults = runner.faults().clone();
         let nodes = NodeSim::start(
-            client.clone(),
+            hangar_testkit::control_plane::kubelet_client(kubeconfig).await?,
             NodeSimConfig::new("bench", nodes)
                 // Containers start fast, but the node Leases are renewed every 10 s as a
                 // kubelet's are: at 1 s, four nodes cost the apiserver 4 writes a second.
