@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use common::{
-    annotate, condition, container, container_status, phase, pod, start, start_with, wait_deleted,
-    wait_for, when,
+    annotate, condition, container, container_status, phase, pod, run_pod, start, start_with,
+    wait_deleted, wait_for, when,
 };
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
@@ -178,13 +178,7 @@ async fn deleting_a_pod_stops_it_and_removes_the_object() {
     let sim = start(client.clone(), "delete", 1).await;
     let pods: Api<Pod> = ns.api(client.clone());
 
-    pods.create(
-        &PostParams::default(),
-        &pod("p", &sim.placement(), vec![container("main", "busybox")]),
-    )
-    .await
-    .unwrap();
-    let p = wait_for(&pods, "p", "Running", when(|p| phase(p) == Some("Running"))).await;
+    let p = run_pod(&pods, &sim, "p").await;
     let started = Instant::now();
     pods.delete("p", &DeleteParams::default()).await.unwrap();
     wait_deleted(&pods, "p", &p.uid().unwrap()).await;
@@ -221,13 +215,7 @@ async fn a_pod_deleted_while_writes_fail_past_the_retry_window_is_still_removed(
     let sim = start(kube::Client::try_from(config).unwrap(), "write-outage", 1).await;
     let retry_window = nodesim::Timing::fast().write_retry_window;
     let pods: Api<Pod> = ns.api(direct);
-    pods.create(
-        &PostParams::default(),
-        &pod("p", &sim.placement(), vec![container("main", "busybox")]),
-    )
-    .await
-    .unwrap();
-    let p = wait_for(&pods, "p", "Running", when(|p| phase(p) == Some("Running"))).await;
+    let p = run_pod(&pods, &sim, "p").await;
 
     // Writes time out (etcd without a leader) for several retry windows while the pod is
     // deleted: the simulator's status patch and final deletion keep failing.

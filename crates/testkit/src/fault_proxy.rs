@@ -458,6 +458,11 @@ fn url_pairs(query: &str) -> Vec<(String, String)> {
 }
 
 /// The `Status` kube-apiserver answers with.
+/// An answer of `status` with the apiserver's `Status` body.
+fn failure(status: StatusCode, reason: &str, message: &str) -> Response<ProxyBody> {
+    full(status, status_body(status.as_u16(), reason, message, None))
+}
+
 fn status_body(
     code: u16,
     reason: &str,
@@ -555,9 +560,10 @@ async fn handle(
     let path = parts.uri.path().to_owned();
     let query = parts.uri.query().unwrap_or_default().to_owned();
     let Ok(body) = Limited::new(body, MAX_BODY_BYTES).collect().await else {
-        return Ok(full(
+        return Ok(failure(
             StatusCode::PAYLOAD_TOO_LARGE,
-            status_body(413, "RequestEntityTooLarge", "request body too large", None),
+            "RequestEntityTooLarge",
+            "request body too large",
         ));
     };
     let body = body.to_bytes();
@@ -576,14 +582,10 @@ async fn handle(
     ) && faults.inner.writes_timing_out.load(Ordering::SeqCst)
     {
         faults.inner.timed_out.fetch_add(1, Ordering::Relaxed);
-        return Ok(full(
+        return Ok(failure(
             StatusCode::GATEWAY_TIMEOUT,
-            status_body(
-                504,
-                "Timeout",
-                "Timeout: request did not complete within requested timeout - context deadline exceeded",
-                None,
-            ),
+            "Timeout",
+            "Timeout: request did not complete within requested timeout - context deadline exceeded",
         ));
     }
     let apply = parts
@@ -618,20 +620,17 @@ async fn handle(
         Ok(Ok(response)) => response,
         Ok(Err(e)) => {
             faults.inner.unreachable.fetch_add(1, Ordering::Relaxed);
-            return Ok(full(
+            return Ok(failure(
                 StatusCode::SERVICE_UNAVAILABLE,
-                status_body(
-                    503,
-                    "ServiceUnavailable",
-                    &format!("the apiserver could not be reached: {e}"),
-                    None,
-                ),
+                "ServiceUnavailable",
+                &format!("the apiserver could not be reached: {e}"),
             ));
         }
         Err(_) => {
-            return Ok(full(
+            return Ok(failure(
                 StatusCode::GATEWAY_TIMEOUT,
-                status_body(504, "Timeout", "the apiserver did not answer in time", None),
+                "Timeout",
+                "the apiserver did not answer in time",
             ));
         }
     };

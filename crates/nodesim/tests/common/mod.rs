@@ -73,6 +73,17 @@ pub fn pod(name: &str, placement: &Placement, containers: Vec<Container>) -> Pod
     }
 }
 
+/// Creates pod `name` (one busybox container, `main`) on `sim`'s nodes and waits until it runs.
+pub async fn run_pod(pods: &Api<Pod>, sim: &NodeSimHandle, name: &str) -> Pod {
+    pods.create(
+        &kube::api::PostParams::default(),
+        &pod(name, &sim.placement(), vec![container("main", "busybox")]),
+    )
+    .await
+    .unwrap();
+    wait_for(pods, name, "Running", when(|p| phase(p) == Some("Running"))).await
+}
+
 /// Adds annotations to a pod.
 pub fn annotate(mut pod: Pod, annotations: &[(&str, &str)]) -> Pod {
     let map: BTreeMap<String, String> = annotations
