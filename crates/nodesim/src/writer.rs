@@ -423,6 +423,41 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_newer_submission_replaces_the_status_and_never_cancels_a_deletion() {
+        let write = |status: Option<&str>, delete: bool| PodWrite {
+            namespace: "ns".into(),
+            name: "p".into(),
+            uid: "u".into(),
+            status: status.map(|phase| serde_json::json!({ "phase": phase })),
+            delete,
+        };
+        for (older, newer, want) in [
+            // A deferred status patch under a newer status: the newer one is sent.
+            (
+                write(Some("Running"), false),
+                write(Some("Failed"), false),
+                write(Some("Failed"), false),
+            ),
+            // A deferred deletion (its status already landed) under a newer status: both.
+            (
+                write(None, true),
+                write(Some("Failed"), false),
+                write(Some("Failed"), true),
+            ),
+            // A newer submission without a status keeps the older status.
+            (
+                write(Some("Failed"), false),
+                write(None, true),
+                write(Some("Failed"), true),
+            ),
+        ] {
+            let mut merged = older.clone();
+            merged.absorb(newer.clone());
+            assert_eq!(merged, want, "{older:?} absorbing {newer:?}");
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_bucket_allows_a_burst_then_paces() {
         let limiter = RateLimiter::new(10.0, 5);
