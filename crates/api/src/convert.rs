@@ -9,7 +9,8 @@ use std::time::SystemTime;
 
 use hangar_core::autoscaler::metrics::{MetricField, parse_decimal};
 use hangar_core::autoscaler::{
-    Frequency, JobKey, Metric, MetricKind, Recurrence, Reservation, ScheduledOverride,
+    CheckRunFilter, Frequency, JobKey, Metric, MetricKind, PullRequestFilter, Recurrence,
+    Reservation, ScheduledOverride, TriggerView,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -59,6 +60,7 @@ pub fn reservation_of(r: &CapacityReservation) -> Reservation {
             }),
         delivery: r.delivery_id.clone(),
         runner: r.runner_name.clone(),
+        trigger: r.trigger.clone(),
     }
 }
 
@@ -74,7 +76,44 @@ pub fn capacity_reservation(r: &Reservation) -> CapacityReservation {
         run_attempt: r.job.and_then(|j| i32::try_from(j.attempt).ok()),
         delivery_id: r.delivery.clone(),
         runner_name: r.runner.clone(),
+        trigger: r.trigger.clone(),
     }
+}
+
+/// An autoscaler's `spec.scaleUpTriggers` in the core's terms. A `duration` that does not parse
+/// (the CRD's pattern rejects most) counts as unset.
+pub fn trigger_views(hra: &crate::HorizontalRunnerAutoscaler) -> Vec<TriggerView> {
+    hra.spec
+        .scale_up_triggers
+        .iter()
+        .flatten()
+        .map(|t| {
+            let event = t.github_event.as_ref();
+            TriggerView {
+                workflow_job: event.is_some_and(|e| e.workflow_job.is_some()),
+                check_run: event
+                    .and_then(|e| e.check_run.as_ref())
+                    .map(|c| CheckRunFilter {
+                        types: c.types.clone().unwrap_or_default(),
+                        status: c.status.clone(),
+                        names: c.names.clone().unwrap_or_default(),
+                        repositories: c.repositories.clone().unwrap_or_default(),
+                    }),
+                pull_request: event.and_then(|e| e.pull_request.as_ref()).map(|p| {
+                    PullRequestFilter {
+                        types: p.types.clone().unwrap_or_default(),
+                        branches: p.branches.clone().unwrap_or_default(),
+                    }
+                }),
+                push: event.is_some_and(|e| e.push.is_some()),
+                amount: t.amount,
+                duration: t
+                    .parsed_duration()
+                    .and_then(Result::ok)
+                    .map(std::time::Duration::from),
+            }
+        })
+        .collect()
 }
 
 /// One `spec.metrics` entry in the core's terms; the error names the entry and field.
@@ -159,8 +198,16 @@ mod tests {
             job: None,
             delivery: None,
             runner: None,
+            trigger: None,
         };
         assert_eq!(reservation_of(&capacity_reservation(&r)), r);
+        let slack = Reservation {
+            replicas: 3,
+            delivery: Some("d-push".into()),
+            trigger: Some("push".into()),
+            ..r.clone()
+        };
+        assert_eq!(reservation_of(&capacity_reservation(&slack)), slack);
         let tombstone = Reservation {
             replicas: 0,
             job: Some(JobKey { id: 7, attempt: 2 }),

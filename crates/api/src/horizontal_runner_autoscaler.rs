@@ -210,19 +210,21 @@ pub enum MetricType {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct ScaleUpTrigger {
-    /// The GitHub event to react to. Only workflowJob has an effect; checkRun, pullRequest
-    /// and push are accepted for compatibility with old ARC manifests and ignored.
+    /// The GitHub event to react to. workflowJob reserves one runner per queued job until it
+    /// completes; checkRun, pullRequest and push (ARC's triggers before v0.27) reserve
+    /// `amount` runners for `duration` whenever a matching event arrives.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub github_event: Option<GitHubEventScaleUpTriggerSpec>,
 
-    /// Kept for compatibility and ignored: every queued job reserves exactly one runner (as in
-    /// ARC since v0.27).
+    /// Runners a matching checkRun, pullRequest or push event reserves (default 1). Not used
+    /// by workflowJob, where every queued job reserves exactly one runner.
     #[schemars(range(min = 0))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub amount: Option<i32>,
 
-    /// How long a reservation lasts if the job's completion is never seen, as a Go duration
-    /// ("30m", "1h30m"). Defaults to 10m. Choose it longer than your jobs wait in the queue.
+    /// How long a reservation lasts, as a Go duration ("30m", "1h30m"); defaults to 10m. For
+    /// workflowJob: if the job's completion is never seen (choose it longer than your jobs
+    /// wait in the queue). For the other events: always.
     #[schemars(pattern(DURATION_PATTERN))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duration: Option<String>,
@@ -237,19 +239,21 @@ impl ScaleUpTrigger {
     }
 }
 
-/// GitHub events a trigger matches. Set exactly one.
+/// GitHub events a trigger matches. Set one per entry; use several entries for several
+/// events.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct GitHubEventScaleUpTriggerSpec {
-    /// Legacy check_run trigger. Ignored (ARC ignores it too since v0.27).
+    /// check_run events (one per Actions job and per check of other apps), filtered by the
+    /// conditions below.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub check_run: Option<CheckRunSpec>,
 
-    /// Legacy pull_request trigger. Ignored (ARC ignores it too since v0.27).
+    /// pull_request events, filtered by action and base branch.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pull_request: Option<PullRequestSpec>,
 
-    /// Legacy push trigger. Ignored (ARC ignores it too since v0.27).
+    /// push events, any branch. Write it as an empty object: `push: {}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub push: Option<PushSpec>,
 
@@ -259,28 +263,30 @@ pub struct GitHubEventScaleUpTriggerSpec {
     pub workflow_job: Option<WorkflowJobSpec>,
 }
 
-/// Legacy check_run trigger conditions.
+/// check_run trigger conditions; each one left out allows anything.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct CheckRunSpec {
-    /// check_run actions to react to: created, rerequested or completed.
+    /// check_run actions to react to: created, completed, rerequested or requested_action.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub types: Option<Vec<String>>,
 
-    /// check_run status to react to, e.g. queued.
+    /// check_run status to react to: queued, in_progress, completed, waiting, requested or
+    /// pending.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
 
-    /// Glob patterns of check run (job) names to react to.
+    /// Glob patterns of check run (job) names to react to: `*` is any text, a leading `!`
+    /// negates a pattern; any pattern matching is enough.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub names: Option<Vec<String>>,
 
-    /// Repositories whose check runs to react to.
+    /// Repositories whose check runs to react to, as `name` or `owner/name`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repositories: Option<Vec<String>>,
 }
 
-/// Legacy pull_request trigger conditions.
+/// pull_request trigger conditions; each one left out allows anything.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct PullRequestSpec {
@@ -288,12 +294,12 @@ pub struct PullRequestSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub types: Option<Vec<String>>,
 
-    /// Base branches to react to.
+    /// Base branches to react to (`main`, not `refs/heads/main`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub branches: Option<Vec<String>>,
 }
 
-/// Legacy push trigger; it has no conditions.
+/// push trigger; it has no conditions.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
 pub struct PushSpec {}
 
@@ -347,6 +353,11 @@ pub struct CapacityReservation {
     /// accounts for that runner's job, so its place is released at once.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runner_name: Option<String>,
+
+    /// The legacy trigger that made this reservation (checkRun, pullRequest or push): slack
+    /// for jobs about to be queued, which no completion releases; it ends at expirationTime.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<String>,
 }
 
 /// A time window during which minReplicas is replaced.

@@ -359,6 +359,9 @@ pub struct CheckRunEvent {
     pub check_run: CheckRun,
     /// Its repository.
     pub repository: Repository,
+    /// The enterprise (enterprise deliveries).
+    #[serde(default)]
+    pub enterprise: Option<Enterprise>,
     /// Who triggered it.
     #[serde(default)]
     pub sender: Option<Account>,
@@ -397,6 +400,9 @@ pub struct PullRequestEvent {
     pub pull_request: PullRequest,
     /// Its repository.
     pub repository: Repository,
+    /// The enterprise (enterprise deliveries).
+    #[serde(default)]
+    pub enterprise: Option<Enterprise>,
     /// Who triggered it.
     #[serde(default)]
     pub sender: Option<Account>,
@@ -463,6 +469,9 @@ pub struct PushEvent {
     pub commits: Vec<Commit>,
     /// Repository.
     pub repository: Repository,
+    /// The enterprise (enterprise deliveries).
+    #[serde(default)]
+    pub enterprise: Option<Enterprise>,
     /// Who triggered it.
     #[serde(default)]
     pub sender: Option<Account>,

@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime};
 
 use hangar_api::HorizontalRunnerAutoscaler;
 use hangar_core::autoscaler::{
-    DEFAULT_RESERVATION_DURATION, JobOp, ReservationUpdate, TriggerView, apply_scale_operations,
+    DEFAULT_RESERVATION_DURATION, JobOp, ReservationUpdate, apply_scale_operations,
     job_trigger_duration,
 };
 use kube::api::PatchParams;
@@ -27,7 +27,7 @@ use kube::{Api, Client};
 
 use hangar_runtime::reservations::{is_conflict, reservations_patch};
 
-use hangar_api::convert::{capacity_reservation, reservations_of};
+use hangar_api::convert::{capacity_reservation, reservations_of, trigger_views};
 
 /// Writes of one batch tried before giving up on conflicts.
 pub const WRITE_ATTEMPTS: usize = 4;
@@ -147,20 +147,7 @@ pub async fn write_operations(
 /// The reservation lifetime of an autoscaler that takes part in `workflow_job` scaling; `None`
 /// when it does not.
 pub fn job_duration(hra: &HorizontalRunnerAutoscaler) -> Option<Duration> {
-    let triggers: Vec<TriggerView> = hra
-        .spec
-        .scale_up_triggers
-        .iter()
-        .flatten()
-        .map(|t| TriggerView {
-            workflow_job: t
-                .github_event
-                .as_ref()
-                .is_some_and(|e| e.workflow_job.is_some()),
-            duration: t.parsed_duration().and_then(Result::ok).map(Duration::from),
-        })
-        .collect();
-    job_trigger_duration(&triggers).ok()
+    job_trigger_duration(&trigger_views(hra))
 }
 
 /// `t` rounded up to a whole second.

@@ -1,5 +1,6 @@
-//! The GitHub webhook server: `workflow_job` deliveries become capacity reservations on the
-//! matching HorizontalRunnerAutoscaler, quickly and at most once.
+//! The GitHub webhook server: `workflow_job` deliveries (and the legacy `check_run`,
+//! `pull_request` and `push` triggers) become capacity reservations on the matching
+//! HorizontalRunnerAutoscaler, quickly and at most once.
 //!
 //! Contract, in the order a delivery is handled:
 //! 1. **Bounded**: the server runs within [`WebhookConfig::limits`] ([`crate::serve`]):
@@ -17,12 +18,15 @@
 //!    twice nor cancel the re-run's reservation. A `queued` that arrives after its job's
 //!    `completed` (reordered deliveries) is ignored, so no reservation lingers.
 //! 5. **Decide** (`hangar_core::autoscaler::webhook`): `queued` reserves a runner, `completed`
-//!    releases one (not for `skipped`, nor `success` without a runner); other actions and
-//!    events (`ping` → "pong", legacy `check_run`/`pull_request`/`push`, anything else) get
-//!    200 "ignored" — never a 5xx that makes GitHub show a failure. The autoscaler is chosen by
-//!    `select_target` over autoscalers in a reflector store (no LIST per delivery), in
-//!    namespace/name order; runner-group visibility is asked of GitHub only when a matching
-//!    candidate uses a group and credentials are configured.
+//!    releases one (not for `skipped`, nor `success` without a runner); a `check_run`,
+//!    `pull_request` or `push` that an autoscaler's trigger matches reserves that trigger's
+//!    `amount` for its `duration`; other actions and events (`ping` → "pong", anything else)
+//!    get 200 "ignored" — never a 5xx that makes GitHub show a failure. The autoscaler is
+//!    chosen by `select_target` over autoscalers in a reflector store (no LIST per delivery),
+//!    in namespace/name order; runner-group visibility is asked of GitHub only when a matching
+//!    candidate uses a group and credentials are configured. When several autoscalers fit in
+//!    one tier, the reply names them and each gets a Warning event (`AmbiguousTrigger`, once
+//!    per dedup window): a job still goes to the first, a legacy event to none in that tier.
 //! 6. **Record**: the operation, naming its job and delivery, joins a bounded [`Batcher`] and
 //!    the handler waits for its batch's write. **A 2xx means the reservation is stored in the
 //!    cluster**: 202 once the patch succeeded (or found the job already recorded). A full
@@ -66,13 +70,15 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures::FutureExt as _;
+use hangar_api::convert::trigger_views;
 use hangar_api::horizontal_runner_autoscaler::ScaleTargetKind;
 use hangar_api::{HorizontalRunnerAutoscaler, RunnerConfig, RunnerDeployment, RunnerSet};
 use hangar_core::RunnerScope;
 use hangar_core::autoscaler::webhook::{GroupOwner, GroupRef};
 use hangar_core::autoscaler::{
-    Batch, Batcher, DEFAULT_RESERVATION_DURATION, Dedup, JobKey, JobOp, JobOrigin, JobOutcome,
-    ScaleOp, Seen, TargetCandidate, select_target, workflow_job_operation,
+    Batch, Batcher, DEFAULT_RESERVATION_DURATION, Dedup, Demand, EventGrant, EventOp, JobKey,
+    JobOp, JobOrigin, JobOutcome, RepoEvent, ScaleOp, Seen, TargetCandidate, select_target,
+    workflow_job_operation,
 };
 use hangar_github::webhook::{WebhookError, WebhookEvent, WorkflowJobAction, WorkflowJobEvent};
 use hangar_github::{GitHubApi, Secret};
@@ -203,6 +209,29 @@ enum SeenKey {
     Job(u64, u32, ScaleOp),
     /// Job id and run attempt whose queue time was recorded.
     Started(u64, u32),
+    /// An autoscaler (namespace, name) warned about as ambiguous for an event kind.
+    Ambiguous(String, String, &'static str),
+}
+
+/// Where a delivery goes: [`hangar_core::autoscaler::Selection`] by autoscaler key.
+#[derive(Debug)]
+struct Routed {
+    target: Option<HraKey>,
+    grant: Option<EventGrant>,
+    ambiguous: Vec<(hangar_core::autoscaler::webhook::MatchTier, Vec<HraKey>)>,
+}
+
+impl Routed {
+    /// What the delivery's reply adds when a tier was ambiguous; empty otherwise.
+    fn ambiguity_note(&self) -> String {
+        self.ambiguous
+            .iter()
+            .map(|(tier, keys)| {
+                let names: Vec<String> = keys.iter().map(|(ns, n)| format!("{ns}/{n}")).collect();
+                format!("; ambiguous at the {tier:?} tier: {}", names.join(", "))
+            })
+            .collect()
+    }
 }
 
 /// Counters of what the server did, for tests, benchmarks and logs.
@@ -260,6 +289,8 @@ pub struct WebhookServer {
     stopping: std::sync::atomic::AtomicBool,
     stats: Stats,
     metrics: std::sync::OnceLock<Arc<crate::metrics::Metrics>>,
+    /// Publishes Warning events about ambiguous autoscalers; set when serving starts.
+    recorder: std::sync::OnceLock<kube::runtime::events::Recorder>,
 }
 
 impl std::fmt::Debug for WebhookServer {
@@ -301,6 +332,7 @@ impl WebhookServer {
             stopping: std::sync::atomic::AtomicBool::new(false),
             stats: Stats::default(),
             metrics: std::sync::OnceLock::new(),
+            recorder: std::sync::OnceLock::new(),
         })
     }
 
@@ -334,6 +366,14 @@ impl WebhookServer {
     ) -> std::io::Result<()> {
         let addr: Option<SocketAddr> = listener.local_addr().ok();
         info!(?addr, "webhook server listening");
+        let reporter = kube::runtime::events::Reporter {
+            controller: "hangar-webhook-server".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        let _ = self.recorder.set(kube::runtime::events::Recorder::new(
+            client.clone(),
+            reporter,
+        ));
         let writer = tokio::spawn(self.clone().run_writer(client));
         let limits = self.config.limits;
         crate::serve::serve(
@@ -399,13 +439,34 @@ impl WebhookServer {
             WebhookEvent::WorkflowJob(event) => {
                 return self.workflow_job(&event, delivery_key, now).await;
             }
-            WebhookEvent::CheckRun(_) | WebhookEvent::PullRequest(_) | WebhookEvent::Push(_) => {
-                Reply(
-                    StatusCode::OK,
-                    "ignored: check_run, pull_request and push triggers have no effect (as in \
-                     ARC since v0.27); subscribe the webhook to workflow_job"
-                        .into(),
-                )
+            WebhookEvent::CheckRun(e) => {
+                let event = RepoEvent::CheckRun {
+                    action: &e.action,
+                    status: &e.check_run.status,
+                    name: &e.check_run.name,
+                };
+                return self
+                    .repo_event(&event, &e.repository, e.enterprise.as_ref(), delivery_key)
+                    .await;
+            }
+            WebhookEvent::PullRequest(e) => {
+                let event = RepoEvent::PullRequest {
+                    action: &e.action,
+                    base_branch: &e.pull_request.base.name,
+                };
+                return self
+                    .repo_event(&event, &e.repository, e.enterprise.as_ref(), delivery_key)
+                    .await;
+            }
+            WebhookEvent::Push(e) => {
+                return self
+                    .repo_event(
+                        &RepoEvent::Push,
+                        &e.repository,
+                        e.enterprise.as_ref(),
+                        delivery_key,
+                    )
+                    .await;
             }
             WebhookEvent::Other { event } => Reply(
                 StatusCode::OK,
@@ -474,7 +535,15 @@ impl WebhookServer {
                 dedup.forget(key);
             }
         };
-        let Some(key) = self.select(event).await else {
+        let routed = self
+            .select(
+                &event.repository,
+                event.enterprise.as_ref(),
+                Demand::Job(&event.workflow_job.labels),
+            )
+            .await;
+        self.warn_ambiguous(&routed, "workflow_job", now);
+        let Some(key) = routed.target.clone() else {
             // Forgotten, so that a redelivery after the autoscaler is created counts.
             forget(self);
             self.stats.ignored.fetch_add(1, Ordering::Relaxed);
@@ -488,47 +557,28 @@ impl WebhookServer {
                 ),
             );
         };
-        let (stored, written) = tokio::sync::oneshot::channel();
-        let queued = Queued {
-            op: JobOp {
-                op,
-                job: Some(JobKey {
-                    id: job.id,
-                    attempt,
-                }),
-                delivery: match &delivery_key {
-                    Some(SeenKey::Delivery(id)) => Some(id.clone()),
-                    _ => None,
-                },
-                // Recorded on the job's tombstone: owner sync then releases that runner's place
-                // as soon as the autoscaler's count no longer holds the job.
-                runner: (op == ScaleOp::Down)
-                    .then(|| job.runner_name.clone())
-                    .flatten()
-                    .filter(|n| !n.is_empty()),
+        let job_op = JobOp {
+            op,
+            job: Some(JobKey {
+                id: job.id,
+                attempt,
+            }),
+            delivery: match &delivery_key {
+                Some(SeenKey::Delivery(id)) => Some(id.clone()),
+                _ => None,
             },
-            stored: Some(stored),
+            // Recorded on the job's tombstone: owner sync then releases that runner's place
+            // as soon as the autoscaler's count no longer holds the job.
+            runner: (op == ScaleOp::Down)
+                .then(|| job.runner_name.clone())
+                .flatten()
+                .filter(|n| !n.is_empty()),
+            event: None,
         };
-        let pushed = self.lock_batcher().push(key.clone(), queued, now);
-        if let Err(full) = pushed {
+        if let Err(reply) = self.record(&key, job_op).await {
             forget(self);
-            self.stats.queue_full.fetch_add(1, Ordering::Relaxed);
-            warn!(autoscaler = %format!("{}/{}", key.0, key.1), "webhook queue full");
-            return Reply(StatusCode::SERVICE_UNAVAILABLE, full.to_string());
+            return reply;
         }
-        self.wake.notify_one();
-        let waited = match tokio::time::timeout(self.config.write_timeout, written).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(_)) => Err(NotStored::WriterGone),
-            Err(_) => Err(NotStored::Timeout(self.config.write_timeout)),
-        };
-        if let Err(e) = waited {
-            forget(self);
-            self.stats.write_timeouts.fetch_add(1, Ordering::Relaxed);
-            warn!(job = job.id, autoscaler = %format!("{}/{}", key.0, key.1), error = %e, "delivery not recorded");
-            return Reply(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
-        }
-        self.stats.accepted.fetch_add(1, Ordering::Relaxed);
         if op == ScaleOp::Up
             && let Some(metrics) = self.metrics.get()
             && let Some((target, reservation)) = self.scale_target(&key)
@@ -538,8 +588,166 @@ impl WebhookServer {
         debug!(job = job.id, ?op, autoscaler = %format!("{}/{}", key.0, key.1), "recorded");
         Reply(
             StatusCode::ACCEPTED,
-            format!("recorded: {op:?} for {}/{}", key.0, key.1),
+            format!(
+                "recorded: {op:?} for {}/{}{}",
+                key.0,
+                key.1,
+                routed.ambiguity_note()
+            ),
         )
+    }
+
+    /// A legacy `check_run`, `pull_request` or `push` delivery: reserves the matching
+    /// trigger's `amount` runners for its `duration` on the one autoscaler it selects.
+    async fn repo_event(
+        &self,
+        event: &RepoEvent<'_>,
+        repository: &hangar_github::webhook::Repository,
+        enterprise: Option<&hangar_github::webhook::Enterprise>,
+        delivery_key: Option<SeenKey>,
+    ) -> Reply {
+        let now = self.clock.now();
+        let forget = |server: &Self| {
+            if let Some(key) = &delivery_key {
+                server.lock_dedup().forget(key);
+            }
+        };
+        let routed = self
+            .select(repository, enterprise, Demand::Event(event))
+            .await;
+        self.warn_ambiguous(&routed, event_name(event), now);
+        let (Some(key), Some(grant)) = (routed.target.clone(), routed.grant) else {
+            // Forgotten, so that a redelivery after the autoscalers are fixed counts.
+            forget(self);
+            self.stats.ignored.fetch_add(1, Ordering::Relaxed);
+            return Reply(
+                StatusCode::OK,
+                format!(
+                    "ignored: no single HorizontalRunnerAutoscaler with a {} trigger matches {}{}",
+                    event.trigger_field(),
+                    repository.full_name,
+                    routed.ambiguity_note()
+                ),
+            );
+        };
+        let op = JobOp {
+            op: ScaleOp::Up,
+            job: None,
+            delivery: match &delivery_key {
+                Some(SeenKey::Delivery(id)) => Some(id.clone()),
+                _ => None,
+            },
+            runner: None,
+            event: Some(EventOp {
+                trigger: event.trigger_field(),
+                replicas: grant.replicas,
+                duration: grant.duration,
+            }),
+        };
+        if let Err(reply) = self.record(&key, op).await {
+            forget(self);
+            return reply;
+        }
+        info!(
+            autoscaler = %format!("{}/{}", key.0, key.1),
+            event = event_name(event),
+            replicas = grant.replicas,
+            duration = ?grant.duration,
+            "reserved runners for a legacy trigger"
+        );
+        Reply(
+            StatusCode::ACCEPTED,
+            format!(
+                "recorded: {} runner(s) for {:?} on {}/{} (scaleUpTriggers[{}]){}",
+                grant.replicas,
+                grant.duration,
+                key.0,
+                key.1,
+                grant.trigger,
+                routed.ambiguity_note()
+            ),
+        )
+    }
+
+    /// Queues `op` for autoscaler `key` and waits until it is stored; the error is the answer
+    /// to give (503: GitHub may redeliver).
+    async fn record(&self, key: &HraKey, op: JobOp) -> Result<(), Reply> {
+        let now = self.clock.now();
+        let (stored, written) = tokio::sync::oneshot::channel();
+        let queued = Queued {
+            op,
+            stored: Some(stored),
+        };
+        let pushed = self.lock_batcher().push(key.clone(), queued, now);
+        if let Err(full) = pushed {
+            self.stats.queue_full.fetch_add(1, Ordering::Relaxed);
+            warn!(autoscaler = %format!("{}/{}", key.0, key.1), "webhook queue full");
+            return Err(Reply(StatusCode::SERVICE_UNAVAILABLE, full.to_string()));
+        }
+        self.wake.notify_one();
+        let waited = match tokio::time::timeout(self.config.write_timeout, written).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(NotStored::WriterGone),
+            Err(_) => Err(NotStored::Timeout(self.config.write_timeout)),
+        };
+        if let Err(e) = waited {
+            self.stats.write_timeouts.fetch_add(1, Ordering::Relaxed);
+            warn!(autoscaler = %format!("{}/{}", key.0, key.1), error = %e, "delivery not recorded");
+            return Err(Reply(StatusCode::SERVICE_UNAVAILABLE, e.to_string()));
+        }
+        self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Publishes a Warning event on each autoscaler of an ambiguous tier, at most once per
+    /// autoscaler and event kind per dedup window: the delivery's reply says it every time.
+    fn warn_ambiguous(&self, routed: &Routed, event: &'static str, now: SystemTime) {
+        let Some(recorder) = self.recorder.get() else {
+            return;
+        };
+        for (tier, keys) in &routed.ambiguous {
+            let names: Vec<String> = keys.iter().map(|(ns, n)| format!("{ns}/{n}")).collect();
+            for (ns, name) in keys {
+                let seen = SeenKey::Ambiguous(ns.clone(), name.clone(), event);
+                if self.lock_dedup().observe(seen, now) == Seen::Duplicate {
+                    continue;
+                }
+                let note = format!(
+                    "{event} deliveries match several autoscalers at the {tier:?} tier ({}); {}",
+                    names.join(", "),
+                    if event == "workflow_job" {
+                        "the first by namespace and name takes each job"
+                    } else {
+                        "none of them is scaled there (as in ARC): narrow their triggers or scopes"
+                    }
+                );
+                let reference = k8s_openapi::api::core::v1::ObjectReference {
+                    api_version: Some("actions.summerwind.dev/v1alpha1".into()),
+                    kind: Some("HorizontalRunnerAutoscaler".into()),
+                    namespace: Some(ns.clone()),
+                    name: Some(name.clone()),
+                    uid: self
+                        .stores
+                        .hras
+                        .get(&ObjectRef::new(name).within(ns))
+                        .and_then(|h| h.metadata.uid.clone()),
+                    ..Default::default()
+                };
+                let recorder = recorder.clone();
+                tokio::spawn(async move {
+                    let event = kube::runtime::events::Event {
+                        type_: kube::runtime::events::EventType::Warning,
+                        reason: "AmbiguousTrigger".into(),
+                        note: Some(note),
+                        action: "Scale".into(),
+                        secondary: None,
+                    };
+                    if let Err(e) = recorder.publish(&event, &reference).await {
+                        debug!(error = %e, "could not publish event");
+                    }
+                });
+            }
+        }
     }
 
     /// Observes how long an `in_progress` job waited, once per job attempt, if an autoscaler
@@ -559,7 +767,14 @@ impl WebhookServer {
         if self.lock_dedup().observe(key.clone(), now) == Seen::Duplicate {
             return;
         }
-        if self.select(event).await.is_some() {
+        let routed = self
+            .select(
+                &event.repository,
+                event.enterprise.as_ref(),
+                Demand::Job(&job.labels),
+            )
+            .await;
+        if routed.target.is_some() {
             metrics.queue_to_assignment(wait);
         } else {
             // An autoscaler created later may still match a redelivery.
@@ -585,30 +800,42 @@ impl WebhookServer {
         ))
     }
 
-    /// The autoscaler a job scales, if any.
-    async fn select(&self, event: &WorkflowJobEvent) -> Option<HraKey> {
+    /// The autoscaler `demand` from `repository` scales, if any, and where it was ambiguous.
+    async fn select(
+        &self,
+        repository: &hangar_github::webhook::Repository,
+        enterprise: Option<&hangar_github::webhook::Enterprise>,
+        demand: Demand<'_>,
+    ) -> Routed {
         let candidates = candidates(&self.stores);
-        let repo = &event.repository;
         let origin = JobOrigin {
-            owner: &repo.owner.login,
-            repository: &repo.name,
-            owner_is_user: repo.owner.kind.as_deref() == Some("User"),
-            enterprise: event.enterprise.as_ref().and_then(|e| e.slug.as_deref()),
+            owner: &repository.owner.login,
+            repository: &repository.name,
+            owner_is_user: repository.owner.kind.as_deref() == Some("User"),
+            enterprise: enterprise.and_then(|e| e.slug.as_deref()),
         };
         let visible = self.visible_groups(&origin, &candidates).await;
-        select_target(
-            &origin,
-            &event.workflow_job.labels,
-            &candidates,
-            |group: &GroupRef<'_>| {
-                let known = match group.owner_kind {
-                    GroupOwner::Organization => visible.organization.as_ref(),
-                    GroupOwner::Enterprise => visible.enterprise.as_ref(),
-                };
-                known.is_none_or(|names| names.contains(&group.name.to_lowercase()))
-            },
-        )
-        .map(|(candidate, _tier)| candidate.id.clone())
+        let selection = select_target(&origin, demand, &candidates, |group: &GroupRef<'_>| {
+            let known = match group.owner_kind {
+                GroupOwner::Organization => visible.organization.as_ref(),
+                GroupOwner::Enterprise => visible.enterprise.as_ref(),
+            };
+            known.is_none_or(|names| names.contains(&group.name.to_lowercase()))
+        });
+        Routed {
+            target: selection.target.map(|(c, _tier)| c.id.clone()),
+            grant: selection.grant,
+            ambiguous: selection
+                .ambiguous
+                .into_iter()
+                .map(|a| {
+                    (
+                        a.tier,
+                        a.candidates.into_iter().map(|c| c.id.clone()).collect(),
+                    )
+                })
+                .collect(),
+        }
     }
 
     /// Names (lower case) of the runner groups visible to the job's repository, per tier, when
@@ -805,6 +1032,15 @@ async fn deliver(
     reply.into_response()
 }
 
+/// The `X-GitHub-Event` name of a legacy event.
+fn event_name(event: &RepoEvent<'_>) -> &'static str {
+    match event {
+        RepoEvent::CheckRun { .. } => "check_run",
+        RepoEvent::PullRequest { .. } => "pull_request",
+        RepoEvent::Push => "push",
+    }
+}
+
 fn action_name(action: WorkflowJobAction) -> &'static str {
     match action {
         WorkflowJobAction::Queued => "queued",
@@ -823,15 +1059,17 @@ fn queue_time(job: &hangar_github::webhook::WorkflowJob) -> Option<Duration> {
     Duration::try_from(waited).ok()
 }
 
-/// Autoscalers taking part in `workflow_job` scaling, with their targets' scope, group and
-/// labels, in namespace/name order: the webhook's routing table, which the pull recovery
-/// routes by too.
+/// Autoscalers with scale-up triggers, with their targets' scope, group and labels, in
+/// namespace/name order: the webhook's routing table, which the pull recovery routes by too.
 pub fn candidates(stores: &WebhookStores) -> Vec<TargetCandidate<HraKey>> {
     let mut hras = stores.hras.state();
     hras.sort_by_key(|h| (h.namespace(), h.name_any()));
     hras.iter()
-        .filter(|hra| job_duration(hra).is_some())
         .filter_map(|hra| {
+            let triggers = trigger_views(hra);
+            if triggers.is_empty() {
+                return None; // scales on its metrics alone
+            }
             let ns = hra.namespace()?;
             let config = target_config(stores, hra, &ns)?;
             let scope = RunnerScope::from_fields(
@@ -845,6 +1083,7 @@ pub fn candidates(stores: &WebhookStores) -> Vec<TargetCandidate<HraKey>> {
                 scope,
                 group: config.group.clone(),
                 labels: config.labels.clone().unwrap_or_default(),
+                triggers,
             })
         })
         .collect()

@@ -1342,3 +1342,204 @@ async fn an_autoscaler_that_cannot_work_says_why_in_a_warning_event() {
     })
     .await;
 }
+
+/// Example `index` of `event` from `@octokit/webhooks-examples`: real payloads as GitHub sends
+/// them.
+fn octokit_example(event: &str, index: usize) -> Value {
+    let file = ghsim::conformance::package_file(
+        ghsim::conformance::WEBHOOK_EXAMPLES,
+        "api.github.com/index.json",
+    )
+    .expect("@octokit/webhooks-examples installs");
+    let all: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    all.as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == event)
+        .and_then(|e| e["examples"].get(index))
+        .unwrap_or_else(|| panic!("no {event} example {index}"))
+        .clone()
+}
+
+/// RunnerDeployment `name` of no replicas registering at `scope` (e.g. `{"organization": "x"}`).
+fn apply_scoped_deployment(s: &Stack, name: &str, scope: Value) {
+    let rd = json!({
+        "apiVersion": "actions.summerwind.dev/v1alpha1",
+        "kind": "RunnerDeployment",
+        "metadata": {"name": name},
+        "spec": {"replicas": 0, "template": {"spec": scope}},
+    });
+    s.h.apply(&rd.to_string());
+}
+
+/// Replicas the active reservations of autoscaler `name` hold.
+async fn reserved(s: &Stack, name: &str) -> i32 {
+    s.hra(name)
+        .await
+        .spec
+        .capacity_reservations
+        .unwrap_or_default()
+        .iter()
+        .map(|r| r.replicas.unwrap_or(0))
+        .sum()
+}
+
+#[tokio::test]
+async fn check_run_pull_request_and_push_events_reserve_their_triggers_amount() {
+    let s = Stack::start("as-legacy", false).await;
+    // The examples' repository, Codertocat/Hello-World, belongs to a user: only repository
+    // runners can serve it.
+    apply_scoped_deployment(&s, "hello", json!({"repository": "Codertocat/Hello-World"}));
+    s.apply_hra(
+        "hello",
+        json!({
+            "minReplicas": 0,
+            "maxReplicas": 10,
+            "scaleUpTriggers": [
+                {"githubEvent": {"workflowJob": {}}},
+                {"githubEvent": {"checkRun": {"types": ["created"], "status": "queued",
+                                              "names": ["Octocoders-*"]}},
+                 "amount": 2, "duration": "5m"},
+                {"githubEvent": {"pullRequest": {"types": ["opened", "synchronize"],
+                                                 "branches": ["master"]}}},
+                {"githubEvent": {"push": {}}, "amount": 3},
+            ],
+        }),
+    );
+    wait_reconciled(&s, "hello", 0).await;
+    let deliver = |event: &'static str, index: usize, guid: &'static str| {
+        let url = s.webhook_url.clone();
+        async move { post_delivery(&url, event, guid, SECRET, &octokit_example(event, index)).await }
+    };
+
+    // created + queued, named Octocoders-linter: 2 runners for 5 minutes.
+    let (status, body) = deliver("check_run", 0, "cr-created").await;
+    assert_eq!(status, 202, "{body}");
+    assert!(body.contains("2 runner(s)"), "{body}");
+    assert_eq!(reserved(&s, "hello").await, 2);
+    // completed is not among the types.
+    let (status, body) = deliver("check_run", 1, "cr-completed").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.starts_with("ignored"), "{body}");
+    // opened against master: the default amount, 1.
+    assert_eq!(deliver("pull_request", 0, "pr-opened").await.0, 202);
+    // closed is not among the types.
+    assert_eq!(deliver("pull_request", 3, "pr-closed").await.0, 200);
+    // any push: 3.
+    assert_eq!(deliver("push", 0, "push").await.0, 202);
+    // The same delivery again adds nothing.
+    let (status, body) = deliver("push", 0, "push").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("duplicate"), "{body}");
+    assert_eq!(reserved(&s, "hello").await, 6);
+    wait_reconciled(&s, "hello", 6).await;
+    let slack: Vec<_> = s
+        .hra("hello")
+        .await
+        .spec
+        .capacity_reservations
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| (r.trigger, r.replicas, r.delivery_id))
+        .collect();
+    assert_eq!(
+        slack,
+        vec![
+            (Some("checkRun".into()), Some(2), Some("cr-created".into())),
+            (
+                Some("pullRequest".into()),
+                Some(1),
+                Some("pr-opened".into())
+            ),
+            (Some("push".into()), Some(3), Some("push".into())),
+        ]
+    );
+
+    // The check run's slack ends after its 5 minutes, the others' after the default 10.
+    s.h.clock.advance(Duration::from_secs(6 * 60));
+    assert_eq!(deliver("push", 1, "push-2").await.0, 202);
+    assert_eq!(
+        reserved(&s, "hello").await,
+        7,
+        "the expired entry is dropped on write"
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_event_two_autoscalers_match_equally_scales_neither_and_says_so() {
+    let s = Stack::start("as-ambiguous", false).await;
+    // check_run example 7: `rerequested` on github/hello-world, an organization's repository.
+    for name in ["org-a", "org-b"] {
+        apply_scoped_deployment(&s, name, json!({"organization": "github"}));
+        s.apply_hra(
+            name,
+            json!({
+                "minReplicas": 0,
+                "maxReplicas": 4,
+                "scaleUpTriggers": [{"githubEvent": {"checkRun": {"types": ["rerequested"]}}}],
+            }),
+        );
+    }
+    wait_reconciled(&s, "org-a", 0).await;
+    wait_reconciled(&s, "org-b", 0).await;
+    let example = octokit_example("check_run", 7);
+    let (status, body) =
+        post_delivery(&s.webhook_url, "check_run", "amb-1", SECRET, &example).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("ambiguous") && body.contains("/org-a") && body.contains("/org-b"),
+        "{body}"
+    );
+    let warned = |name: &'static str| {
+        let api = s.h.api::<k8s_openapi::api::events::v1::Event>();
+        async move {
+            api.list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .any(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                        && e.type_.as_deref() == Some("Warning")
+                        && e.reason.as_deref() == Some("AmbiguousTrigger")
+                })
+        }
+    };
+    for name in ["org-a", "org-b"] {
+        eventually_of(
+            &s,
+            "a Warning event on each ambiguous autoscaler",
+            WAIT,
+            || async { warned(name).await.then_some(()) },
+        )
+        .await;
+        assert_eq!(reserved(&s, name).await, 0);
+    }
+
+    // Narrowing one trigger's repositories leaves a single match: it scales.
+    s.apply_hra(
+        "org-b",
+        json!({
+            "minReplicas": 0,
+            "maxReplicas": 4,
+            "scaleUpTriggers": [{"githubEvent": {"checkRun": {"types": ["rerequested"],
+                                                              "repositories": ["other"]}}}],
+        }),
+    );
+    eventually_of(
+        &s,
+        "the narrowed trigger seen by the webhook server",
+        WAIT,
+        || async {
+            let (status, _) =
+                post_delivery(&s.webhook_url, "check_run", "amb-2", SECRET, &example).await;
+            (status == 202).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(reserved(&s, "org-a").await, 1);
+    assert_eq!(reserved(&s, "org-b").await, 0);
+    wait_reconciled(&s, "org-a", 1).await;
+    s.shutdown().await;
+}

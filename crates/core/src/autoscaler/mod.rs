@@ -12,8 +12,8 @@
 //! - [`reservations`]: capacity reservations and how a batch of webhook operations changes
 //!   them;
 //! - [`completions`]: which finished runners a set's desired count already accounts for;
-//! - [`webhook`]: which `workflow_job` deliveries scale, which autoscaler they scale, and
-//!   whether an autoscaler takes part;
+//! - [`webhook`]: which `workflow_job` and legacy (`check_run`, `pull_request`, `push`)
+//!   deliveries scale, which autoscaler they scale, and which triggers can never match;
 //! - [`pull`]: reservations for queued jobs whose delivery was lost, from GitHub's listing;
 //! - [`labels`]: the job-label rule both the webhook and the metric use;
 //! - [`dedup`] and [`batch`]: remembering deliveries and batching writes, with `now` injected.
@@ -54,16 +54,17 @@ pub use metrics::{
 };
 pub use pull::{PULL_DELIVERY, PullInput, QueuedJob, pull_operations, pull_room};
 pub use reservations::{
-    DEFAULT_RESERVATION_DURATION, JobKey, JobOp, MAX_TOMBSTONES, Reservation, ReservationUpdate,
-    ScaleOp, apply_scale_operations, reserved_replicas,
+    DEFAULT_RESERVATION_DURATION, EventOp, JobKey, JobOp, MAX_TOMBSTONES, Reservation,
+    ReservationUpdate, ScaleOp, apply_scale_operations, reserved_replicas,
 };
 pub use schedule::{
     Frequency, Recurrence, ScheduleError, ScheduledOverride, ScheduledWindow, Window,
     active_override, schedule_summary, upcoming_override,
 };
 pub use webhook::{
-    JobOrigin, JobOutcome, TargetCandidate, TriggerView, job_trigger_duration, select_target,
-    workflow_job_operation,
+    Ambiguity, CheckRunFilter, Demand, EventGrant, JobOrigin, JobOutcome, PullRequestFilter,
+    RepoEvent, Selection, TargetCandidate, TriggerProblem, TriggerView, event_grant,
+    job_trigger_duration, select_target, trigger_problems, workflow_job_operation,
 };
 
 #[cfg(test)]

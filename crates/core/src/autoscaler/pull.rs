@@ -30,7 +30,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::reservations::{JobKey, JobOp, Reservation, ScaleOp};
-use super::webhook::{JobOrigin, TargetCandidate, select_target};
+use super::webhook::{Demand, JobOrigin, TargetCandidate, select_target};
 
 /// The `deliveryID` recorded on reservations the pull made.
 pub const PULL_DELIVERY: &str = "pull";
@@ -95,8 +95,14 @@ pub fn pull_operations<T: PartialEq>(input: &PullInput<'_, T>) -> Vec<JobOp> {
         .iter()
         .filter(|q| !recorded(q.job))
         .filter(|q| {
-            select_target(&input.origin, &q.labels, input.candidates, |_| true)
-                .is_some_and(|(c, _)| &c.id == input.autoscaler)
+            select_target(
+                &input.origin,
+                Demand::Job(&q.labels),
+                input.candidates,
+                |_| true,
+            )
+            .target
+            .is_some_and(|(c, _)| &c.id == input.autoscaler)
         })
         .collect();
     wanted.sort_by_key(|q| (q.created_at, q.job));
@@ -109,6 +115,7 @@ pub fn pull_operations<T: PartialEq>(input: &PullInput<'_, T>) -> Vec<JobOp> {
             job: Some(q.job),
             delivery: Some(PULL_DELIVERY.to_owned()),
             runner: None,
+            event: None,
         })
         .collect()
 }

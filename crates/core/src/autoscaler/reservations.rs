@@ -19,7 +19,10 @@
 //! 1. reservations (tombstones included) whose expiry is not after `now` are dropped;
 //! 2. every `+1` of a job with no reservation or tombstone appends `{effectiveTime: now,
 //!    expirationTime: now + duration, replicas: 1, jobID, runAttempt, deliveryID}`; an
-//!    anonymous `+1` appends one without a job;
+//!    anonymous `+1` appends one without a job; a legacy event's `+1` (`check_run`,
+//!    `pull_request`, `push`) appends `{replicas: amount, expirationTime: now + its trigger's
+//!    duration, deliveryID, trigger}` unless its delivery is already recorded — slack that no
+//!    completion releases and no `-1` touches;
 //! 3. every `-1` of a job turns its reservation into a tombstone; without one, it leaves a
 //!    tombstone (so the job's late `queued` adds nothing) and releases one replica of the
 //!    oldest *anonymous* reservation (written by ARC or before jobs were recorded), if any. An
@@ -27,7 +30,8 @@
 //!    with nothing left to release is ignored, so the count never goes negative;
 //! 4. reservations holding replicas beyond `maxReplicas` (counting from the oldest) are queued
 //!    demand that no runner serves yet, so their expiry is pushed to at least `now + duration`
-//!    (ARC #2254/#2258): they must not run out while they wait for a runner to free up.
+//!    (ARC #2254/#2258): they must not run out while they wait for a runner to free up. A
+//!    legacy event's slack is not a waiting job and keeps its expiry.
 //!
 //! Differences from ARC, on purpose:
 //! - Reservations name their job, and a completion releases its own job's runner. ARC's are
@@ -74,6 +78,19 @@ pub struct JobOp {
     /// For a `-1`: the runner that ran the job (`workflow_job.runner_name`), recorded on the
     /// job's tombstone so that owner sync knows whose place the completion releases.
     pub runner: Option<String>,
+    /// For a `+1` of a legacy event: what its trigger grants (then `job` is `None`).
+    pub event: Option<EventOp>,
+}
+
+/// The reservation a legacy event (`check_run`, `pull_request`, `push`) asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventOp {
+    /// The trigger field that matched (`checkRun`, `pullRequest`, `push`).
+    pub trigger: &'static str,
+    /// Runners to reserve (the trigger's `amount`).
+    pub replicas: u32,
+    /// For how long (the trigger's `duration`).
+    pub duration: Duration,
 }
 
 impl From<ScaleOp> for JobOp {
@@ -83,6 +100,7 @@ impl From<ScaleOp> for JobOp {
             job: None,
             delivery: None,
             runner: None,
+            event: None,
         }
     }
 }
@@ -108,6 +126,9 @@ pub struct Reservation {
     pub delivery: Option<String>,
     /// On a tombstone: the runner that ran the job, when the `completed` delivery named one.
     pub runner: Option<String>,
+    /// For a legacy event's reservation: the trigger field that made it (`checkRun`,
+    /// `pullRequest`, `push`). No completion releases it; it expires.
+    pub trigger: Option<String>,
 }
 
 impl Reservation {
@@ -121,7 +142,15 @@ impl Reservation {
             job: None,
             delivery: None,
             runner: None,
+            trigger: None,
         }
+    }
+
+    /// Whether a `-1` without a reservation of its own may release it: an anonymous
+    /// reservation holding runners (ARC's, or one written before jobs were recorded), not a
+    /// legacy event's slack.
+    fn is_anonymous_demand(&self) -> bool {
+        self.job.is_none() && self.trigger.is_none() && self.replicas > 0
     }
 
     /// Whether it is a completed job's tombstone.
@@ -208,6 +237,25 @@ pub fn apply_scale_operations(
     let mut tombstoned = 0u32;
 
     for op in ops.iter().filter(|o| o.op == ScaleOp::Up) {
+        if let Some(event) = &op.event {
+            // A redelivery (another replica, a restart) finds its delivery recorded.
+            if op
+                .delivery
+                .as_ref()
+                .is_some_and(|d| kept.iter().any(|r| r.delivery.as_ref() == Some(d)))
+            {
+                duplicates += 1;
+                continue;
+            }
+            kept.push(Reservation {
+                replicas: event.replicas,
+                delivery: op.delivery.clone(),
+                trigger: Some(event.trigger.to_owned()),
+                ..Reservation::new(now, event.duration)
+            });
+            added += 1;
+            continue;
+        }
         if let Some(job) = op.job
             && kept.iter().any(|r| r.job == Some(job))
         {
@@ -226,7 +274,10 @@ pub fn apply_scale_operations(
     let mut unmatched_downs = 0u32;
     for op in ops.iter().filter(|o| o.op == ScaleOp::Down) {
         let Some(job) = op.job else {
-            match kept.iter().position(|r| r.replicas > 0) {
+            match kept
+                .iter()
+                .position(|r| r.replicas > 0 && r.trigger.is_none())
+            {
                 Some(i) => {
                     release(&mut kept, i, floor);
                     removed += 1;
@@ -247,7 +298,7 @@ pub fn apply_scale_operations(
             continue;
         }
         // Its `queued` is unrecorded: lost, not yet written, or recorded by ARC anonymously.
-        match kept.iter().position(|r| r.job.is_none() && r.replicas > 0) {
+        match kept.iter().position(Reservation::is_anonymous_demand) {
             Some(i) => {
                 release(&mut kept, i, floor);
                 removed += 1;
@@ -281,7 +332,8 @@ pub fn apply_scale_operations(
         for r in &mut kept {
             let waits = before.saturating_add(r.replicas) > max;
             before = before.saturating_add(r.replicas);
-            if waits && r.replicas > 0 && r.expiration_time < floor {
+            // A legacy event's slack is not queued demand: it expires as its trigger says.
+            if waits && r.replicas > 0 && r.trigger.is_none() && r.expiration_time < floor {
                 r.expiration_time = floor;
                 extended += 1;
             }

@@ -44,6 +44,7 @@ fn reservation(made: u64, expires: u64) -> Reservation {
         job: None,
         delivery: None,
         runner: None,
+        trigger: None,
     }
 }
 

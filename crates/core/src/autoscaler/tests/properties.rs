@@ -28,6 +28,7 @@ prop_compose! {
             job: None,
             delivery: None,
             runner: None,
+            trigger: None,
         }
     }
 }

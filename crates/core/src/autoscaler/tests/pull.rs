@@ -3,7 +3,7 @@
 use super::{mins, t};
 use crate::autoscaler::pull::*;
 use crate::autoscaler::reservations::{JobKey, JobOp, Reservation, ScaleOp};
-use crate::autoscaler::webhook::{JobOrigin, TargetCandidate};
+use crate::autoscaler::webhook::{JobOrigin, TargetCandidate, TriggerView};
 use crate::scope::RunnerScope;
 
 const ORIGIN: JobOrigin<'static> = JobOrigin {
@@ -22,6 +22,7 @@ fn candidate(id: &'static str, labels: &[&str]) -> TargetCandidate<&'static str>
         },
         group: None,
         labels: labels.iter().map(|l| (*l).to_owned()).collect(),
+        triggers: vec![TriggerView::workflow_job(None)],
     }
 }
 
@@ -50,6 +51,7 @@ fn pulled(ids: &[(u64, u32)]) -> Vec<JobOp> {
             job: Some(JobKey { id, attempt }),
             delivery: Some(PULL_DELIVERY.to_owned()),
             runner: None,
+            event: None,
         })
         .collect()
 }

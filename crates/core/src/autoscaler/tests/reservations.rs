@@ -15,6 +15,7 @@ fn r(made: u64, expires: u64) -> Reservation {
         job: None,
         delivery: None,
         runner: None,
+        trigger: None,
     }
 }
 
@@ -180,6 +181,7 @@ fn op(op: ScaleOp, id: u64, attempt: u32) -> JobOp {
         job: Some(JobKey { id, attempt }),
         delivery: Some(format!("d-{id}")),
         runner: None,
+        event: None,
     }
 }
 
@@ -359,4 +361,73 @@ fn tombstones_are_not_extended_while_reservations_wait() {
         u.reservations,
         vec![job(1, 1, 90, 101, 0), job(2, 1, 91, NOW + DURATION, 1)]
     );
+}
+
+/// A legacy event's `+1` granting `replicas` for `minutes`, from delivery `delivery`.
+fn event(delivery: &str, replicas: u32, minutes: u64) -> JobOp {
+    JobOp {
+        delivery: Some(delivery.into()),
+        event: Some(EventOp {
+            trigger: "checkRun",
+            replicas,
+            duration: mins(minutes),
+        }),
+        ..JobOp::from(Up)
+    }
+}
+
+#[test]
+fn a_legacy_event_reserves_its_amount_for_its_own_duration_once_per_delivery() {
+    let ops = [event("e-1", 3, 2)];
+    let update = apply_scale_operations(&[], &ops, t(NOW), Some(10), mins(DURATION));
+    assert_eq!(update.added, 1);
+    let [slack] = update.reservations.as_slice() else {
+        panic!("{:?}", update.reservations);
+    };
+    assert_eq!(
+        (
+            slack.replicas,
+            slack.expiration_time,
+            slack.trigger.as_deref()
+        ),
+        (3, t(NOW + 2), Some("checkRun"))
+    );
+    assert_eq!((slack.job, slack.delivery.as_deref()), (None, Some("e-1")));
+    assert_eq!(reserved_replicas(&update.reservations, t(NOW)), 3);
+
+    // The same delivery again (another replica, a restart) adds nothing; another adds.
+    let again = apply_scale_operations(
+        &update.reservations,
+        &[event("e-1", 3, 2), event("e-2", 1, 2)],
+        t(NOW),
+        Some(10),
+        mins(DURATION),
+    );
+    assert_eq!((again.added, again.duplicates), (1, 1));
+    assert_eq!(reserved_replicas(&again.reservations, t(NOW)), 4);
+    // It expires after its duration, not the autoscaler's.
+    assert_eq!(reserved_replicas(&again.reservations, t(NOW + 2)), 0);
+}
+
+#[test]
+fn completions_never_release_a_legacy_events_slack() {
+    let slack = apply_scale_operations(&[], &[event("e-1", 2, 5)], t(NOW), None, mins(DURATION))
+        .reservations;
+    // A job's completion with no reservation of its own, and an anonymous one.
+    let update = apply_scale_operations(
+        &slack,
+        &[op(Down, 7, 1), JobOp::from(Down)],
+        t(NOW),
+        None,
+        mins(DURATION),
+    );
+    assert_eq!((update.removed, update.unmatched_downs), (0, 2));
+    assert_eq!(reserved_replicas(&update.reservations, t(NOW)), 2);
+}
+
+#[test]
+fn a_legacy_events_slack_is_not_extended_beyond_max_replicas() {
+    let slack = apply_scale_operations(&[], &[event("e-1", 4, 1)], t(NOW), Some(2), mins(DURATION));
+    assert_eq!(slack.extended, 0);
+    assert_eq!(slack.reservations[0].expiration_time, t(NOW + 1));
 }
