@@ -1543,3 +1543,72 @@ async fn an_event_two_autoscalers_match_equally_scales_neither_and_says_so() {
     wait_reconciled(&s, "org-a", 1).await;
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_trigger_that_can_never_match_is_a_false_condition_and_a_warning() {
+    let s = Stack::start("as-trigger", false).await;
+    s.apply_deployment("never", "never", 0);
+    s.apply_hra(
+        "never",
+        json!({
+            "minReplicas": 0,
+            "maxReplicas": 2,
+            "scaleUpTriggers": [
+                {"githubEvent": {}},
+                {"githubEvent": {"checkRun": {"types": ["queued"]}}},
+            ],
+        }),
+    );
+    let triggers_valid = || async {
+        s.hra("never")
+            .await
+            .status
+            .and_then(|st| st.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "TriggersValid")
+    };
+    let condition = eventually_of(&s, "a False TriggersValid condition", WAIT, || async {
+        triggers_valid().await.filter(|c| c.status == "False")
+    })
+    .await;
+    assert_eq!(condition.reason, "TriggerNeverMatches");
+    assert!(
+        condition
+            .message
+            .contains("scaleUpTriggers[0] names no githubEvent")
+            && condition
+                .message
+                .contains("scaleUpTriggers[1].githubEvent.checkRun.types"),
+        "{condition:?}"
+    );
+    let api = s.h.api::<k8s_openapi::api::events::v1::Event>();
+    eventually_of(&s, "a TriggerNeverMatches Warning event", WAIT, || async {
+        api.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("never")
+                    && e.reason.as_deref() == Some("TriggerNeverMatches")
+            })
+            .then_some(())
+    })
+    .await;
+    // The autoscaler still works on everything else.
+    wait_reconciled(&s, "never", 0).await;
+
+    s.apply_hra(
+        "never",
+        json!({
+            "minReplicas": 0,
+            "maxReplicas": 2,
+            "scaleUpTriggers": [{"githubEvent": {"checkRun": {"types": ["created"]}}}],
+        }),
+    );
+    eventually_of(&s, "a True TriggersValid condition", WAIT, || async {
+        triggers_valid().await.filter(|c| c.status == "True")
+    })
+    .await;
+}

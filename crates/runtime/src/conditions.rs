@@ -26,6 +26,8 @@ pub mod kind {
     /// An autoscaler can compute a size for its target and apply it (as on a
     /// HorizontalPodAutoscaler).
     pub const SCALING_ACTIVE: &str = "ScalingActive";
+    /// An autoscaler: every `scaleUpTriggers` entry can match some webhook delivery.
+    pub const TRIGGERS_VALID: &str = "TriggersValid";
 }
 
 /// Condition reasons (CamelCase, stable: alerts may match on them).
@@ -48,6 +50,10 @@ pub mod reason {
     pub const GITHUB_API_ERROR: &str = "GitHubAPIError";
     /// The spec cannot work (e.g. no scope).
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// Every scale-up trigger can match a delivery (or there is none).
+    pub const TRIGGERS_CAN_MATCH: &str = "TriggersCanMatch";
+    /// A scale-up trigger, or part of one, can never match a delivery.
+    pub const TRIGGER_NEVER_MATCHES: &str = "TriggerNeverMatches";
     /// Credentials were read, and a GitHub call with them succeeded.
     pub const CREDENTIALS_ACCEPTED: &str = "CredentialsAccepted";
     /// The Secret named by githubAPICredentialsFrom does not exist.

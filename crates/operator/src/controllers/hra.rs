@@ -23,13 +23,16 @@
 //! the next scheduled-override boundary.
 //!
 //! A spec that cannot work (no `maxReplicas`, a bad metric, an unknown target) is reported as a
-//! Warning event and retried after the sync period, never in a hot loop. The autoscaler's status
-//! has no `conditions` field in ARC's API, so events and logs are where such errors show.
+//! Warning event and a False `ScalingActive` condition, and retried after the sync period, never
+//! in a hot loop. A scale-up trigger that can never match a delivery (no event named, an action
+//! GitHub never sends) is a False `TriggersValid` condition and one Warning event
+//! (`TriggerNeverMatches`); the autoscaler still scales on everything else.
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use futures::StreamExt;
+use hangar_api::convert::trigger_views;
 use hangar_api::horizontal_runner_autoscaler::{CapacityReservation, ScaleTargetKind};
 use hangar_api::{
     HorizontalRunnerAutoscaler, HorizontalRunnerAutoscalerStatus, RunnerConfig, RunnerDeployment,
@@ -39,7 +42,8 @@ use hangar_core::RunnerScope;
 use hangar_core::autoscaler::after::{AfterInput, after};
 use hangar_core::autoscaler::metrics::{GitHubRunner, MetricTarget, RunnerObservation};
 use hangar_core::autoscaler::{
-    DesiredInput, Evaluation, Needed, Observations, Reservation, desired_replicas, suggest_replicas,
+    DesiredInput, Evaluation, Needed, Observations, Reservation, desired_replicas,
+    suggest_replicas, trigger_problems,
 };
 use hangar_github::GitHubApi;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -331,6 +335,15 @@ pub async fn reconcile(
     }
 
     // Status.
+    let triggers = trigger_condition(&hra);
+    if !triggers.status && !condition_says(&status, &triggers) {
+        ctx.event(
+            hra.object_ref(&()),
+            true,
+            reason::TRIGGER_NEVER_MATCHES,
+            triggers.message.clone(),
+        );
+    }
     let new_status = HorizontalRunnerAutoscalerStatus {
         observed_generation: hra.metadata.generation,
         desired_replicas: Some(desired),
@@ -342,11 +355,14 @@ pub async fn reconcile(
         scheduled_overrides_summary: decision.schedule_summary.clone(),
         conditions: Some(conditions::merge(
             status.conditions.as_deref().unwrap_or_default(),
-            &[Desired::yes(
-                kind::SCALING_ACTIVE,
-                reason::DESIRED_REPLICAS_COMPUTED,
-                format!("{} wants {desired} runner(s)", target.describe()),
-            )],
+            &[
+                Desired::yes(
+                    kind::SCALING_ACTIVE,
+                    reason::DESIRED_REPLICAS_COMPUTED,
+                    format!("{} wants {desired} runner(s)", target.describe()),
+                ),
+                triggers,
+            ],
             hra.metadata.generation,
             now,
         )),
@@ -369,6 +385,36 @@ pub async fn reconcile(
     }
 
     Ok(Action::requeue(plan.requeue))
+}
+
+/// `TriggersValid`: whether every `scaleUpTriggers` entry can match a delivery, naming the
+/// entries that cannot (`hangar_core::autoscaler::trigger_problems`).
+fn trigger_condition(hra: &HorizontalRunnerAutoscaler) -> Desired {
+    let triggers = trigger_views(hra);
+    let problems = trigger_problems(&triggers);
+    if !problems.is_empty() {
+        let message: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        return Desired::no(
+            kind::TRIGGERS_VALID,
+            reason::TRIGGER_NEVER_MATCHES,
+            message.join("; "),
+        );
+    }
+    let message = if triggers.is_empty() {
+        "no scaleUpTriggers: scales on its metrics and schedules alone"
+    } else {
+        "every scale-up trigger can match a webhook delivery"
+    };
+    Desired::yes(kind::TRIGGERS_VALID, reason::TRIGGERS_CAN_MATCH, message)
+}
+
+/// Whether `status` already holds condition `wanted` with the same status and message.
+fn condition_says(status: &HorizontalRunnerAutoscalerStatus, wanted: &Desired) -> bool {
+    status.conditions.iter().flatten().any(|c| {
+        c.type_ == wanted.kind
+            && (c.status == "True") == wanted.status
+            && c.message == wanted.message
+    })
 }
 
 /// Whether two statuses carry the same information (timestamps compared at second precision,
