@@ -28,6 +28,7 @@
 
 pub mod convert;
 pub mod horizontal_runner_autoscaler;
+pub mod ignored;
 pub mod labels;
 pub mod runner;
 pub mod runner_config;

@@ -229,8 +229,9 @@ pub struct RunnerPodSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<BTreeMap<String, String>>,
 
-    /// Service account of the pod. In kubernetes container mode, defaults to an account the
-    /// controller creates with the permissions the container hooks need.
+    /// Service account of the pod. Hangar creates none: in kubernetes container mode, name one
+    /// that may manage pods, pods/exec, pods/log, jobs and secrets in the namespace (what the
+    /// container hooks do); unset, the pod runs as the namespace's default account.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
 

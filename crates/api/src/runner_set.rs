@@ -82,9 +82,9 @@ pub struct RunnerSetSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub effective_time: Option<Time>,
 
-    /// Service account of the runner pods, when the pod template does not name one. In
-    /// kubernetes container mode, defaults to an account the controller creates with the
-    /// permissions the container hooks need.
+    /// Service account of the runner pods, when the pod template does not name one. Hangar
+    /// creates none: in kubernetes container mode, name one that may manage pods, pods/exec,
+    /// pods/log, jobs and secrets in the namespace (what the container hooks do).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
 

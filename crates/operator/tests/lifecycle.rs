@@ -259,3 +259,94 @@ async fn github_server_errors_delay_but_do_not_prevent_runner_creation() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn fields_hangar_ignores_are_a_condition_and_one_warning_until_removed() {
+    let h = Harness::start("rd-ignored").await;
+    let legacy = |replicas: i32| {
+        format!(
+            "apiVersion: actions.summerwind.dev/v1alpha1\nkind: RunnerDeployment\nmetadata:\n  name: legacy\nspec:\n  replicas: {replicas}\n  minReplicas: 1\n  maxReplicas: 3\n  template:\n    spec:\n      repository: octo/app\n      podTemplateName: job\n"
+        )
+    };
+    let fields_honored = || async {
+        h.api::<hangar_api::RunnerDeployment>()
+            .get("legacy")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "FieldsHonored")
+    };
+    let warnings = || async {
+        h.api::<k8s_openapi::api::events::v1::Event>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("FieldsIgnored"))
+            .map(|e| e.series.map_or(1, |s| s.count))
+            .sum::<i32>()
+    };
+    h.apply(&legacy(0));
+    let condition = eventually("a False FieldsHonored condition", WAIT, || async {
+        fields_honored().await.filter(|c| c.status == "False")
+    })
+    .await;
+    assert_eq!(condition.reason, "FieldsIgnored");
+    for field in [
+        "spec.minReplicas",
+        "spec.maxReplicas",
+        "spec.template.spec.podTemplateName",
+    ] {
+        assert!(condition.message.contains(field), "{condition:?}");
+    }
+    eventually("a FieldsIgnored Warning event", WAIT, || async {
+        (warnings().await >= 1).then_some(())
+    })
+    .await;
+    // Reconciles that find the same fields say nothing new.
+    h.apply(&legacy(1));
+    eventually("the new replica count applied", WAIT, || async {
+        (pods(&h).await.len() == 1).then_some(())
+    })
+    .await;
+    let all: Vec<_> = h
+        .api::<k8s_openapi::api::events::v1::Event>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("FieldsIgnored"))
+        .map(|e| (e.regarding, e.series, e.event_time, e.note))
+        .collect();
+    assert_eq!(
+        warnings().await,
+        1,
+        "one warning, not one per reconcile: {all:#?}"
+    );
+
+    // Removing them (server-side apply drops what the manifest no longer sets) turns it True.
+    h.apply(&deployment("legacy", 1, "linux"));
+    eventually("a True FieldsHonored condition", WAIT, || async {
+        fields_honored().await.filter(|c| c.status == "True")
+    })
+    .await;
+    // A deployment that never set one has no such condition.
+    h.apply(&deployment("plain", 0, "linux"));
+    eventually("plain reconciled", WAIT, || async {
+        h.api::<hangar_api::RunnerDeployment>()
+            .get("plain")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.conditions)
+            .filter(|c| !c.is_empty())
+    })
+    .await
+    .iter()
+    .for_each(|c| assert_ne!(c.type_, "FieldsHonored"));
+}

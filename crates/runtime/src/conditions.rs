@@ -28,6 +28,9 @@ pub mod kind {
     pub const SCALING_ACTIVE: &str = "ScalingActive";
     /// An autoscaler: every `scaleUpTriggers` entry can match some webhook delivery.
     pub const TRIGGERS_VALID: &str = "TriggersValid";
+    /// RunnerDeployment, RunnerReplicaSet, RunnerSet, Runner: no field is set that Hangar
+    /// stores but does not act on (present only once one was).
+    pub const FIELDS_HONORED: &str = "FieldsHonored";
 }
 
 /// Condition reasons (CamelCase, stable: alerts may match on them).
@@ -54,6 +57,10 @@ pub mod reason {
     pub const TRIGGERS_CAN_MATCH: &str = "TriggersCanMatch";
     /// A scale-up trigger, or part of one, can never match a delivery.
     pub const TRIGGER_NEVER_MATCHES: &str = "TriggerNeverMatches";
+    /// Every field set is acted on.
+    pub const FIELDS_HONORED: &str = "FieldsHonored";
+    /// A field is set that Hangar stores but does not act on.
+    pub const FIELDS_IGNORED: &str = "FieldsIgnored";
     /// Credentials were read, and a GitHub call with them succeeded.
     pub const CREDENTIALS_ACCEPTED: &str = "CredentialsAccepted";
     /// The Secret named by githubAPICredentialsFrom does not exist.

@@ -136,6 +136,8 @@ pub struct Context {
     pub stores: Stores,
     /// Event recorder.
     pub recorder: Recorder,
+    /// Warnings already published, so that racing reconciles publish one.
+    pub said_once: crate::events::SaidOnce,
     /// Time source.
     pub clock: Arc<dyn Clock>,
     /// Per-resource GitHub clients (see [`Context::github_for`]).
@@ -201,6 +203,7 @@ impl Context {
             runner_events: crate::events::RunnerEvents::new(recorder.clone()),
             workflow_runs: crate::workflow_runs::WorkflowRuns::default(),
             recorder,
+            said_once: Default::default(),
             clients: GitHubClients::new(github.clone(), settings.github_registry.clone()),
             metrics: settings
                 .exporter

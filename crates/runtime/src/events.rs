@@ -130,6 +130,42 @@ impl RunnerEvents {
     }
 }
 
+/// Remembers what was last said about an object under a reason, so that a warning tied to the
+/// object's spec is published once per change even when two reconciles read the object before
+/// the first one's status write reaches the cache. At most [`SaidOnce::CAPACITY`] entries are
+/// kept; beyond that the memory starts over, at worst repeating a warning once.
+#[derive(Debug, Default)]
+pub struct SaidOnce {
+    said: Mutex<HashMap<(String, &'static str), String>>,
+}
+
+impl SaidOnce {
+    /// Entries kept at most.
+    pub const CAPACITY: usize = 10_000;
+
+    /// Whether `message` is new for (`uid`, `reason`); it is remembered either way.
+    pub fn first(&self, uid: &str, reason: &'static str, message: &str) -> bool {
+        let mut said = self.said.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (uid.to_owned(), reason);
+        if said.get(&key).is_some_and(|m| m == message) {
+            return false;
+        }
+        if said.len() >= Self::CAPACITY {
+            said.clear();
+        }
+        said.insert(key, message.to_owned());
+        true
+    }
+
+    /// Forgets what was said about (`uid`, `reason`), e.g. once the problem is gone.
+    pub fn forget(&self, uid: &str, reason: &'static str) {
+        self.said
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(uid.to_owned(), reason));
+    }
+}
+
 /// Publishes a Normal event in the background.
 fn send(recorder: &Recorder, object: &ObjectReference, reason: &'static str, note: String) {
     let ev = Event {
@@ -150,6 +186,18 @@ fn send(recorder: &Recorder, object: &ObjectReference, reason: &'static str, not
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_is_said_once_until_it_changes_or_is_forgotten() {
+        let said = SaidOnce::default();
+        assert!(said.first("uid-1", "R", "a"));
+        assert!(!said.first("uid-1", "R", "a"));
+        assert!(said.first("uid-2", "R", "a"), "another object");
+        assert!(said.first("uid-1", "S", "a"), "another reason");
+        assert!(said.first("uid-1", "R", "b"), "a new message");
+        said.forget("uid-1", "R");
+        assert!(said.first("uid-1", "R", "b"));
+    }
 
     fn count(count: usize, names: &[&str]) -> RunnerCount {
         RunnerCount {

@@ -10,10 +10,12 @@
 //! message names the field and says what to write instead.
 //!
 //! Each `validate_*` function returns a [`Verdict`]: errors refuse the object, warnings are
-//! printed by kubectl and accepted.
+//! printed by kubectl and accepted. Fields that are set but do nothing (`hangar_api::ignored`)
+//! are warnings too.
 
 use std::collections::{BTreeMap, HashSet};
 
+use hangar_api::ignored;
 use hangar_api::runner_config::{ContainerMode, RunnerConfig, RunnerPodSpec};
 use hangar_api::{
     RunnerDeploymentSpec, RunnerReplicaSetSpec, RunnerSetSpec, RunnerSpec, RunnerTemplate, label,
@@ -42,6 +44,13 @@ impl Verdict {
         self.warnings.push(format!("{field}: {message}"));
     }
 
+    /// Fields that are set but do nothing (`hangar_api::ignored`) become warnings.
+    fn ignored(&mut self, fields: Vec<ignored::IgnoredField>) {
+        for field in fields {
+            self.warn(&field.path, format!("ignored by Hangar; {}", field.instead));
+        }
+    }
+
     /// Whether the object is accepted.
     pub fn is_ok(&self) -> bool {
         self.errors.is_empty()
@@ -63,6 +72,7 @@ pub const MAX_LABEL_LENGTH: usize = 256;
 pub fn validate_runner(spec: &RunnerSpec) -> Verdict {
     let mut v = Verdict::default();
     runner_spec(&mut v, "spec", spec);
+    v.ignored(ignored::runner(spec));
     v
 }
 
@@ -70,6 +80,7 @@ pub fn validate_runner(spec: &RunnerSpec) -> Verdict {
 pub fn validate_runner_replica_set(spec: &RunnerReplicaSetSpec) -> Verdict {
     let mut v = Verdict::default();
     template(&mut v, spec.selector.as_ref(), &spec.template);
+    v.ignored(ignored::runner_replica_set(spec));
     v
 }
 
@@ -77,12 +88,14 @@ pub fn validate_runner_replica_set(spec: &RunnerReplicaSetSpec) -> Verdict {
 pub fn validate_runner_deployment(spec: &RunnerDeploymentSpec) -> Verdict {
     let mut v = Verdict::default();
     template(&mut v, spec.selector.as_ref(), &spec.template);
+    v.ignored(ignored::runner_deployment(spec));
     v
 }
 
 /// A RunnerSet's spec.
 pub fn validate_runner_set(spec: &RunnerSetSpec) -> Verdict {
     let mut v = Verdict::default();
+    v.ignored(ignored::runner_set(spec));
     let sts = &spec.stateful_set;
     runner_config(&mut v, "spec", &spec.config);
     if let Some(t) = &spec.work_volume_claim_template {
@@ -532,6 +545,21 @@ mod tests {
             let v = validate_runner_deployment(&rd_with(spec.clone()));
             assert_eq!(v, Verdict::default(), "{spec}");
         }
+    }
+
+    #[test]
+    fn fields_hangar_ignores_are_warnings_that_say_what_to_use() {
+        let v = validate_runner_deployment(&rd(json!({
+            "minReplicas": 1, "maxReplicas": 3,
+            "template": {"spec": {"repository": "o/r"}}
+        })));
+        assert!(v.is_ok(), "{v:?}");
+        assert_eq!(v.warnings.len(), 2, "{v:?}");
+        assert!(
+            v.warnings[0].starts_with("spec.minReplicas: ignored by Hangar")
+                && v.warnings[0].contains("HorizontalRunnerAutoscaler"),
+            "{v:?}"
+        );
     }
 
     #[test]

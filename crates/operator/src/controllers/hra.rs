@@ -336,7 +336,14 @@ pub async fn reconcile(
 
     // Status.
     let triggers = trigger_condition(&hra);
-    if !triggers.status && !condition_says(&status, &triggers) {
+    let uid = hra.metadata.uid.clone().unwrap_or_default();
+    if triggers.status {
+        ctx.said_once.forget(&uid, reason::TRIGGER_NEVER_MATCHES);
+    } else if !condition_says(&status, &triggers)
+        && ctx
+            .said_once
+            .first(&uid, reason::TRIGGER_NEVER_MATCHES, &triggers.message)
+    {
         ctx.event(
             hra.object_ref(&()),
             true,

@@ -22,7 +22,9 @@
 //! - [`registration`]: the registration Secrets of [`runner`] and [`runner_set`].
 //! - [`retirement`]: deleted owners hold a finalizer until their runners are retired.
 //! - [`sets`]: the conditions and requeues of the two owner-sync controllers.
+//! - [`fields`]: the `FieldsHonored` condition of fields Hangar does not act on.
 
+pub mod fields;
 pub mod hra;
 pub mod placeholder;
 pub mod registration;

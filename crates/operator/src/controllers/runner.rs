@@ -703,6 +703,20 @@ async fn patch_status(runner: &Runner, ctx: &Context, report: Report) -> Result<
     }
     wanted.reverse();
     let old_conditions = current.conditions.clone().unwrap_or_default();
+    if runner
+        .metadata
+        .owner_references
+        .as_ref()
+        .is_none_or(Vec::is_empty)
+    {
+        // A replica set's Runners: the set (or its deployment) reports their template's fields.
+        wanted.extend(super::fields::fields_honored(
+            ctx,
+            runner.object_ref(&()),
+            &old_conditions,
+            &hangar_api::ignored::runner(&runner.spec),
+        ));
+    }
     let new_conditions = conditions::merge(
         &old_conditions,
         &wanted,

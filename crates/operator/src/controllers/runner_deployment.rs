@@ -201,17 +201,19 @@ pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<A
         .as_ref()
         .and_then(|s| s.conditions.clone())
         .unwrap_or_default();
-    let conditions = conditions::merge(
-        &old_conditions,
-        &deployment_conditions(
-            counts.desired,
-            counts.ready,
-            &newest_status,
-            counts.old_sets,
-        ),
-        rd.metadata.generation,
-        ctx.now(),
+    let mut wanted = deployment_conditions(
+        counts.desired,
+        counts.ready,
+        &newest_status,
+        counts.old_sets,
     );
+    wanted.extend(super::fields::fields_honored(
+        &ctx,
+        rd.object_ref(&()),
+        &old_conditions,
+        &hangar_api::ignored::runner_deployment(&rd.spec),
+    ));
+    let conditions = conditions::merge(&old_conditions, &wanted, rd.metadata.generation, ctx.now());
     let status = serde_json::json!({ "status": {
         "desiredReplicas": counts.desired,
         "replicas": counts.replicas,

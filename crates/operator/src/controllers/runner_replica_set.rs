@@ -339,6 +339,20 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         wanted.retain(|c| c.kind != kind::PROGRESSING);
         wanted.push(progress.clone());
     }
+    if set
+        .metadata
+        .owner_references
+        .as_ref()
+        .is_none_or(Vec::is_empty)
+    {
+        // A deployment's sets: the deployment reports their template's fields.
+        wanted.extend(super::fields::fields_honored(
+            &ctx,
+            set.object_ref(&()),
+            &old_conditions,
+            &hangar_api::ignored::runner_replica_set(&set.spec),
+        ));
+    }
     let new_conditions = conditions::merge(&old_conditions, &wanted, set.metadata.generation, now);
     let conditions_changed = old_conditions != new_conditions;
     status.insert(

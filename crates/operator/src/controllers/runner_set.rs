@@ -942,6 +942,12 @@ async fn patch_status(
         wanted.retain(|c| c.kind != conditions::kind::PROGRESSING);
         wanted.push(progress.clone());
     }
+    wanted.extend(super::fields::fields_honored(
+        ctx,
+        set.object_ref(&()),
+        &old_conditions,
+        &hangar_api::ignored::runner_set(&set.spec),
+    ));
     let new_conditions =
         conditions::merge(&old_conditions, &wanted, set.metadata.generation, ctx.now());
     let status = serde_json::json!({
