@@ -1,4 +1,5 @@
-//! The opt-in registration-only ("placeholder") runner of a RunnerDeployment scaled to zero.
+//! The opt-in registration-only ("placeholder") runner of an owner scaled to zero (a
+//! RunnerDeployment, a RunnerSet, or a RunnerReplicaSet no deployment owns).
 //!
 //! GitHub used to fail a job at once when no runner of any status — online or offline — had
 //! its labels (github.com until late 2021; older GitHub Enterprise Server releases still do).

@@ -20,7 +20,8 @@
 //!    the sweep first saw it so (GitHub's runner object has no creation time).
 //!
 //! Anything else is kept: standalone Runners (whose names are the user's) are never swept, nor
-//! is any runner whose name or labels Hangar would not have given it.
+//! is any runner whose name or labels Hangar would not have given it. A registration-only
+//! runner (`<owner>-registration-only`) matches no generated name, whichever kind its owner is.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
@@ -411,6 +412,8 @@ mod tests {
             ("build-bcdf", false),
             ("build-abcd-0", false),
             ("builds-bcdf-0", false),
+            // A registration-only runner: never a generated name, so never swept.
+            ("build-registration-only", false),
         ] {
             assert_eq!(set.names(name), ours, "{name}");
         }

@@ -223,8 +223,9 @@ struct RunArgs {
     /// flag of the same name; changing them rolls the runners out).
     #[arg(long, value_delimiter = ',')]
     common_runner_labels: Vec<String>,
-    /// Keep an offline, registration-only runner for every RunnerDeployment scaled to zero, so
-    /// that GitHub versions which fail jobs without any matching runner queue them instead
+    /// Keep an offline, registration-only runner for every RunnerDeployment, RunnerSet and
+    /// standalone RunnerReplicaSet scaled to zero, so that GitHub versions which fail jobs
+    /// without any matching runner queue them instead
     /// (older GitHub Enterprise Server). Not needed on github.com.
     #[arg(long, env = "HANGAR_REGISTRATION_ONLY_RUNNERS")]
     registration_only_runners: bool,

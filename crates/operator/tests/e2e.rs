@@ -838,3 +838,106 @@ async fn a_deployment_at_zero_keeps_a_registration_only_runner_so_jobs_queue_on_
     .await;
     e.shutdown().await;
 }
+
+/// The registration-only runner of a RunnerSet and of a RunnerReplicaSet no deployment owns, as
+/// for deployments: registered at zero so jobs queue, gone once a real runner is registered,
+/// and gone with its owner.
+#[tokio::test]
+async fn a_runner_set_and_a_standalone_replica_set_at_zero_keep_a_registration_only_runner() {
+    let e = E2e::start_configured("e2e-placeholders", |s| s.registration_only_runners = true).await;
+    e.h.sim
+        .update(|w, _| w.config.fail_jobs_without_runners = true);
+    let replica_set = |replicas: i32| {
+        let placement = e.nodes.placement();
+        json!({
+            "apiVersion": "actions.summerwind.dev/v1alpha1",
+            "kind": "RunnerReplicaSet",
+            "metadata": {"name": "rrsph"},
+            "spec": {"replicas": replicas, "template": {"spec": {
+                "repository": "octo/app",
+                "labels": ["rrsph"],
+                "nodeSelector": placement.node_selector,
+                "tolerations": placement.tolerations,
+            }}},
+        })
+        .to_string()
+    };
+    let runner_set = |replicas: i32| {
+        support::runner_set_manifest(Some(&e.nodes), "setph", replicas, "setph", &[])
+    };
+    e.h.apply(&runner_set(0));
+    e.h.apply(&replica_set(0));
+    let both = BTreeSet::from([
+        "rrsph-registration-only".to_owned(),
+        "setph-registration-only".to_owned(),
+    ]);
+    eventually_of(&e, "two registered placeholders", WAIT, || async {
+        (e.h.registered() == both && e.h.online().is_empty()).then_some(())
+    })
+    .await;
+    let labels = |l: &str| vec!["self-hosted".to_owned(), l.to_owned()];
+    let set_job =
+        e.h.submit_jobs(1, labels("setph"), Duration::from_secs(1), "success");
+    let rrs_job =
+        e.h.submit_jobs(1, labels("rrsph"), Duration::from_secs(1), "success");
+    e.h.sim.tick();
+    let queued = e.h.sim.read(|w, _| {
+        [set_job[0], rrs_job[0]]
+            .iter()
+            .all(|j| w.jobs[j].status == JobStatus::Queued)
+    });
+    assert!(queued, "both jobs must wait for a runner, not fail");
+
+    e.h.apply(&runner_set(1));
+    e.h.apply(&replica_set(1));
+    eventually_of(
+        &e,
+        "both jobs done and both placeholders gone",
+        WAIT,
+        || async {
+            let done =
+                e.h.all_completed(&set_job, "success") && e.h.all_completed(&rrs_job, "success");
+            let gone =
+                e.h.registered()
+                    .iter()
+                    .all(|r| !r.ends_with("-registration-only"));
+            (done && gone).then_some(())
+        },
+    )
+    .await;
+
+    e.h.apply(&runner_set(0));
+    e.h.apply(&replica_set(0));
+    eventually_of(&e, "placeholders again at zero", WAIT, || async {
+        e.h.registered().is_superset(&both).then_some(())
+    })
+    .await;
+    e.h.api::<hangar_api::RunnerSet>()
+        .delete("setph", &Default::default())
+        .await
+        .unwrap();
+    e.h.api::<hangar_api::RunnerReplicaSet>()
+        .delete("rrsph", &Default::default())
+        .await
+        .unwrap();
+    eventually_of(
+        &e,
+        "the owners and their placeholders gone",
+        WAIT,
+        || async {
+            let sets =
+                e.h.api::<hangar_api::RunnerSet>()
+                    .get_opt("setph")
+                    .await
+                    .unwrap();
+            let rrs =
+                e.h.api::<hangar_api::RunnerReplicaSet>()
+                    .get_opt("rrsph")
+                    .await
+                    .unwrap();
+            (sets.is_none() && rrs.is_none() && e.h.registered().is_empty()).then_some(())
+        },
+    )
+    .await;
+    e.shutdown().await;
+}

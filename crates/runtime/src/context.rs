@@ -44,7 +44,8 @@ pub struct Settings {
     pub registration_check_interval: Duration,
     /// Runner labels added to every RunnerDeployment's runners (`--common-runner-labels`).
     pub common_runner_labels: Vec<String>,
-    /// Keep a registration-only runner for every RunnerDeployment scaled to zero
+    /// Keep a registration-only runner for every RunnerDeployment, RunnerSet and standalone
+    /// RunnerReplicaSet scaled to zero
     /// (`--registration-only-runners`; see [`hangar_core::placeholder`]).
     pub registration_only_runners: bool,
     /// How long an autoscaler waits after a scale-out before scaling down, unless its

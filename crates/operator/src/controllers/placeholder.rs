@@ -1,20 +1,24 @@
-//! The registration-only runner of a RunnerDeployment scaled to zero
-//! (`--registration-only-runners`), driving [`hangar_core::placeholder::step`].
+//! The registration-only runner of an owner scaled to zero (`--registration-only-runners`):
+//! a RunnerDeployment, a RunnerSet, or a RunnerReplicaSet no deployment owns (a deployment's
+//! sets are covered by the deployment). Drives [`hangar_core::placeholder::step`].
 //!
 //! The placeholder is a JIT registration that no pod ever uses: GitHub lists it `offline` with
-//! the deployment's labels, which is enough for GitHub versions that fail jobs without a
-//! matching runner to queue them instead. Its runner ID is remembered in the annotation
-//! [`ID_ANNOTATION`] of the deployment, and the finalizer [`FINALIZER`] is held while it exists,
-//! so deleting the deployment deletes the placeholder from GitHub first. Both are written in one
-//! merge patch conditional on the `resourceVersion` read; if that write is lost, the next
-//! registration finds the runner by its name ([`placeholder_name`]) and replaces it.
+//! the owner's labels, which is enough for GitHub versions that fail jobs without a matching
+//! runner to queue them instead. Its runner ID is remembered in the annotation [`ID_ANNOTATION`]
+//! of the owner, and the finalizer [`FINALIZER`] is held while it exists, so deleting the owner
+//! deletes the placeholder from GitHub first. Both are written in one merge patch conditional on
+//! the `resourceVersion` read; if that write is lost, the next registration finds the runner by
+//! its name ([`placeholder_name`]) and replaces it.
 
-use hangar_api::{RunnerDeployment, RunnerReplicaSet};
+use std::collections::BTreeMap;
+
+use hangar_api::RunnerConfig;
 use hangar_core::RunnerScope;
 use hangar_core::placeholder::{Observed, Step, step};
 use hangar_github::GitHubError;
+use k8s_openapi::NamespaceResourceScope;
 use kube::api::{Patch, PatchParams};
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::info;
 
@@ -22,36 +26,53 @@ use super::{github_scope, object_name, registration};
 use crate::context::Context;
 use crate::error::{Error, github_err, kube_err};
 
-/// Annotation on a RunnerDeployment: the GitHub runner ID of its placeholder.
+/// Annotation on an owner: the GitHub runner ID of its placeholder.
 pub const ID_ANNOTATION: &str = "hangar.dev/registration-only-runner-id";
 
-/// Finalizer a RunnerDeployment carries while its placeholder is registered.
+/// Finalizer an owner carries while its placeholder is registered.
 pub const FINALIZER: &str = "hangar.dev/registration-only-runner";
 
-/// The placeholder's runner name: the deployment's name, recognisable in GitHub's runner list.
-pub fn placeholder_name(rd: &RunnerDeployment) -> String {
-    hangar_runtime::registration::names::placeholder_name(&rd.name_any())
+/// The placeholder's runner name: the owner's name, recognisable in GitHub's runner list.
+pub fn placeholder_name(owner: &impl ResourceExt) -> String {
+    hangar_runtime::registration::names::placeholder_name(&owner.name_any())
 }
 
-/// Registers or removes `rd`'s placeholder as [`step`] decides. `desired` is the
-/// deployment's newest RunnerReplicaSet (labels and node selector as its runners get them);
-/// `registered` counts its runners registered and ready.
-pub async fn sync(
-    rd: &RunnerDeployment,
-    desired: &RunnerReplicaSet,
+/// What the owner's runners register as: the placeholder registers the same way.
+#[derive(Clone, Copy, Debug)]
+pub struct Template<'a> {
+    /// Scope, labels, group and credentials of the owner's runners.
+    pub config: &'a RunnerConfig,
+    /// Their node selector (it gives the architecture label).
+    pub node_selector: Option<&'a BTreeMap<String, String>>,
+}
+
+/// Registers or removes `owner`'s placeholder as [`step`] decides. `replicas` is the owner's
+/// `spec.replicas`; `template` its runners as they register (for a deployment, its newest
+/// RunnerReplicaSet's, with the common labels); `registered` counts its runners registered and
+/// ready.
+pub async fn sync<K>(
+    rd: &K,
+    replicas: i32,
+    template: Template<'_>,
     registered: i32,
     ctx: &Context,
-) -> Result<(), Error> {
+) -> Result<(), Error>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
     let remembered = rd
         .annotations()
         .get(ID_ANNOTATION)
         .and_then(|id| id.parse::<u64>().ok());
     let next = if ctx.settings.registration_only_runners {
         step(Observed {
-            replicas: u32::try_from(rd.spec.replicas.unwrap_or(1).max(0)).unwrap_or(0),
+            replicas: u32::try_from(replicas.max(0)).unwrap_or(0),
             registered: u32::try_from(registered.max(0)).unwrap_or(0),
             placeholder: remembered,
-            deleting: rd.metadata.deletion_timestamp.is_some(),
+            deleting: rd.meta().deletion_timestamp.is_some(),
         })
     } else {
         // Switched off: a placeholder left from before goes.
@@ -72,7 +93,7 @@ pub async fn sync(
         return Ok(());
     }
 
-    let config = &desired.spec.template.spec.config;
+    let config = template.config;
     let scope = RunnerScope::from_fields(
         config.enterprise.as_deref(),
         config.organization.as_deref(),
@@ -94,12 +115,12 @@ pub async fn sync(
                 &scope,
                 &name,
                 config.labels.as_deref(),
-                desired.spec.template.spec.pod.node_selector.as_ref(),
+                template.node_selector,
                 true,
             )
             .await?;
             let id = registration.runner_id.unwrap_or_default();
-            info!(deployment = %object_name(rd), runner = name, id, "registered registration-only runner");
+            info!(owner = %object_name(rd), runner = name, id, "registered registration-only runner");
             finalizers.push(FINALIZER.to_owned());
             Some(id.to_string())
         }
@@ -111,7 +132,7 @@ pub async fn sync(
                 Ok(()) | Err(GitHubError::NotFound { .. }) => {}
                 Err(e) => return Err(github_err("delete registration-only runner", &scope)(e)),
             }
-            info!(deployment = %object_name(rd), id, "removed registration-only runner");
+            info!(owner = %object_name(rd), id, "removed registration-only runner");
             None
         }
         Step::Keep => return Ok(()),
@@ -121,18 +142,24 @@ pub async fn sync(
 
 /// Writes the remembered runner ID (`None` removes it) and the finalizers in one merge patch,
 /// conditional on the `resourceVersion` read.
-async fn record(
-    rd: &RunnerDeployment,
+async fn record<K>(
+    rd: &K,
     ctx: &Context,
     id: Option<String>,
     finalizers: &[String],
-) -> Result<(), Error> {
+) -> Result<(), Error>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
     let patch = json!({ "metadata": {
         "resourceVersion": rd.resource_version(),
         "annotations": { ID_ANNOTATION: id },
         "finalizers": finalizers,
     }});
-    Api::<RunnerDeployment>::namespaced(ctx.client.clone(), &rd.namespace().unwrap_or_default())
+    Api::<K>::namespaced(ctx.client.clone(), &rd.namespace().unwrap_or_default())
         .patch(
             &rd.name_any(),
             &PatchParams::default(),

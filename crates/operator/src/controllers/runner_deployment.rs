@@ -114,6 +114,14 @@ pub fn desired_set(rd: &RunnerDeployment, common_labels: &[String]) -> RunnerRep
     set
 }
 
+/// How the deployment's runners register: as its newest set's template says.
+fn placeholder_template(desired: &RunnerReplicaSet) -> super::placeholder::Template<'_> {
+    super::placeholder::Template {
+        config: &desired.spec.template.spec.config,
+        node_selector: desired.spec.template.spec.pod.node_selector.as_ref(),
+    }
+}
+
 /// Reconciles one RunnerDeployment.
 pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<Action, Error> {
     let desired = desired_set(&rd, &ctx.settings.common_runner_labels);
@@ -123,7 +131,7 @@ pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<A
     let deployments: Api<RunnerDeployment> = Api::namespaced(ctx.client.clone(), &ns);
     if let Some(since) = retirement::deleting_since(rd.as_ref()) {
         // The registration-only runner goes by its own finalizer.
-        super::placeholder::sync(&rd, &desired, 0, &ctx).await?;
+        super::placeholder::sync(rd.as_ref(), 0, placeholder_template(&desired), 0, &ctx).await?;
         if !retirement::holds(rd.as_ref(), finalizer::RETIRE_RUNNERS) {
             return Ok(Action::await_change());
         }
@@ -195,7 +203,14 @@ pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<A
     let counts = plan.counts;
     // Before the status write: the placeholder's patch is conditional on the resourceVersion
     // read, which a status write would move.
-    super::placeholder::sync(&rd, &desired, counts.ready, &ctx).await?;
+    super::placeholder::sync(
+        rd.as_ref(),
+        rd.spec.replicas.unwrap_or(1),
+        placeholder_template(&desired),
+        counts.ready,
+        &ctx,
+    )
+    .await?;
     let old_conditions = rd
         .status
         .as_ref()

@@ -114,10 +114,28 @@ pub fn desired_hash(set: &RunnerReplicaSet) -> String {
         })
 }
 
+/// How the set's runners register: as its template says.
+fn placeholder_template(set: &RunnerReplicaSet) -> super::placeholder::Template<'_> {
+    super::placeholder::Template {
+        config: &set.spec.template.spec.config,
+        node_selector: set.spec.template.spec.pod.node_selector.as_ref(),
+    }
+}
+
 /// Reconciles one RunnerReplicaSet.
 pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<Action, Error> {
     let deleting = retirement::deleting_since(set.as_ref());
     let holds = retirement::holds(set.as_ref(), finalizer::RETIRE_RUNNERS);
+    // A deployment's sets are covered by the deployment's registration-only runner.
+    let standalone = set
+        .metadata
+        .owner_references
+        .as_ref()
+        .is_none_or(Vec::is_empty);
+    if deleting.is_some() && standalone {
+        // The registration-only runner goes by its own finalizer.
+        super::placeholder::sync(set.as_ref(), 0, placeholder_template(&set), 0, &ctx).await?;
+    }
     if deleting.is_some() && !holds {
         return Ok(Action::await_change());
     }
@@ -326,6 +344,18 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         .iter()
         .filter(|r| r.status.as_ref().and_then(|s| s.ready).unwrap_or(false))
         .count();
+    if standalone && deleting.is_none() && holds {
+        // Before the status write: the placeholder's patch is conditional on the
+        // resourceVersion read, which a status write (or the finalizer's above) would move.
+        super::placeholder::sync(
+            set.as_ref(),
+            set.spec.replicas.unwrap_or(1),
+            placeholder_template(&set),
+            i32::try_from(ready).unwrap_or(i32::MAX),
+            &ctx,
+        )
+        .await?;
+    }
     status.insert("replicas".into(), total.into());
     status.insert("readyReplicas".into(), ready.into());
     status.insert("availableReplicas".into(), ready.into());

@@ -564,11 +564,30 @@ fn scope_of(set: &RunnerSet) -> Result<RunnerScope, Error> {
     })
 }
 
+/// How the set's runners register: its scope, labels and credentials, and the pod template's
+/// node selector.
+fn placeholder_template(set: &RunnerSet) -> super::placeholder::Template<'_> {
+    super::placeholder::Template {
+        config: &set.spec.config,
+        node_selector: set
+            .spec
+            .stateful_set
+            .template
+            .spec
+            .as_ref()
+            .and_then(|p| p.node_selector.as_ref()),
+    }
+}
+
 /// Reconciles one RunnerSet.
 pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Result<Action, Error> {
     let ctx = &state.ctx;
     let deleting = retirement::deleting_since(set.as_ref());
     let holds = retirement::holds(set.as_ref(), finalizer::RETIRE_RUNNERS);
+    if deleting.is_some() {
+        // The registration-only runner goes by its own finalizer.
+        super::placeholder::sync(set.as_ref(), 0, placeholder_template(&set), 0, ctx).await?;
+    }
     if deleting.is_some() && !holds {
         return Ok(Action::await_change());
     }
@@ -694,6 +713,19 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
         }
     }
 
+    if deleting.is_none() && holds {
+        // Before the status write: the placeholder's patch is conditional on the
+        // resourceVersion read, which a status write (or the finalizer's above) would move.
+        let ready = status_counts(ctx, &owned, &input.desired_template_hash).ready;
+        super::placeholder::sync(
+            set.as_ref(),
+            set.spec.stateful_set.replicas.unwrap_or(1),
+            placeholder_template(&set),
+            ready,
+            ctx,
+        )
+        .await?;
+    }
     patch_status(
         &set,
         ctx,

@@ -13,9 +13,9 @@ pub fn pod_name(stateful_set: &str) -> String {
     format!("{stateful_set}-0")
 }
 
-/// The name of a RunnerDeployment's registration-only placeholder runner.
-pub fn placeholder_name(deployment: &str) -> String {
-    format!("{deployment}-registration-only")
+/// The name of an owner's registration-only placeholder runner.
+pub fn placeholder_name(owner: &str) -> String {
+    format!("{owner}-registration-only")
 }
 
 #[cfg(test)]
