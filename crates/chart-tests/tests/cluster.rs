@@ -334,7 +334,8 @@ async fn controller_account_may_do_what_the_code_does_in_every_namespace_and_not
     let release = TestNamespace::create(cluster, "rbac").await;
     let ns = release.name();
     hangar_testkit::crds::install(&cluster.client().await).await;
-    let _rbac = apply_rbac(cluster, &render(ns, &[]));
+    // The admission webhooks' grants are checked on their own, below.
+    let _rbac = apply_rbac(cluster, &render(ns, &["admissionWebHooks.enabled=false"]));
     let user = service_account(ns, RELEASE);
 
     let mut checks = needs(CONTROLLER_NEEDS, Scope::In("anywhere"));
@@ -382,6 +383,7 @@ async fn single_namespace_mode_grants_nothing_outside_the_watched_namespace() {
         &[
             "scope.singleNamespace=true",
             &format!("scope.watchNamespace={}", watched.name()),
+            "admissionWebHooks.enabled=false",
         ],
     );
     let guard = apply_rbac(cluster, &yaml);

@@ -97,7 +97,9 @@ async fn run_with_chart_rbac(mode: Mode) {
 
     // The chart's RBAC, and a token of its controller ServiceAccount.
     let watch_namespace = format!("scope.watchNamespace={ns}");
-    let mut sets = vec![];
+    // `hangar run` here serves no admission webhook (RunnerSets in their fallback mode); the
+    // webhooks' own grants are proven in cluster.rs.
+    let mut sets = vec!["admissionWebHooks.enabled=false"];
     if mode.single_namespace {
         sets.extend(["scope.singleNamespace=true", watch_namespace.as_str()]);
     }

@@ -83,7 +83,7 @@ fn chart_passes_helm_lint_strict_with_every_tested_combination() {
 }
 
 #[test]
-fn default_values_render_a_cluster_wide_controller_and_nothing_optional() {
+fn default_values_render_a_cluster_wide_controller_with_its_admission_webhooks() {
     let objects = documents(&render(NS, &[]));
     assert_eq!(
         kinds_and_names(&objects),
@@ -91,11 +91,42 @@ fn default_values_render_a_cluster_wide_controller_and_nothing_optional() {
             "ServiceAccount/hangar",
             "ClusterRole/hangar-hangar-system",
             "ClusterRole/hangar-volumes-hangar-system",
+            "ClusterRole/hangar-admission-hangar-system",
             "ClusterRoleBinding/hangar-hangar-system",
             "ClusterRoleBinding/hangar-volumes-hangar-system",
+            "ClusterRoleBinding/hangar-admission-hangar-system",
+            "Role/hangar-admission",
+            "RoleBinding/hangar-admission",
+            "Service/hangar-webhook",
             "Service/hangar-metrics",
             "Deployment/hangar",
+            "MutatingWebhookConfiguration/hangar-hangar-system-mutating-webhook-configuration",
+            "ValidatingWebhookConfiguration/hangar-hangar-system-validating-webhook-configuration",
         ]
+    );
+    // Only the RunnerSet pod webhook fails closed (see values.yaml).
+    let policies: Vec<&str> = [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ]
+    .iter()
+    .flat_map(|kind| of_kind(&objects, kind))
+    .flat_map(|c| c["webhooks"].as_sequence().unwrap())
+    .map(|w| w["failurePolicy"].as_str().unwrap())
+    .collect();
+    assert_eq!(
+        policies,
+        [
+            "Fail", "Ignore", "Ignore", "Ignore", "Ignore", "Ignore", "Ignore"
+        ]
+    );
+    let without = documents(&render(NS, &["admissionWebHooks.enabled=false"]));
+    assert!(
+        kinds_and_names(&without)
+            .iter()
+            .all(|k| !k.contains("admission") && !k.contains("WebhookConfiguration")),
+        "{:?}",
+        kinds_and_names(&without)
     );
     assert_volume_role(&objects);
     let args = args(deployment(&objects, "controller"));
@@ -117,7 +148,8 @@ fn default_values_render_a_cluster_wide_controller_and_nothing_optional() {
 
 #[test]
 fn controller_role_grants_exactly_what_the_code_calls() {
-    let objects = documents(&render(NS, &[]));
+    // The admission webhooks' roles are checked with them, below.
+    let objects = documents(&render(NS, &["admissionWebHooks.enabled=false"]));
     let roles = of_kind(&objects, "ClusterRole");
     assert_eq!(roles.len(), 2);
     assert_eq!(granted(roles[0]), expected(CONTROLLER_NEEDS));
@@ -153,9 +185,14 @@ fn assert_volume_role(objects: &[Value]) {
 fn single_namespace_mode_renders_only_roles_in_the_watched_namespace() {
     let objects = documents(&render(
         NS,
-        &["scope.singleNamespace=true", "scope.watchNamespace=ci"],
+        &[
+            "scope.singleNamespace=true",
+            "scope.watchNamespace=ci",
+            "admissionWebHooks.enabled=false",
+        ],
     ));
-    // The only cluster-scoped grant: PersistentVolumes, for volume reuse.
+    // The only cluster-scoped grant: PersistentVolumes, for volume reuse (the admission
+    // webhooks' configurations, checked with them below, are cluster-scoped too).
     assert_eq!(of_kind(&objects, "ClusterRole").len(), 1);
     assert_eq!(of_kind(&objects, "ClusterRoleBinding").len(), 1);
     assert_volume_role(&objects);
@@ -275,7 +312,7 @@ fn admission_webhooks_are_the_binarys_own_behind_a_service_and_named_in_its_flag
     use hangar::admission::configurations::{Endpoint, Registration, mutating, validating};
     for single_namespace in [false, true] {
         let scope = format!("scope.singleNamespace={single_namespace}");
-        let base = documents(&render(NS, &[&scope]));
+        let base = documents(&render(NS, &[&scope, "admissionWebHooks.enabled=false"]));
         let objects = documents(&render(NS, &[&scope, "admissionWebHooks.enabled=true"]));
         let controller = deployment(&objects, "controller");
         let flags = admission_flags(&args(deployment(&base, "controller")), &args(controller));

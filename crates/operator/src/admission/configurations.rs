@@ -205,10 +205,11 @@ pub const RUNNER_POD_DELETION_WEBHOOK: &str = "guard-runner-pod-deletion.hangar.
 pub const RUNNER_STATEFUL_SET_DELETION_WEBHOOK: &str =
     "guard-runner-statefulset-deletion.hangar.dev";
 
-/// The ValidatingWebhookConfiguration: one webhook per kind (CREATE and UPDATE, failing
-/// closed), then the deletion guards (DELETE of pods labelled `actions-runner` and of
-/// StatefulSets labelled `runnerset-name`, failing open: Hangar being down must never block a
-/// delete).
+/// The ValidatingWebhookConfiguration: one webhook per kind (CREATE and UPDATE), then the
+/// deletion guards (DELETE of pods labelled `actions-runner` and of StatefulSets labelled
+/// `runnerset-name`). All fail open: Hangar being down must never block a delete, nor an edit
+/// of a runner object — least of all removing a finalizer by hand, the way out when the
+/// controller is gone — and the CRD schema's own rules still refuse what cannot work.
 pub fn validating(reg: &Registration, ca_bundle: &[u8]) -> ValidatingWebhookConfiguration {
     let mut webhooks: Vec<ValidatingWebhook> = VALIDATED
         .iter()
@@ -216,7 +217,7 @@ pub fn validating(reg: &Registration, ca_bundle: &[u8]) -> ValidatingWebhookConf
             name: format!("validate.{}.actions.summerwind.dev", kind.to_lowercase()),
             admission_review_versions: vec!["v1".into()],
             client_config: reg.endpoint.client_config(path, ca_bundle),
-            failure_policy: Some("Fail".into()),
+            failure_policy: Some("Ignore".into()),
             match_policy: Some("Equivalent".into()),
             namespace_selector: reg.namespace_selector.clone(),
             object_selector: None,
@@ -460,7 +461,7 @@ mod tests {
     }
 
     #[test]
-    fn configurations_point_at_the_endpoint_and_only_the_deletion_guard_fails_open() {
+    fn configurations_point_at_the_endpoint_and_only_the_pod_mutation_fails_closed() {
         let mut reg = Registration::new(Endpoint::Url("https://127.0.0.1:9443/".into()));
         reg.namespace_selector = Some(LabelSelector {
             match_labels: Some([("t".to_owned(), "x".to_owned())].into()),
@@ -491,10 +492,11 @@ mod tests {
             assert_eq!(guard.namespace_selector, reg.namespace_selector);
         }
         assert!(hooks.iter().all(|h| h.client_config.ca_bundle.is_none()));
+        // Hangar down must never block an edit (a finalizer removed by hand) either.
         assert!(
             hooks[..4]
                 .iter()
-                .all(|h| h.failure_policy.as_deref() == Some("Fail"))
+                .all(|h| h.failure_policy.as_deref() == Some("Ignore"))
         );
         assert_eq!(
             hooks[2].client_config.url.as_deref(),
