@@ -350,3 +350,46 @@ async fn fields_hangar_ignores_are_a_condition_and_one_warning_until_removed() {
     .iter()
     .for_each(|c| assert_ne!(c.type_, "FieldsHonored"));
 }
+
+#[tokio::test]
+async fn a_runner_pod_has_each_env_name_once_and_the_users_value_wins() {
+    let h = Harness::start("rd-env").await;
+    // The user sets names Hangar sets too, and one name twice.
+    h.apply(
+        "apiVersion: actions.summerwind.dev/v1alpha1\nkind: RunnerDeployment\nmetadata:\n  name: env\nspec:\n  replicas: 1\n  template:\n    spec:\n      repository: octo/app\n      labels: [linux]\n      env:\n        - {name: RUNNER_LABELS, value: mine}\n        - {name: DOCKER_HOST, value: tcp://docker:2375}\n        - {name: EXTRA, value: first}\n        - {name: EXTRA, value: second}\n",
+    );
+    let pod = eventually("the runner pod", WAIT, || async { pods(&h).await.pop() }).await;
+    let spec = pod.spec.expect("a pod spec");
+    for container in &spec.containers {
+        let names: Vec<&str> = container
+            .env
+            .iter()
+            .flatten()
+            .map(|e| e.name.as_str())
+            .collect();
+        let unique: std::collections::BTreeSet<&str> = names.iter().copied().collect();
+        assert_eq!(
+            names.len(),
+            unique.len(),
+            "container {} repeats an env name: {names:?}",
+            container.name
+        );
+    }
+    let runner = spec
+        .containers
+        .iter()
+        .find(|c| c.name == "runner")
+        .expect("the runner container");
+    let value = |name: &str| {
+        runner
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value.clone())
+    };
+    assert_eq!(value("RUNNER_LABELS").as_deref(), Some("mine"));
+    assert_eq!(value("DOCKER_HOST").as_deref(), Some("tcp://docker:2375"));
+    assert_eq!(value("EXTRA").as_deref(), Some("first"));
+    assert_eq!(value("RUNNER_NAME"), Some(pod.metadata.name.unwrap()));
+}

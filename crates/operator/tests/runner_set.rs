@@ -923,3 +923,64 @@ async fn with_the_pod_webhook_pods_are_refused_while_github_is_down_and_created_
     assert!(names.contains(&format!("{}-0", sts.name_any())));
     e.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_runner_that_never_registers_is_replaced_after_the_registration_timeout() {
+    let e = Rs::start("rs-regtimeout").await;
+    let mut set: serde_json::Value =
+        serde_json::from_str(&e.runner_set("stuck", 1, "stuck", &[])).unwrap();
+    set["spec"]["template"]["metadata"] = json!({"annotations": {
+        "program.nodesim.hangar.dev/runner": "runner(registration=never)",
+    }});
+    // The stuck runner ignores SIGTERM until it registers (as graceful-stop.sh does): keep the
+    // kill short.
+    set["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(2);
+    e.h.apply(&set.to_string());
+
+    let ready_pod = || async {
+        e.pods().await.into_iter().find(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+    };
+    let first = eventually_of(&e, "a ready, unregistered runner pod", WAIT, || async {
+        ready_pod().await.map(|p| p.name_any())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let names: Vec<String> = e.pods().await.iter().map(|p| p.name_any()).collect();
+    assert_eq!(
+        names,
+        vec![first.clone()],
+        "replaced before the registration timeout"
+    );
+    assert!(e.h.registered().is_empty());
+
+    e.h.clock.advance(Duration::from_secs(11 * 60));
+    eventually_of(&e, "the stuck runner replaced", WAIT, || async {
+        let replacement = ready_pod().await?.name_any();
+        (replacement != first).then_some(())
+    })
+    .await;
+    eventually_of(
+        &e,
+        "the stuck runner's StatefulSet and pod gone",
+        WAIT,
+        || async {
+            let sets = e.stateful_sets().await;
+            let pods = e.pods().await;
+            (sets.iter().all(|s| pod_of(s) != first) && pods.iter().all(|p| p.name_any() != first))
+                .then_some(())
+        },
+    )
+    .await;
+    e.shutdown().await;
+}
+
+/// The name of a one-replica StatefulSet's pod.
+fn pod_of(s: &StatefulSet) -> String {
+    format!("{}-0", s.name_any())
+}
