@@ -80,6 +80,40 @@ async fn scale_down_while_jobs_run_interrupts_no_job() {
     e.shutdown().await;
 }
 
+/// A static runner stays registered between jobs, so a scale-down while it runs one meets
+/// GitHub's 422 ("still running a job") on removal: the removal is retried until the job is
+/// done, and only then is the pod deleted.
+#[tokio::test]
+async fn a_busy_static_runners_removal_is_retried_until_its_job_finishes() {
+    let e = E2e::start("e2e-static").await;
+    let mut rd = Deployment::new("static", 1, "static");
+    rd.static_runners = true;
+    e.apply(&rd);
+    let names = e.wait_running(1).await;
+    let jobs = e.submit(1, "static", Duration::from_secs(6), false);
+    eventually_of(&e, "the runner busy", WAIT, || async {
+        (e.h.busy() == names).then_some(())
+    })
+    .await;
+    e.apply(&rd.clone().replicas(0));
+    e.wait_all_gone_without_killing_busy_runners("the static runner's removal")
+        .await;
+    assert!(e.all_succeeded(&jobs), "{:?}", e.jobs(&jobs));
+    assert_eq!(e.h.interrupted(), 0, "the scale-down interrupted the job");
+    let refused: u64 = ghsim::accounting::snapshot(&e.h.sim)
+        .api_calls
+        .iter()
+        .filter(|c| c.endpoint == "DELETE /repos/{owner}/{repo}/actions/runners/{runner_id}")
+        .map(|c| c.errors)
+        .sum();
+    assert!(
+        refused >= 1,
+        "the removal met no 422 while the job ran: the test did not exercise the retry"
+    );
+    assert!(e.h.registered().is_empty());
+    e.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_completed_ephemeral_runner_is_replaced() {
     let e = E2e::start("e2e-replace").await;

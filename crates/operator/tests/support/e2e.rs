@@ -234,6 +234,8 @@ pub struct Deployment {
     pub credentials_secret: Option<String>,
     /// `dockerEnabled: false`: the runner container alone, no docker sidecar.
     pub without_docker: bool,
+    /// `ephemeral: false`: static runners, which take job after job.
+    pub static_runners: bool,
 }
 
 impl Deployment {
@@ -248,6 +250,7 @@ impl Deployment {
             termination_grace_seconds: None,
             credentials_secret: None,
             without_docker: false,
+            static_runners: false,
         }
     }
 
@@ -285,6 +288,9 @@ impl Deployment {
         }
         if self.without_docker {
             spec["dockerEnabled"] = json!(false);
+        }
+        if self.static_runners {
+            spec["ephemeral"] = json!(false);
         }
         let mut rd = json!({
             "apiVersion": "actions.summerwind.dev/v1alpha1",
