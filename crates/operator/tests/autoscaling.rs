@@ -210,6 +210,24 @@ impl Stack {
         self.hra(name).await.status?.desired_replicas
     }
 
+    /// Notes of the Warning events with `reason` about the object named `name`.
+    async fn warnings(&self, name: &str, reason: &str) -> Vec<String> {
+        self.h
+            .api::<k8s_openapi::api::events::v1::Event>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.reason.as_deref() == Some(reason)
+            })
+            .filter_map(|e| e.note)
+            .collect()
+    }
+
     async fn runners(&self) -> Vec<Runner> {
         self.h.list().await
     }
@@ -1280,23 +1298,7 @@ async fn an_autoscaler_that_cannot_work_says_why_in_a_warning_event() {
     s.apply_hra("ghost", json!({"minReplicas": 0, "maxReplicas": 2}));
     s.apply_deployment("unbounded", "unbounded", 1);
     s.apply_hra("unbounded", json!({"minReplicas": 0}));
-    let warnings = |name: &'static str| {
-        let api = s.h.api::<k8s_openapi::api::events::v1::Event>();
-        async move {
-            api.list(&ListParams::default())
-                .await
-                .unwrap()
-                .items
-                .into_iter()
-                .filter(|e| {
-                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                        && e.type_.as_deref() == Some("Warning")
-                        && e.reason.as_deref() == Some("InvalidSpec")
-                })
-                .filter_map(|e| e.note)
-                .collect::<Vec<_>>()
-        }
-    };
+    let warnings = |name: &'static str| s.warnings(name, "InvalidSpec");
     let ghost = eventually_of(&s, "a warning about the missing target", WAIT, || async {
         let notes = warnings("ghost").await;
         (!notes.is_empty()).then_some(notes)
@@ -1491,27 +1493,12 @@ async fn an_event_two_autoscalers_match_equally_scales_neither_and_says_so() {
         body.contains("ambiguous") && body.contains("/org-a") && body.contains("/org-b"),
         "{body}"
     );
-    let warned = |name: &'static str| {
-        let api = s.h.api::<k8s_openapi::api::events::v1::Event>();
-        async move {
-            api.list(&ListParams::default())
-                .await
-                .unwrap()
-                .items
-                .into_iter()
-                .any(|e| {
-                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                        && e.type_.as_deref() == Some("Warning")
-                        && e.reason.as_deref() == Some("AmbiguousTrigger")
-                })
-        }
-    };
     for name in ["org-a", "org-b"] {
         eventually_of(
             &s,
             "a Warning event on each ambiguous autoscaler",
             WAIT,
-            || async { warned(name).await.then_some(()) },
+            || async { (!s.warnings(name, "AmbiguousTrigger").await.is_empty()).then_some(()) },
         )
         .await;
         assert_eq!(reserved(&s, name).await, 0);
@@ -1582,18 +1569,8 @@ async fn a_trigger_that_can_never_match_is_a_false_condition_and_a_warning() {
                 .contains("scaleUpTriggers[1].githubEvent.checkRun.types"),
         "{condition:?}"
     );
-    let api = s.h.api::<k8s_openapi::api::events::v1::Event>();
     eventually_of(&s, "a TriggerNeverMatches Warning event", WAIT, || async {
-        api.list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .any(|e| {
-                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("never")
-                    && e.reason.as_deref() == Some("TriggerNeverMatches")
-            })
-            .then_some(())
+        (!s.warnings("never", "TriggerNeverMatches").await.is_empty()).then_some(())
     })
     .await;
     // The autoscaler still works on everything else.

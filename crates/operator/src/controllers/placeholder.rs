@@ -37,6 +37,24 @@ pub fn placeholder_name(owner: &impl ResourceExt) -> String {
     hangar_runtime::registration::names::placeholder_name(&owner.name_any())
 }
 
+/// A namespaced kind that can own a placeholder (RunnerDeployment, RunnerSet,
+/// RunnerReplicaSet): what patching its metadata needs.
+pub trait Owner:
+    Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+{
+}
+
+impl<K> Owner for K where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+{
+}
+
 /// What the owner's runners register as: the placeholder registers the same way.
 #[derive(Clone, Copy, Debug)]
 pub struct Template<'a> {
@@ -50,20 +68,14 @@ pub struct Template<'a> {
 /// `spec.replicas`; `template` its runners as they register (for a deployment, its newest
 /// RunnerReplicaSet's, with the common labels); `registered` counts its runners registered and
 /// ready.
-pub async fn sync<K>(
-    rd: &K,
+pub async fn sync<K: Owner>(
+    owner: &K,
     replicas: i32,
     template: Template<'_>,
     registered: i32,
     ctx: &Context,
-) -> Result<(), Error>
-where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
-    let remembered = rd
+) -> Result<(), Error> {
+    let remembered = owner
         .annotations()
         .get(ID_ANNOTATION)
         .and_then(|id| id.parse::<u64>().ok());
@@ -72,13 +84,13 @@ where
             replicas: u32::try_from(replicas.max(0)).unwrap_or(0),
             registered: u32::try_from(registered.max(0)).unwrap_or(0),
             placeholder: remembered,
-            deleting: rd.meta().deletion_timestamp.is_some(),
+            deleting: owner.meta().deletion_timestamp.is_some(),
         })
     } else {
         // Switched off: a placeholder left from before goes.
         remembered.map_or(Step::Keep, Step::Remove)
     };
-    let mut finalizers: Vec<String> = rd
+    let mut finalizers: Vec<String> = owner
         .finalizers()
         .iter()
         .filter(|f| *f != FINALIZER)
@@ -87,8 +99,8 @@ where
     if next == Step::Keep {
         // Our finalizer without a remembered runner (its annotation was removed by hand):
         // nothing is left to remove, let the deployment go.
-        if remembered.is_none() && finalizers.len() < rd.finalizers().len() {
-            record(rd, ctx, None, &finalizers).await?;
+        if remembered.is_none() && finalizers.len() < owner.finalizers().len() {
+            record(owner, ctx, None, &finalizers).await?;
         }
         return Ok(());
     }
@@ -100,16 +112,16 @@ where
         config.repository.as_deref(),
     )
     .map_err(|e| Error::InvalidSpec {
-        object: object_name(rd),
+        object: object_name(owner),
         reason: e.to_string(),
     })?;
-    let ns = rd.namespace().unwrap_or_default();
+    let ns = owner.namespace().unwrap_or_default();
     let github = ctx
         .github_for(&ns, config.github_api_credentials_from.as_ref())
         .await?;
     let id = match next {
         Step::Register => {
-            let name = placeholder_name(rd);
+            let name = placeholder_name(owner);
             let registration = registration::register(
                 github.as_ref(),
                 &scope,
@@ -120,7 +132,7 @@ where
             )
             .await?;
             let id = registration.runner_id.unwrap_or_default();
-            info!(owner = %object_name(rd), runner = name, id, "registered registration-only runner");
+            info!(owner = %object_name(owner), runner = name, id, "registered registration-only runner");
             finalizers.push(FINALIZER.to_owned());
             Some(id.to_string())
         }
@@ -132,18 +144,18 @@ where
                 Ok(()) | Err(GitHubError::NotFound { .. }) => {}
                 Err(e) => return Err(github_err("delete registration-only runner", &scope)(e)),
             }
-            info!(owner = %object_name(rd), id, "removed registration-only runner");
+            info!(owner = %object_name(owner), id, "removed registration-only runner");
             None
         }
         Step::Keep => return Ok(()),
     };
-    record(rd, ctx, id, &finalizers).await
+    record(owner, ctx, id, &finalizers).await
 }
 
 /// Writes the remembered runner ID (`None` removes it) and the finalizers in one merge patch,
 /// conditional on the `resourceVersion` read.
 async fn record<K>(
-    rd: &K,
+    owner: &K,
     ctx: &Context,
     id: Option<String>,
     finalizers: &[String],
@@ -155,13 +167,13 @@ where
         + std::fmt::Debug,
 {
     let patch = json!({ "metadata": {
-        "resourceVersion": rd.resource_version(),
+        "resourceVersion": owner.resource_version(),
         "annotations": { ID_ANNOTATION: id },
         "finalizers": finalizers,
     }});
-    Api::<K>::namespaced(ctx.client.clone(), &rd.namespace().unwrap_or_default())
+    Api::<K>::namespaced(ctx.client.clone(), &owner.namespace().unwrap_or_default())
         .patch(
-            &rd.name_any(),
+            &owner.name_any(),
             &PatchParams::default(),
             &Patch::Merge(&patch),
         )
@@ -169,6 +181,6 @@ where
         .map(drop)
         .map_err(kube_err(
             "record registration-only runner of",
-            object_name(rd),
+            object_name(owner),
         ))
 }
