@@ -358,6 +358,28 @@ async fn apiserver_calls_the_webhooks_and_they_survive_a_ca_rotation() {
         .create(&PostParams::default(), &valid)
         .await
         .unwrap();
+    // A field Hangar does not act on is accepted with a warning that says what to use.
+    let legacy = json!({
+        "apiVersion": "actions.summerwind.dev/v1alpha1", "kind": "RunnerDeployment",
+        "metadata": {"name": "legacy", "namespace": ns_name},
+        "spec": {"minReplicas": 1, "template": {"spec": {"organization": "octo"}}}
+    });
+    let manifest = std::env::temp_dir().join(format!("{ns_name}-legacy.json"));
+    std::fs::write(&manifest, legacy.to_string()).unwrap();
+    let applied = cluster
+        .kubectl()
+        .args(["apply", "--server-side", "-f"])
+        .arg(&manifest)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&manifest);
+    let stderr = String::from_utf8_lossy(&applied.stderr);
+    assert!(applied.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Warning: spec.minReplicas: ignored by Hangar")
+            && stderr.contains("HorizontalRunnerAutoscaler"),
+        "kubectl printed no warning for spec.minReplicas: {stderr}"
+    );
 
     eprintln!("phase 4 rotation at {:?}", started.elapsed());
     // 4. CA rotation: back to the present, the CA is due. The loop renews it, the bundle
