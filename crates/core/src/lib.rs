@@ -11,6 +11,8 @@
 //! - [`autoscaler`]: the HorizontalRunnerAutoscaler's replica math, metrics, schedules, capacity
 //!   reservations and webhook rules (matching, dedup, batching).
 //! - [`clock`]: the [`Clock`] trait through which IO code reads `now` for the decisions here.
+//! - [`health`]: whether a runner is healthy, starting, stuck, dead or rejected by GitHub, and
+//!   why — a busy runner is always healthy.
 //! - [`leader`]: Lease-based leader election — acquire, renew, follow, and when a leader must
 //!   stop acting.
 //! - [`owner_sync`]: how many runner-pod owners (Runners or StatefulSets) to create or retire,
@@ -43,6 +45,7 @@
 pub mod authority;
 pub mod autoscaler;
 pub mod clock;
+pub mod health;
 pub mod leader;
 pub mod owner_sync;
 pub mod placeholder;

@@ -61,24 +61,7 @@ use std::time::{Duration, SystemTime};
 /// demand the replacement is no waste either — the next job takes it.
 pub const RELEASE_GRACE: Duration = Duration::from_secs(10);
 
-/// How long a Ready runner pod may go without a GitHub runner ID before it counts as failed to
-/// register (ARC's `registrationTimeout`): the default of `hangar run --registration-timeout`.
-pub const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(10 * 60);
-
-/// A pod's phase, as Kubernetes reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PodPhase {
-    /// Accepted but not all containers running.
-    Pending,
-    /// Bound and at least one container running.
-    Running,
-    /// All containers terminated with success.
-    Succeeded,
-    /// All containers terminated, at least one failed.
-    Failed,
-    /// State unknown (node unreachable).
-    Unknown,
-}
+pub use crate::health::{PodPhase, REGISTRATION_TIMEOUT};
 
 /// What the decision needs to know about one runner pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -125,10 +108,13 @@ impl PodView {
         } else if self.runner_restarting {
             PodKind::Pending
         } else if self.phase == PodPhase::Running {
-            let timed_out = !self.registered
-                && self
-                    .ready_since
-                    .is_some_and(|t| elapsed(t, now) > registration_timeout);
+            let timed_out = crate::health::never_registered(
+                self.phase,
+                self.registered,
+                self.ready_since,
+                registration_timeout,
+                now,
+            );
             if timed_out {
                 PodKind::RegistrationTimedOut
             } else {
