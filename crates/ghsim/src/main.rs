@@ -92,6 +92,9 @@ struct ServeArgs {
     /// Seconds after the last poll that a runner counts as offline.
     #[arg(long, default_value_t = 90)]
     offline_after_secs: u64,
+    /// The lowest runner version served (GitHub's floor by default); `none` serves any.
+    #[arg(long, default_value = ghsim::world::MINIMUM_RUNNER_VERSION)]
+    minimum_runner_version: String,
 }
 
 #[derive(Debug, Args)]
@@ -165,6 +168,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         seed: args.seed,
         offline_after: Duration::from_secs(args.offline_after_secs),
         fail_jobs_without_runners: args.fail_jobs_without_runners,
+        minimum_runner_version: (args.minimum_runner_version != "none")
+            .then(|| args.minimum_runner_version.clone()),
         ..WorldConfig::default()
     };
     if let Some(url) = &args.public_url {

@@ -7,7 +7,7 @@
 //! | register | `POST /_ghsim/runner/register` `{url, token, name, labels, ephemeral, runner_group, replace, no_default_labels}` → 201 `{runner, credential}` | `config.sh --url --token` |
 //! | or JIT | decode `encoded_jit_config` (base64 JSON of base64 files; `.credentials` holds `Data.token`) — no call | `run.sh --jitconfig` |
 //! | connect | `POST /_ghsim/runner/sessions` (`Authorization: Bearer <credential>`) `{os?, version?}` → 201 `{session_id, runner_id}`; 409 if connected elsewhere | listener session |
-//! | poll | `GET /_ghsim/runner/sessions/{session_id}/job?wait_ms=50000` → 200 `{job}` (the job is now in progress) or 204; 404 when the session is gone | 50 s long poll |
+//! | poll | `GET /_ghsim/runner/sessions/{session_id}/job?wait_ms=50000` → 200 `{job}` (the job is now in progress) or 204; 404 when the session is gone; 403 when the runner's version is below the minimum | 50 s long poll |
 //! | finish | `POST /_ghsim/runner/jobs/{job_id}/complete` (Bearer) `{conclusion}` → 200 `{runner_removed}` | job completion |
 //! | disconnect | `DELETE /_ghsim/runner/sessions/{session_id}` → 204 (offline) | listener exit |
 //! | unregister | `POST /_ghsim/runner/unregister` (Bearer) `{token: <remove token>}` → 204; 422 while busy | `config.sh remove --token` |

@@ -66,6 +66,12 @@ pub struct WorldConfig {
     pub leak_after: Duration,
     /// Primary rate-limit budget per credential per hour.
     pub rate_limit: u64,
+    /// The lowest runner version accepted ([`MINIMUM_RUNNER_VERSION`]; `None`: any). A runner
+    /// that connected with an older version is refused every message poll with 403 "Runner
+    /// version vX is deprecated and cannot receive messages." and is never given a job, as
+    /// GitHub does since its enforcement (actions/runner#2246, #4613): the runner process logs
+    /// "Listening for Jobs", fails its poll, and retries.
+    pub minimum_runner_version: Option<String>,
     /// Seed for generated tokens and ids.
     pub seed: u64,
 }
@@ -84,6 +90,7 @@ impl Default for WorldConfig {
             ephemeral_offline_removal: Duration::from_secs(24 * 3600),
             leak_after: Duration::from_secs(300),
             rate_limit: 5000,
+            minimum_runner_version: Some(MINIMUM_RUNNER_VERSION.into()),
             seed: 0x6873_696d,
         }
     }
@@ -633,6 +640,25 @@ const READ_ONLY_LABELS: [&str; 9] = [
 ];
 /// Runner version ghsim's runners report.
 pub const RUNNER_VERSION: &str = "2.336.0";
+/// The lowest runner version GitHub registers and serves since its enforcement completed
+/// (2026-09-25: a floor of 2.329.0, then each release within 30 days of the next).
+pub const MINIMUM_RUNNER_VERSION: &str = "2.329.0";
+
+/// `major.minor.patch` of a runner version (`2.311.0` or `v2.311.0`); `None` when it is not
+/// three numbers.
+fn version_numbers(version: &str) -> Option<(u32, u32, u32)> {
+    let mut parts = version.trim_start_matches('v').splitn(3, '.');
+    let mut next = || parts.next()?.parse::<u32>().ok();
+    Some((next()?, next()?, next()?))
+}
+
+/// Whether `version` is below `minimum`. A version that cannot be read is not judged.
+pub fn below_minimum(version: &str, minimum: &str) -> bool {
+    match (version_numbers(version), version_numbers(minimum)) {
+        (Some(v), Some(m)) => v < m,
+        _ => false,
+    }
+}
 
 /// The whole simulated GitHub.
 #[derive(Debug)]

@@ -76,6 +76,8 @@ impl World {
             .runners
             .values()
             .filter(|r| r.online() && r.running.is_none() && r.assigned.is_none())
+            // A runner GitHub refuses messages never gets a job.
+            .filter(|r| self.version_refusal(r).is_none())
             .map(|r| IdleRunner {
                 id: r.id,
                 labels: r.label_names(),

@@ -262,6 +262,18 @@ impl World {
         Ok((id, session_id))
     }
 
+    /// GitHub's refusal of `runner`'s version, if it is below the configured minimum.
+    pub(crate) fn version_refusal(&self, runner: &Runner) -> Option<String> {
+        let minimum = self.config.minimum_runner_version.as_deref()?;
+        let version = runner.version.as_deref()?;
+        super::below_minimum(version, minimum).then(|| {
+            format!(
+                "Runner version v{} is deprecated and cannot receive messages.",
+                version.trim_start_matches('v')
+            )
+        })
+    }
+
     fn runner_by_session(&self, session_id: &str) -> Result<u64, SimError> {
         self.runners
             .values()
@@ -278,6 +290,10 @@ impl World {
         now: Timestamp,
     ) -> Result<Option<AssignedJob>, SimError> {
         let id = self.runner_by_session(session_id)?;
+        if let Some(refusal) = self.version_refusal(&self.runners[&id]) {
+            // Refused before it counts as a sign of life: the runner goes offline.
+            return Err(SimError::Forbidden(refusal));
+        }
         let runner = self.runners.get_mut(&id).expect("runner exists");
         if let Some(session) = runner.session.as_mut() {
             session.last_seen = now;

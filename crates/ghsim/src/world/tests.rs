@@ -434,3 +434,59 @@ fn app_jwts_are_checked_against_key_and_clock() {
     .unwrap();
     assert!(w.identify_jwt(&forged, t0()).is_err(), "wrong key");
 }
+
+#[test]
+fn a_runner_below_the_minimum_version_is_refused_messages_and_gets_no_job() {
+    let mut w = world();
+    let repo = Scope::Repository {
+        owner: "acme".into(),
+        repo: "app".into(),
+    };
+    let (_, old) = register(&mut w, &repo, "old", &["self-hosted", "linux"], true);
+    let session = w
+        .open_session(&old, None, Some("2.311.0".into()), t0())
+        .unwrap()
+        .1;
+    let jobs = submit(&mut w, "acme/app", &["self-hosted", "linux"], 1);
+    assert_eq!(
+        w.poll(&session, at(1)),
+        Err(SimError::Forbidden(
+            "Runner version v2.311.0 is deprecated and cannot receive messages.".into()
+        ))
+    );
+    assert_eq!(
+        w.jobs[&jobs[0]].status,
+        JobStatus::Queued,
+        "never assigned to it"
+    );
+
+    // A runner at the minimum takes it; versions compare as numbers, not text.
+    let (_, current) = register(&mut w, &repo, "current", &["self-hosted", "linux"], true);
+    let session = w
+        .open_session(&current, None, Some("2.329.0".into()), at(2))
+        .unwrap()
+        .1;
+    let job = w.poll(&session, at(3)).unwrap().expect("the job");
+    assert_eq!(job.id, jobs[0]);
+    assert!(below_minimum("2.99.0", "2.329.0"));
+    assert!(!below_minimum("2.1000.0", "2.329.0"));
+    assert!(!below_minimum("v2.329.1", "2.329.0"));
+    assert!(
+        !below_minimum("dev", "2.329.0"),
+        "an unreadable version is not judged"
+    );
+
+    // Without a minimum, nothing is refused.
+    let mut any = World::new(WorldConfig {
+        minimum_runner_version: None,
+        ..WorldConfig::default()
+    });
+    any.add_org("acme", None);
+    any.add_repo("acme", "app", true);
+    let (_, old) = register(&mut any, &repo, "old", &["self-hosted"], true);
+    let session = any
+        .open_session(&old, None, Some("2.311.0".into()), t0())
+        .unwrap()
+        .1;
+    assert_eq!(any.poll(&session, at(1)), Ok(None));
+}
