@@ -51,6 +51,8 @@ pub struct RunnerClient {
     /// The runner id.
     pub runner_id: u64,
     session: Option<String>,
+    /// The version reported on connect (ghsim's [`crate::world::RUNNER_VERSION`] when unset).
+    version: Option<String>,
 }
 
 impl RunnerClient {
@@ -85,6 +87,7 @@ impl RunnerClient {
             credential: Secret::new(body["credential"].as_str().unwrap_or_default()),
             runner_id: body["runner"]["id"].as_u64().unwrap_or_default(),
             session: None,
+            version: None,
         })
     }
 
@@ -116,7 +119,14 @@ impl RunnerClient {
             credential: Secret::new(credentials["Data"]["token"].as_str().unwrap_or_default()),
             runner_id: settings["AgentId"].as_u64().unwrap_or_default(),
             session: None,
+            version: None,
         })
+    }
+
+    /// Reports `version` on connect, as a runner of that release does.
+    pub fn with_version(mut self, version: Option<String>) -> Self {
+        self.version = version;
+        self
     }
 
     /// Goes online (opens a session).
@@ -129,7 +139,7 @@ impl RunnerClient {
                     .expect("static path"),
             )
             .bearer_auth(self.credential.expose())
-            .json(&json!({"os": "linux"}))
+            .json(&json!({"os": "linux", "version": self.version}))
             .send()
             .await
             .map_err(|source| RunnerError::Transport {

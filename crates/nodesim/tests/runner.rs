@@ -364,3 +364,58 @@ async fn deleting_a_busy_runner_pod_records_one_interrupted_job() {
     assert!(interrupted);
     s.sim.shutdown().await.unwrap();
 }
+
+/// A stale runner image: it registers and keeps listening, GitHub refuses its polls for its
+/// version, and it never gets a job, while its pod stays Running and Ready (what a health check
+/// must see through).
+#[tokio::test]
+async fn a_runner_below_githubs_minimum_version_registers_but_never_gets_a_job() {
+    let s = setup("runner-stale").await;
+    let pods: Api<Pod> = s.ns.api(s.client.clone());
+    let mut stale = runner_pod(&s, "runner-stale", true, false);
+    stale.metadata.annotations = Some(BTreeMap::from([(
+        "program.nodesim.hangar.dev/runner".to_owned(),
+        "runner(version=2.311.0, retry-delay=100ms)".to_owned(),
+    )]));
+    pods.create(&PostParams::default(), &stale).await.unwrap();
+    until_gh("runner-stale registered with its version", || {
+        s.gh.sim.read(|w, _| {
+            w.runners
+                .values()
+                .any(|r| r.name == "runner-stale" && r.version.as_deref() == Some("2.311.0"))
+        })
+    })
+    .await;
+    let job = submit(&s.gh, Duration::from_secs(1));
+    let ready = wait_for(
+        &pods,
+        "runner-stale",
+        "Running and Ready",
+        when(|p| {
+            p.status.as_ref().is_some_and(|st| {
+                st.phase.as_deref() == Some("Running")
+                    && st
+                        .conditions
+                        .iter()
+                        .flatten()
+                        .any(|c| c.type_ == "Ready" && c.status == "True")
+            })
+        }),
+    )
+    .await;
+    assert_eq!(ready.name_any(), "runner-stale");
+    // Several refused polls later, the job still waits and the runner never ran anything.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (status, busy) = s.gh.sim.read(|w, _| {
+        let runner = w.runners.values().find(|r| r.name == "runner-stale");
+        (w.jobs[&job].status, runner.is_some_and(|r| r.busy()))
+    });
+    assert_eq!((status, busy), (JobStatus::Queued, false));
+    let pod = pods.get("runner-stale").await.unwrap();
+    assert_eq!(
+        pod.status.and_then(|st| st.phase).as_deref(),
+        Some("Running"),
+        "the runner keeps listening"
+    );
+    s.sim.shutdown().await.unwrap();
+}

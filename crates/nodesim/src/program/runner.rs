@@ -43,7 +43,10 @@
 //! - `runner(registration=never)` — `config.sh` hangs: the container runs, never registers;
 //! - `runner(delay=30s)` — each registration attempt takes 30 s (slow registration);
 //! - `runner(stop-timeout=15s)` — the graceful-stop window of the summerwind image;
-//! - `runner(attempts=3, retry-delay=100ms)` — the entrypoint's retry loop.
+//! - `runner(attempts=3, retry-delay=100ms)` — the entrypoint's retry loop;
+//! - `runner(version=2.311.0)` — a stale runner image: it registers and logs "Listening for
+//!   Jobs", and GitHub (ghsim below its minimum version) refuses every poll with 403, which the
+//!   runner retries, as actions/runner's listener does, so its pod stays Running and Ready.
 //!
 //! # Differences from the real runner
 //!
@@ -123,6 +126,9 @@ pub struct RunnerProgram {
     pub graceful_stop_timeout: Duration,
     /// The long poll's wait (actions/runner: 50 s).
     pub poll_wait: Duration,
+    /// The runner version reported on connect (ghsim's current one when unset); an old one
+    /// models a stale runner image GitHub refuses messages.
+    pub version: Option<String>,
     /// How often a running job's liveness is renewed (ghsim takes runners offline after 90 s
     /// of silence).
     pub heartbeat: Duration,
@@ -142,6 +148,7 @@ impl std::fmt::Debug for RunnerProgram {
             .field("retry_delay", &self.retry_delay)
             .field("graceful_stop_timeout", &self.graceful_stop_timeout)
             .field("poll_wait", &self.poll_wait)
+            .field("version", &self.version)
             .field("heartbeat", &self.heartbeat)
             .field("remove_credential", &self.remove_credential.is_some())
             .field("faults", &self.faults)
@@ -166,6 +173,7 @@ impl RunnerProgram {
             retry_delay: Duration::from_secs(1),
             graceful_stop_timeout: Duration::ZERO,
             poll_wait: Duration::from_secs(50),
+            version: None,
             heartbeat: Duration::from_secs(30),
             remove_credential: None,
             faults: RunnerFaults::default(),
@@ -220,6 +228,7 @@ impl RunnerProgram {
                 "stop-timeout",
                 "attempts",
                 "retry-delay",
+                "version",
             ],
         )?;
         let mut program = self.clone();
@@ -239,6 +248,9 @@ impl RunnerProgram {
         program.graceful_stop_timeout =
             spec.duration_option("stop-timeout", program.graceful_stop_timeout)?;
         program.retry_delay = spec.duration_option("retry-delay", program.retry_delay)?;
+        if let Some(version) = spec.options.get("version") {
+            program.version = Some(version.clone());
+        }
         if let Some(text) = spec.options.get("attempts") {
             program.attempts = text
                 .parse()
@@ -516,10 +528,12 @@ impl Runner<'_> {
     async fn configure(&self) -> Result<RunnerClient, Exit> {
         let token = match &self.env.credential {
             RunnerCredential::Jit(blob) => {
-                return RunnerClient::from_jit_config(blob).map_err(|e| {
-                    tracing::warn!(pod = %self.pod, error = %e, "invalid JIT configuration");
-                    Exit::code(EXIT_BAD_ENV).with_message(e.to_string())
-                });
+                return RunnerClient::from_jit_config(blob)
+                    .map(|c| c.with_version(self.program.version.clone()))
+                    .map_err(|e| {
+                        tracing::warn!(pod = %self.pod, error = %e, "invalid JIT configuration");
+                        Exit::code(EXIT_BAD_ENV).with_message(e.to_string())
+                    });
             }
             RunnerCredential::Token(token) => token,
         };
@@ -550,7 +564,7 @@ impl Runner<'_> {
                 Err(e) => Err(format!("invalid GITHUB_URL: {e}")),
             };
             match result {
-                Ok(client) => return Ok(client),
+                Ok(client) => return Ok(client.with_version(self.program.version.clone())),
                 Err(error) => {
                     tracing::info!(pod = %self.pod, attempt, %error, "configuration failed; retrying");
                 }
