@@ -159,7 +159,8 @@ pub const CONTROLLER_VOLUME_NEEDS: &[Permission] = &[
 ];
 
 /// What `hangar webhook-server` calls (webhook_server.rs): reflectors over autoscalers and their
-/// targets, and merge patches of capacity reservations into autoscalers.
+/// targets, merge patches of capacity reservations into autoscalers, and Warning events about
+/// autoscalers a delivery matches ambiguously.
 pub const WEBHOOK_SERVER_NEEDS: &[Permission] = &[
     (
         "actions.summerwind.dev",
@@ -187,6 +188,8 @@ pub const WEBHOOK_SERVER_NEEDS: &[Permission] = &[
     ("actions.summerwind.dev", "runnersets", "get"),
     ("actions.summerwind.dev", "runnersets", "list"),
     ("actions.summerwind.dev", "runnersets", "watch"),
+    ("events.k8s.io", "events", "create"),
+    ("events.k8s.io", "events", "patch"),
 ];
 
 /// What the admission webhooks (`hangar run --admission-addr`; admission/rotation.rs and

@@ -461,7 +461,7 @@ async fn leader_election_may_renew_only_its_own_lease() {
 }
 
 #[tokio::test]
-async fn webhook_server_account_only_reads_autoscalers_and_reserves_capacity() {
+async fn webhook_server_account_only_reads_autoscalers_reserves_capacity_and_warns() {
     let cluster = TestCluster::get();
     let release = TestNamespace::create(cluster, "rbac-webhook").await;
     let ns = release.name();
@@ -484,7 +484,7 @@ async fn webhook_server_account_only_reads_autoscalers_and_reserves_capacity() {
         ("list", "", "pods"),
         ("get", "", "secrets"),
         ("list", "", "secrets"),
-        ("create", "events.k8s.io", "events"),
+        ("delete", "events.k8s.io", "events"),
     ] {
         checks.push(denied(verb, group, resource, anywhere));
     }
