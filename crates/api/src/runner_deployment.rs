@@ -70,6 +70,11 @@ use crate::runner::RunnerTemplate;
         json_path = ".status.availableReplicas"
     ),
     printcolumn(
+        name = "Unhealthy",
+        type_ = "number",
+        json_path = ".status.unhealthyReplicas"
+    ),
+    printcolumn(
         name = "Progress",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Progressing\")].reason"
@@ -152,10 +157,18 @@ pub struct RunnerDeploymentStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
 
+    /// Number of runners neither working nor on their way (Hangar only): stuck (unschedulable,
+    /// image pull failing, never registered), dead (crash-looping, OOM-killed, node NotReady,
+    /// offline on GitHub) or refused by GitHub. The RunnersHealthy condition says which and
+    /// why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unhealthy_replicas: Option<i32>,
+
     /// The deployment's state as conditions (Hangar only; ARC has none). Types: Available
     /// (every wanted runner is registered and ready), Progressing (runners are being created
-    /// or retired, or a template change is rolling out). A False Available names a runner that
-    /// cannot start and why.
+    /// or retired, or a template change is rolling out), RunnersHealthy (as its newest
+    /// RunnerReplicaSet says: no runner is stuck, dead or refused by GitHub). A False Available
+    /// names a runner that cannot start and why.
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<Condition>>,

@@ -33,6 +33,11 @@ use crate::runner::RunnerTemplate;
     printcolumn(name = "Current", type_ = "number", json_path = ".status.replicas"),
     printcolumn(name = "Ready", type_ = "number", json_path = ".status.readyReplicas"),
     printcolumn(
+        name = "Unhealthy",
+        type_ = "number",
+        json_path = ".status.unhealthyReplicas"
+    ),
+    printcolumn(
         name = "Progress",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Progressing\")].reason"
@@ -85,9 +90,18 @@ pub struct RunnerReplicaSetStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub available_replicas: Option<i32>,
 
+    /// Number of runners neither working nor on their way (Hangar only): stuck (unschedulable,
+    /// image pull failing, never registered), dead (crash-looping, OOM-killed, node NotReady,
+    /// offline on GitHub) or refused by GitHub. The RunnersHealthy condition says which and
+    /// why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unhealthy_replicas: Option<i32>,
+
     /// The set's state as conditions (Hangar only; ARC has none). Types: Available (every
     /// wanted runner is registered and ready), Progressing (runners are being created or
-    /// retired). A False Available names a runner that cannot start and why.
+    /// retired), RunnersHealthy (no runner is stuck, dead or refused by GitHub; a False one
+    /// names the first that is and why, and says when the set creates no more runners because
+    /// its template cannot work). A False Available names a runner that cannot start and why.
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<Condition>>,

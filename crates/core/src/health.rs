@@ -88,6 +88,21 @@ pub enum GitHubState {
     Offline(SystemTime),
 }
 
+impl GitHubState {
+    /// What GitHub says now, from a list of runners that shows the runner `listed` as
+    /// (online, busy) — or does not list it (`None`: not registered, or not yet) — given what it
+    /// said before: an offline runner keeps the time it was first seen offline.
+    pub fn after(self, listed: Option<(bool, bool)>, now: SystemTime) -> GitHubState {
+        match (listed, self) {
+            (None, _) => GitHubState::Unknown,
+            (Some((_, true)), _) => GitHubState::Busy,
+            (Some((true, false)), _) => GitHubState::Online,
+            (Some((false, false)), GitHubState::Offline(since)) => GitHubState::Offline(since),
+            (Some((false, false)), _) => GitHubState::Offline(now),
+        }
+    }
+}
+
 /// Why the runner container waits, from `state.waiting.reason`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Waiting {
@@ -114,7 +129,9 @@ pub enum Termination {
 /// GitHub refuses the runner: its version is below the minimum GitHub accepts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rejection {
-    /// The runner's version, as it reported it.
+    /// The runner image.
+    pub image: String,
+    /// The runner's version, as its image's tag says.
     pub version: String,
     /// The lowest version GitHub accepts.
     pub minimum: String,
@@ -197,6 +214,51 @@ impl Health {
     /// Whether the runner can be counted as capacity (working or on its way).
     pub fn is_capacity(&self) -> bool {
         matches!(self, Health::Healthy | Health::Starting)
+    }
+
+    /// Whether the trouble comes with the runner's template rather than its pod or node, so
+    /// that a fresh pod of the same template would most likely meet it again: its image cannot
+    /// be pulled, its container cannot be created, its runner keeps crashing or running out of
+    /// memory, or GitHub refuses its version. Owner sync replaces such a runner only while
+    /// another runner of the template shows that the template can work.
+    pub fn comes_with_template(&self) -> bool {
+        matches!(
+            self,
+            Health::Stuck(Stuck::ImagePull(_) | Stuck::Config(_))
+                | Health::Dead(Dead::CrashLoop(_) | Dead::OomKilled)
+                | Health::Rejected(_)
+        )
+    }
+
+    /// What is wrong, in words an operator can act on (empty for a working or starting
+    /// runner).
+    pub fn describe(&self) -> String {
+        match self {
+            Health::Healthy | Health::Starting => String::new(),
+            Health::Stuck(Stuck::Unschedulable(message)) => {
+                format!("no node can take its pod: {message}")
+            }
+            Health::Stuck(Stuck::ImagePull(reason)) => {
+                format!("its runner image cannot be pulled ({reason})")
+            }
+            Health::Stuck(Stuck::Config(reason)) => {
+                format!("its runner container cannot be created ({reason})")
+            }
+            Health::Stuck(Stuck::NeverRegistered) => {
+                "its pod is ready but the runner never registered with GitHub".into()
+            }
+            Health::Stuck(Stuck::NotStarted) => "its pod has not started".into(),
+            Health::Dead(Dead::OomKilled) => "its runner container was OOM-killed".into(),
+            Health::Dead(Dead::CrashLoop(restarts)) => {
+                format!("its runner container keeps crashing ({restarts} restarts)")
+            }
+            Health::Dead(Dead::NodeNotReady) => "its node is NotReady".into(),
+            Health::Dead(Dead::Offline) => "GitHub shows it offline although its pod runs".into(),
+            Health::Rejected(r) => format!(
+                "GitHub refuses runner version {} of image {} (the minimum is {})",
+                r.version, r.image, r.minimum
+            ),
+        }
     }
 
     /// A stable CamelCase reason, for conditions, events and metric labels.
@@ -301,9 +363,46 @@ pub fn classify(o: &Observed, limits: &Thresholds, now: SystemTime) -> Health {
     }
 }
 
-/// The [`Stuck::NeverRegistered`] case on its own, as owner sync applies it to replace such
-/// runners: running, Ready for longer than `limit`, and no runner ID.
-pub fn never_registered(
+/// The actions/runner version a runner image carries in its tag, as both runner images tag
+/// them: `ghcr.io/actions/actions-runner:2.329.0`, `summerwind/actions-runner:v2.329.0-ubuntu-22.04`.
+/// `None` for any other tag (`latest`, a digest alone, none): such a runner's version is unknown
+/// and never judged.
+pub fn image_runner_version(image: &str) -> Option<&str> {
+    let image = image.split('@').next()?;
+    let name = image.rsplit('/').next()?;
+    let tag = name.split_once(':')?.1;
+    let tag = tag.strip_prefix('v').unwrap_or(tag);
+    let end = tag.find('-').unwrap_or(tag.len());
+    let version = &tag[..end];
+    let parts: Vec<&str> = version.split('.').collect();
+    let numeric = parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    numeric.then_some(version)
+}
+
+/// GitHub's refusal of the runner in `image` when the version its tag names
+/// ([`image_runner_version`]) is below `minimum`; versions compare part by part as numbers. A
+/// version that cannot be read is not judged.
+pub fn rejection(image: &str, minimum: &str) -> Option<Rejection> {
+    let version = image_runner_version(image)?;
+    let parse = |v: &str| -> Option<Vec<u64>> {
+        v.trim_start_matches('v')
+            .split('.')
+            .map(|p| p.parse().ok())
+            .collect()
+    };
+    (parse(version)? < parse(minimum)?).then(|| Rejection {
+        image: image.to_owned(),
+        version: version.to_owned(),
+        minimum: minimum.to_owned(),
+    })
+}
+
+/// The [`Stuck::NeverRegistered`] case: running, Ready for longer than `limit`, and no runner
+/// ID.
+fn never_registered(
     phase: PodPhase,
     registered: bool,
     ready_since: Option<SystemTime>,

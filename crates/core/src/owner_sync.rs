@@ -30,6 +30,16 @@
 //!   controller that has not yet seen the deletion replaces the pod that garbage collection or
 //!   a withdrawal removed, and the fresh pod registers, takes a job and is killed when garbage
 //!   collection catches up with it.
+//! - **A runner that is neither working nor on its way is replaced, never one that is busy.**
+//!   Each pod comes with its health ([`PodView::health`], judged by [`crate::health::classify`],
+//!   which calls a runner GitHub shows busy healthy whatever its pod looks like). A stuck or
+//!   dead runner does not count, so its replacement is created at once, and its owner retires
+//!   the unregister-first way. The back-off is the evidence itself: when the trouble comes with
+//!   the template ([`Health::comes_with_template`]: image, container config, crash loop, OOM,
+//!   refused runner version) and no runner of the template works, a fresh pod would fail the
+//!   same way, so the troubled owners keep their places and nothing more is created
+//!   ([`Plan::paused`]) until the template changes or one of its runners works. Pod and node
+//!   trouble is replaced each time it is seen, which the classifier's time limits space out.
 //! - **Owners that are still settling count as pending runners** (a Runner that has not created
 //!   its pod yet, a StatefulSet whose status has not caught up with its spec), so pods being
 //!   created are never counted as missing, and nothing waits for them either.
@@ -61,6 +71,7 @@ use std::time::{Duration, SystemTime};
 /// demand the replacement is no waste either — the next job takes it.
 pub const RELEASE_GRACE: Duration = Duration::from_secs(10);
 
+use crate::health::Health;
 pub use crate::health::{PodPhase, REGISTRATION_TIMEOUT};
 
 /// What the decision needs to know about one runner pod.
@@ -82,10 +93,10 @@ pub struct PodView {
     pub runner_restarting: bool,
     /// The pod has a deletionTimestamp.
     pub deleting: bool,
-    /// The GitHub runner ID is known (`actions-runner/id` annotation).
-    pub registered: bool,
-    /// When the pod's Ready condition last became True, if it is Ready.
-    pub ready_since: Option<SystemTime>,
+    /// The runner's health ([`crate::health::classify`]): a runner that is neither working nor
+    /// on its way is replaced (or, when the trouble comes with its template, keeps its place
+    /// and stops the set from creating more).
+    pub health: Health,
     /// The pod carries `unregistration-request-timestamp`.
     pub unregistration_requested: bool,
     /// The pod carries `unregistration-complete-timestamp`.
@@ -100,26 +111,17 @@ impl PodView {
         matches!(self.phase, PodPhase::Succeeded | PodPhase::Failed) || self.runner_stopped
     }
 
-    fn kind(&self, now: SystemTime, registration_timeout: Duration) -> PodKind {
+    fn kind(&self) -> PodKind {
         if self.is_stopped() {
             PodKind::Completed
         } else if self.runner_restarted {
             PodKind::Restarted
         } else if self.runner_restarting {
             PodKind::Pending
+        } else if !self.deleting && !self.health.is_capacity() {
+            PodKind::Unhealthy
         } else if self.phase == PodPhase::Running {
-            let timed_out = crate::health::never_registered(
-                self.phase,
-                self.registered,
-                self.ready_since,
-                registration_timeout,
-                now,
-            );
-            if timed_out {
-                PodKind::RegistrationTimedOut
-            } else {
-                PodKind::Running
-            }
+            PodKind::Running
         } else if self.deleting {
             PodKind::Terminating
         } else {
@@ -137,7 +139,7 @@ enum PodKind {
     Completed,
     Restarted,
     Running,
-    RegistrationTimedOut,
+    Unhealthy,
     Terminating,
     Pending,
 }
@@ -224,9 +226,6 @@ pub struct Input {
     pub owners: Vec<OwnerView>,
     /// The current time.
     pub now: SystemTime,
-    /// How long a Ready runner may go without registering ([`REGISTRATION_TIMEOUT`] unless
-    /// `hangar run --registration-timeout` says otherwise).
-    pub registration_timeout: Duration,
     /// Runners (by pod name) whose job's completion `desired` is known to reflect: the
     /// autoscaler that computed `desired` had recorded that job as completed on this runner.
     /// A finished runner named here gives up its place at once instead of after
@@ -307,12 +306,23 @@ pub enum RetireReason {
     ScaleDown,
     /// Its template is outdated and enough up-to-date runners run.
     Outdated,
-    /// Its runner was Ready for longer than the registration timeout without registering; a
-    /// fresh pod is more likely to succeed.
-    RegistrationTimeout,
+    /// Its runner is neither working nor on its way ([`PodView::health`]; the reason is
+    /// [`Health::reason`]): a fresh pod is more likely to work.
+    Unhealthy(&'static str),
     /// Its runner container runs again after it exited ([`PodView::runner_restarted`]): the pod
     /// is spent, but the new run may hold a job, so it goes the unregister-first way.
     Restarted,
+}
+
+impl std::fmt::Display for RetireReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RetireReason::ScaleDown => f.write_str("scale-down"),
+            RetireReason::Outdated => f.write_str("outdated template"),
+            RetireReason::Unhealthy(reason) => write!(f, "unhealthy: {reason}"),
+            RetireReason::Restarted => f.write_str("its runner restarted"),
+        }
+    }
 }
 
 /// Why the plan stops short of scaling.
@@ -333,8 +343,8 @@ pub struct Counts {
     pub running: u32,
     /// Pods not yet running.
     pub pending: u32,
-    /// Pods that ran past the registration timeout without registering.
-    pub registration_timed_out: u32,
+    /// Pods whose runner is neither working nor on its way ([`PodView::health`]).
+    pub unhealthy: u32,
     /// Pods being deleted.
     pub terminating: u32,
     /// Pods whose runner has finished.
@@ -353,6 +363,14 @@ pub struct Plan {
     /// When this plan changes by the passing of time alone (a finished runner's place is
     /// released, [`Input::release_grace`]): the driver decides again then.
     pub recheck_at: Option<SystemTime>,
+    /// Every live owner with a runner that is neither working nor on its way, with that
+    /// runner's health, oldest owner first: for conditions, events and metrics.
+    pub unhealthy: Vec<(String, Health)>,
+    /// Set when the set creates no runners because its template cannot work: an owner whose
+    /// runner has trouble that comes with the template ([`Health::comes_with_template`]) while
+    /// no runner of the template works. Such owners keep their places (a fresh pod would fail
+    /// the same way); a changed template, or one runner of it that works, ends the pause.
+    pub paused: Option<(String, Health)>,
 }
 
 /// Decides what to do with a set of runner-pod owners. Pure: same input, same plan.
@@ -405,7 +423,7 @@ pub fn plan(input: &Input) -> Plan {
                 .push(request_unregistration(owner, RetireReason::Restarted));
             continue;
         }
-        let mut counts = count(owner, now, input.registration_timeout);
+        let mut counts = count(owner);
         if !owner.pods.is_empty() && counts.completed as usize == owner.pods.len() {
             let finished_at = owner.pods.iter().filter_map(|p| p.finished_at).max();
             let current = owner.template_hash.as_deref() == Some(&input.desired_template_hash);
@@ -441,10 +459,41 @@ pub fn plan(input: &Input) -> Plan {
         .into_iter()
         .partition(|(o, _)| o.template_hash.as_deref() == Some(&input.desired_template_hash));
     current.sort_by_key(|(o, _)| o.created);
+    plan.unhealthy = current
+        .iter()
+        .chain(&outdated)
+        .filter_map(|(o, _)| Some((o.name.clone(), trouble(o)?.clone())))
+        .collect();
+    plan.unhealthy.sort_by_key(|(name, _)| {
+        input
+            .owners
+            .iter()
+            .find(|o| &o.name == name)
+            .map(|o| o.created)
+    });
+    // A runner of the template that works shows that its trouble is its pod's or its node's.
+    // Without one, a fresh pod of the template would most likely fail the same way: an owner
+    // with such trouble keeps its place, as a runner still to start, and nothing is created.
+    let template_works = current.iter().any(|(o, _)| {
+        o.pods
+            .iter()
+            .any(|p| p.kind() == PodKind::Running && p.health == Health::Healthy)
+    });
+    for (owner, c) in &mut current {
+        if let Some(health) = trouble(owner).filter(|h| h.comes_with_template())
+            && !template_works
+        {
+            c.pending += c.unhealthy;
+            c.unhealthy = 0;
+            if plan.paused.is_none() {
+                plan.paused = Some((owner.name.clone(), health.clone()));
+            }
+        }
+    }
     for (_, c) in &current {
         plan.counts.running += c.running;
         plan.counts.pending += c.pending;
-        plan.counts.registration_timed_out += c.registration_timed_out;
+        plan.counts.unhealthy += c.unhealthy;
         plan.counts.terminating += c.terminating;
         plan.counts.completed += c.completed;
     }
@@ -472,7 +521,9 @@ pub fn plan(input: &Input) -> Plan {
 
     // Pass 2: scale the up-to-date owners.
     let mut scaled_down = false;
-    if desired > maybe_running {
+    if desired > maybe_running && plan.paused.is_some() {
+        // More runners of a template that cannot work would fail the same way.
+    } else if desired > maybe_running {
         // Held places already stand for the finished runners whose release may be on its way;
         // everything above them is wanted now.
         plan.actions.push(Action::Create {
@@ -494,10 +545,11 @@ pub fn plan(input: &Input) -> Plan {
         if retained == desired {
             scaled_down = true;
             for owner in retire {
-                let reason = if counts_of(&current, owner).registration_timed_out > 0 {
-                    RetireReason::RegistrationTimeout
-                } else {
-                    RetireReason::ScaleDown
+                let reason = match trouble(owner) {
+                    Some(health) if counts_of(&current, owner).unhealthy > 0 => {
+                        RetireReason::Unhealthy(health.reason())
+                    }
+                    _ => RetireReason::ScaleDown,
                 };
                 plan.actions.push(request_unregistration(owner, reason));
             }
@@ -510,15 +562,19 @@ pub fn plan(input: &Input) -> Plan {
         }
     }
 
-    // Runners that never registered hold no job: replace them (the replacement is created on a
-    // later pass, once the retired owner no longer counts). Scale-down above already retired
-    // them when it ran.
+    // Runners that are neither working nor on its way hold no job (a busy runner is healthy
+    // whatever its pod looks like): replace them. They no longer count, so their replacements
+    // are created in this very plan. Scale-down above already retired them when it ran; those
+    // whose trouble comes with a template that cannot work keep their places (counted pending).
     if !scaled_down {
         for (owner, c) in &current {
-            if c.running == 0 && c.registration_timed_out > 0 {
+            if let Some(health) = trouble(owner)
+                && c.running == 0
+                && c.unhealthy > 0
+            {
                 plan.actions.push(request_unregistration(
                     owner,
-                    RetireReason::RegistrationTimeout,
+                    RetireReason::Unhealthy(health.reason()),
                 ));
             }
         }
@@ -580,14 +636,23 @@ fn counts_of(owners: &[(&OwnerView, Counts)], owner: &OwnerView) -> Counts {
         .unwrap_or_default()
 }
 
-fn count(owner: &OwnerView, now: SystemTime, registration_timeout: Duration) -> Counts {
+/// The health of the first of `owner`'s runners that is neither working nor on its way.
+fn trouble(owner: &OwnerView) -> Option<&Health> {
+    owner
+        .pods
+        .iter()
+        .find(|p| p.kind() == PodKind::Unhealthy)
+        .map(|p| &p.health)
+}
+
+fn count(owner: &OwnerView) -> Counts {
     let mut c = Counts::default();
     for pod in &owner.pods {
-        match pod.kind(now, registration_timeout) {
+        match pod.kind() {
             PodKind::Completed => c.completed += 1,
             // Retired before counting; were one counted, it may be busy.
             PodKind::Restarted | PodKind::Running => c.running += 1,
-            PodKind::RegistrationTimedOut => c.registration_timed_out += 1,
+            PodKind::Unhealthy => c.unhealthy += 1,
             PodKind::Terminating => c.terminating += 1,
             PodKind::Pending => c.pending += 1,
         }

@@ -264,6 +264,25 @@ struct RunArgs {
     /// for it to register.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     registration_timeout: Duration,
+    /// How long a runner pod may stay unschedulable, fail to pull its image or to create its
+    /// runner container before it counts as stuck: replaced, or (when no runner of its template
+    /// works) reported while its set creates no more.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    stuck_pod_timeout: Duration,
+    /// How long a runner pod's node may be NotReady before the runner counts as dead and is
+    /// replaced.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    node_not_ready_timeout: Duration,
+    /// Runner container restarts in a crash loop after which the runner counts as dead.
+    #[arg(long, default_value_t = 3)]
+    crash_loop_restarts: u32,
+    /// The lowest actions/runner version GitHub accepts (GitHub's floor is 2.329.0 since
+    /// September 2026, then each release within 30 days). A runner whose image tag names an
+    /// older version (`…/actions-runner:2.311.0`, `…:v2.311.0-ubuntu-22.04`) is reported as
+    /// refused, and a set whose runners are all refused creates no more. Off by default: GitHub
+    /// Enterprise Server accepts older runners.
+    #[arg(long)]
+    minimum_runner_version: Option<String>,
     /// How long a finished ephemeral runner of an autoscaled set keeps its place when its
     /// autoscaler cannot say that its count already accounts for the runner's job (pull-based
     /// metrics, a lost completed delivery): replaced sooner, a runner may be created for demand
@@ -529,7 +548,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         leaked_registration_sweep: args.leaked_registration_sweep_interval,
         leaked_registration_grace: args.leaked_registration_grace,
         retirement_timeout: args.retirement_timeout,
-        registration_timeout: args.registration_timeout,
+        health: hangar_core::health::Thresholds {
+            registration: args.registration_timeout,
+            pending: args.stuck_pod_timeout,
+            node_not_ready: args.node_not_ready_timeout,
+            crash_loop_restarts: args.crash_loop_restarts,
+            ..Default::default()
+        },
+        minimum_runner_version: args.minimum_runner_version,
         release_grace: args.release_grace,
         webhook_pull_interval: args.webhook_pull_interval,
         watch_credential_secrets: args.watch_credential_secrets,

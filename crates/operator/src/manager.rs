@@ -225,9 +225,7 @@ pub async fn run(options: ManagerOptions) {
     let mut ctx = Context::new(client.clone(), github, settings, stores);
     ctx.clock = clock;
     let ctx = Arc::new(ctx);
-    if let Some(exporter) = exporter {
-        spawn_busy_refresh(exporter, ctx.clone());
-    }
+    spawn_runner_refresh(exporter, ctx.clone());
     let controllers = async {
         tokio::join!(
             controllers::hra::run(ctx.clone(), hras_for_hras),
@@ -328,9 +326,10 @@ fn attach_metrics(
 }
 
 /// Every [`crate::metrics::BUSY_REFRESH`], asks GitHub (through the caching client: a 304 is
-/// free) which registered runners are busy, per scope that has registered runner pods — the
-/// scopes their owners granted them, never what a pod claims.
-fn spawn_busy_refresh(exporter: Arc<crate::metrics::Exporter>, ctx: Arc<Context>) {
+/// free) which registered runners are online, offline or busy, per scope that has registered
+/// runner pods — the scopes their owners granted them, never what a pod claims — for the
+/// runners' health ([`Context::github_runners`]) and the busy gauge.
+fn spawn_runner_refresh(exporter: Option<Arc<crate::metrics::Exporter>>, ctx: Arc<Context>) {
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(crate::metrics::BUSY_REFRESH).await;
@@ -349,12 +348,15 @@ fn spawn_busy_refresh(exporter: Arc<crate::metrics::Exporter>, ctx: Arc<Context>
             for scope in scopes {
                 match github.list_runners(&scope).await {
                     Ok(runners) => {
+                        ctx.github_runners.observe(&scope, &runners, ctx.now());
                         busy.extend(runners.into_iter().filter(|r| r.busy).map(|r| r.name))
                     }
-                    Err(e) => tracing::debug!(error = %e, "busy-runner refresh failed"),
+                    Err(e) => tracing::debug!(error = %e, "runner refresh failed"),
                 }
             }
-            exporter.metrics.set_busy(busy);
+            if let Some(exporter) = &exporter {
+                exporter.metrics.set_busy(busy);
+            }
         }
     });
 }

@@ -28,6 +28,9 @@ pub mod kind {
     pub const SCALING_ACTIVE: &str = "ScalingActive";
     /// An autoscaler: every `scaleUpTriggers` entry can match some webhook delivery.
     pub const TRIGGERS_VALID: &str = "TriggersValid";
+    /// RunnerReplicaSet, RunnerSet, RunnerDeployment: no runner is stuck, dead or refused by
+    /// GitHub ([`hangar_core::health`]); a False one's reason is the first unhealthy runner's.
+    pub const RUNNERS_HEALTHY: &str = "RunnersHealthy";
     /// RunnerDeployment, RunnerReplicaSet, RunnerSet, Runner: no field is set that Hangar
     /// stores but does not act on (present only once one was).
     pub const FIELDS_HONORED: &str = "FieldsHonored";
@@ -86,6 +89,8 @@ pub mod reason {
     pub const ROLLING_OUT: &str = "RollingOut";
     /// Nothing to do: the runners match the spec.
     pub const REPLICAS_SYNCED: &str = "ReplicasSynced";
+    /// Every runner of the set works or is on its way.
+    pub const NO_UNHEALTHY_RUNNERS: &str = "NoUnhealthyRunners";
     /// The autoscaler computed its target's size.
     pub const DESIRED_REPLICAS_COMPUTED: &str = "DesiredReplicasComputed";
 }

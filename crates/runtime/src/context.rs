@@ -61,9 +61,15 @@ pub struct Settings {
     /// `hangar.dev/retirement-timeout` annotation says otherwise (`--retirement-timeout`; see
     /// [`hangar_core::retirement`]).
     pub retirement_timeout: Duration,
-    /// How long a Ready runner pod may go without registering before it is replaced
-    /// (`--registration-timeout`; [`hangar_core::owner_sync::REGISTRATION_TIMEOUT`] by default).
-    pub registration_timeout: Duration,
+    /// How long each kind of runner trouble is given before the runner counts as stuck or dead
+    /// and is replaced (`--registration-timeout`, `--stuck-pod-timeout`,
+    /// `--crash-loop-restarts`, ...; see [`hangar_core::health`]). `registration` is also how
+    /// long the unregistration of a pod that never registered waits for it to register.
+    pub health: hangar_core::health::Thresholds,
+    /// The lowest runner version GitHub accepts (`--minimum-runner-version`): a runner whose
+    /// image tag says it is older is refused ([`hangar_core::health::Health::Rejected`]).
+    /// `None` judges no version.
+    pub minimum_runner_version: Option<String>,
     /// How long a finished ephemeral runner of an autoscaled set keeps its place when its
     /// autoscaler cannot say that the count already reflects the runner's job
     /// (`--release-grace`; [`hangar_core::owner_sync::RELEASE_GRACE`] by default).
@@ -100,7 +106,8 @@ impl Default for Settings {
             leaked_registration_sweep: Duration::from_secs(10 * 60),
             leaked_registration_grace: Duration::from_secs(30 * 60),
             retirement_timeout: hangar_core::retirement::DEFAULT_TIMEOUT,
-            registration_timeout: hangar_core::owner_sync::REGISTRATION_TIMEOUT,
+            health: hangar_core::health::Thresholds::default(),
+            minimum_runner_version: None,
             release_grace: hangar_core::owner_sync::RELEASE_GRACE,
             webhook_pull_interval: hangar_core::autoscaler::pull::DEFAULT_INTERVAL,
             watch_credential_secrets: true,
@@ -154,6 +161,8 @@ pub struct Context {
     /// The jobs of active workflow runs, listed once for the queued-runs metric and the pull
     /// recovery alike.
     pub workflow_runs: crate::workflow_runs::WorkflowRuns,
+    /// What GitHub last said about each registered runner, for [`Context::runner_health`].
+    pub github_runners: crate::github_runners::GitHubRunners,
 }
 
 impl std::fmt::Debug for Stores {
@@ -212,6 +221,7 @@ impl Context {
                 .map_or_else(Default::default, |e| e.metrics.clone()),
             backoff: Backoff::default(),
             authorities: Default::default(),
+            github_runners: Default::default(),
             client,
             github,
             settings,
@@ -259,6 +269,31 @@ impl Context {
     /// The current time.
     pub fn now(&self) -> SystemTime {
         self.clock.now()
+    }
+
+    /// The health of the runner in `pod` now ([`hangar_core::health::classify`]), given whether
+    /// its registration credential was taken back.
+    pub fn runner_health(&self, pod: &Pod, credential_spent: bool) -> hangar_core::health::Health {
+        use crate::pod::observe::{Beyond, health_observed};
+        // What GitHub says of the runner, asked of the scope its owner chain granted.
+        let github = pod
+            .metadata
+            .uid
+            .as_deref()
+            .and_then(|uid| self.authorities.get(uid))
+            .map(|a| {
+                let scope = crate::pod::observe::github_scope(&a.scope);
+                self.github_runners
+                    .state(&scope, &kube::ResourceExt::name_any(pod))
+            })
+            .unwrap_or_default();
+        let beyond = Beyond {
+            github,
+            node_not_ready: None,
+            minimum_version: self.settings.minimum_runner_version.as_deref(),
+        };
+        let observed = health_observed(pod, credential_spent, beyond);
+        hangar_core::health::classify(&observed, &self.settings.health, self.now())
     }
 
     /// Publishes a Kubernetes Event about `object` in the background: events are for humans

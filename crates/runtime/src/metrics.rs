@@ -42,6 +42,9 @@ pub const BUSY_REFRESH: Duration = Duration::from_secs(30);
 
 type Labels = Vec<(&'static str, String)>;
 
+/// Runners by reason.
+type ReasonCounts = BTreeMap<&'static str, i64>;
+
 /// Every instrument Hangar exports.
 pub struct Metrics {
     registry: Registry,
@@ -59,10 +62,13 @@ pub struct Metrics {
     hra_min: Family<Labels, Gauge>,
     hra_max: Family<Labels, Gauge>,
     deployment_replicas: Family<Labels, Gauge>,
+    unhealthy_runners: Family<Labels, Gauge>,
     kube_requests: Family<Labels, Counter>,
     unregistrations_refused: Family<Labels, Counter>,
     leaked_registrations_removed: Family<Labels, Counter>,
     busy: Mutex<HashSet<String>>,
+    /// Per set (namespace, `Kind/name`), its unhealthy runners by reason.
+    unhealthy: Mutex<BTreeMap<(String, String), ReasonCounts>>,
     pending: Mutex<PendingDeliveries>,
     started: Instant,
 }
@@ -103,10 +109,12 @@ impl Metrics {
             hra_min: Family::default(),
             hra_max: Family::default(),
             deployment_replicas: Family::default(),
+            unhealthy_runners: Family::default(),
             kube_requests: Family::default(),
             unregistrations_refused: Family::default(),
             leaked_registrations_removed: Family::default(),
             busy: Mutex::new(HashSet::new()),
+            unhealthy: Mutex::default(),
             pending: Mutex::new(PendingDeliveries::default()),
             started: Instant::now(),
             registry: Registry::default(),
@@ -148,6 +156,12 @@ impl Metrics {
             "hangar_runners",
             "Runner pods by state: pending, idle, busy, unregistering",
             m.runners.clone(),
+        );
+        registry.register(
+            "hangar_runners_unhealthy",
+            "Runners neither working nor on their way, by reason (ImagePullFailing, \
+             CrashLooping, NodeNotReady, OfflineOnGitHub, RunnerVersionRejected, ...)",
+            m.unhealthy_runners.clone(),
         );
         registry.register(
             "hangar_github_api_calls",
@@ -297,6 +311,22 @@ impl Metrics {
         self.queue_to_assignment.observe(took.as_secs_f64());
     }
 
+    /// Replaces what set `set` (`Kind/name`) in `namespace` reports of its unhealthy runners:
+    /// one reason per runner (empty once it has none, or is gone).
+    pub fn set_unhealthy(&self, namespace: &str, set: &str, reasons: &[&'static str]) {
+        let mut unhealthy = self.unhealthy.lock().expect("unhealthy lock");
+        let key = (namespace.to_owned(), set.to_owned());
+        if reasons.is_empty() {
+            unhealthy.remove(&key);
+            return;
+        }
+        let mut counts = BTreeMap::new();
+        for reason in reasons {
+            *counts.entry(*reason).or_default() += 1;
+        }
+        unhealthy.insert(key, counts);
+    }
+
     /// Replaces the set of runner names GitHub reports busy.
     pub fn set_busy(&self, names: HashSet<String>) {
         *self.busy.lock().expect("busy lock") = names;
@@ -381,6 +411,18 @@ impl Metrics {
             if let Some(v) = hra.max {
                 self.hra_max.get_or_create(&labels).set(v);
             }
+        }
+        self.unhealthy_runners.clear();
+        let mut unhealthy: BTreeMap<(String, &str), i64> = BTreeMap::new();
+        for ((ns, _), reasons) in self.unhealthy.lock().expect("unhealthy lock").iter() {
+            for (reason, n) in reasons {
+                *unhealthy.entry((ns.clone(), reason)).or_default() += n;
+            }
+        }
+        for ((ns, reason), n) in unhealthy {
+            self.unhealthy_runners
+                .get_or_create(&vec![("namespace", ns), ("reason", reason.to_owned())])
+                .set(n);
         }
         self.deployment_replicas.clear();
         for (namespace, name, replicas) in state.deployments {

@@ -48,6 +48,7 @@ fn pending() -> Observed {
 
 fn rejection() -> Rejection {
     Rejection {
+        image: "ghcr.io/actions/actions-runner:2.311.0".into(),
         version: "2.311.0".into(),
         minimum: "2.329.0".into(),
     }
@@ -165,4 +166,93 @@ fn reasons_are_distinct_camel_case_words() {
             .all(|r| r.chars().all(|c| c.is_ascii_alphanumeric())
                 && r.starts_with(|c: char| c.is_ascii_uppercase()))
     );
+}
+
+#[test]
+fn the_runner_version_is_read_from_either_images_tag() {
+    #[rustfmt::skip]
+    let cases = [
+        ("ghcr.io/actions/actions-runner:2.329.0",                      Some("2.329.0")),
+        ("summerwind/actions-runner:v2.311.0-ubuntu-22.04",             Some("2.311.0")),
+        ("registry.local:5000/runners/actions-runner:2.330.1@sha256:ab", Some("2.330.1")),
+        ("summerwind/actions-runner:latest",                            None),
+        ("summerwind/actions-runner",                                   None),
+        ("registry.local:5000/actions-runner",                          None),
+        ("actions-runner:2.329",                                        None),
+        ("actions-runner@sha256:abcdef",                                None),
+    ];
+    for (image, version) in cases {
+        assert_eq!(image_runner_version(image), version, "{image}");
+    }
+}
+
+#[test]
+fn versions_below_the_minimum_are_rejected_part_by_part_as_numbers() {
+    let refused = |version: &str| {
+        let image = format!("ghcr.io/actions/actions-runner:{version}");
+        super::rejection(&image, "2.329.0")
+    };
+    for version in ["2.311.0", "2.99.0", "1.999.999"] {
+        let rejection = refused(version).expect(version);
+        assert_eq!(rejection.version, version);
+        assert_eq!(rejection.minimum, "2.329.0");
+        assert_eq!(
+            rejection.image,
+            format!("ghcr.io/actions/actions-runner:{version}")
+        );
+    }
+    for version in ["2.329.0", "2.1000.0", "3.0.0", "latest"] {
+        assert_eq!(refused(version), None, "{version}");
+    }
+}
+
+#[test]
+fn an_offline_runner_keeps_the_time_it_was_first_seen_offline() {
+    use GitHubState::*;
+    let offline = Offline(at(1));
+    #[rustfmt::skip]
+    let cases = [
+        (Unknown, Some((false, false)), Offline(at(5))),
+        (Online,  Some((false, false)), Offline(at(5))),
+        (offline, Some((false, false)), offline),
+        (offline, Some((true, false)),  Online),
+        (offline, Some((true, true)),   Busy),
+        (Online,  Some((false, true)),  Busy),
+        (offline, None,                 Unknown),
+    ];
+    for (before, listed, after) in cases {
+        assert_eq!(
+            before.after(listed, at(5)),
+            after,
+            "{before:?} then {listed:?}"
+        );
+    }
+}
+
+#[test]
+fn every_trouble_is_described_and_only_template_trouble_comes_with_the_template() {
+    use super::{Dead, Stuck};
+    #[rustfmt::skip]
+    let cases: Vec<(Health, bool, &str)> = vec![
+        (Health::Stuck(Stuck::Unschedulable("0/3 nodes are available".into())), false, "0/3 nodes are available"),
+        (Health::Stuck(Stuck::ImagePull("ImagePullBackOff".into())), true, "image cannot be pulled (ImagePullBackOff)"),
+        (Health::Stuck(Stuck::Config("CreateContainerConfigError".into())), true, "cannot be created"),
+        (Health::Stuck(Stuck::NeverRegistered), false, "never registered"),
+        (Health::Stuck(Stuck::NotStarted), false, "not started"),
+        (Health::Dead(Dead::OomKilled), true, "OOM-killed"),
+        (Health::Dead(Dead::CrashLoop(4)), true, "4 restarts"),
+        (Health::Dead(Dead::NodeNotReady), false, "NotReady"),
+        (Health::Dead(Dead::Offline), false, "offline"),
+        (Health::Rejected(rejection()), true, "version 2.311.0 of image ghcr.io/actions/actions-runner:2.311.0 (the minimum is 2.329.0)"),
+    ];
+    for (health, with_template, words) in cases {
+        assert_eq!(health.comes_with_template(), with_template, "{health:?}");
+        assert!(
+            health.describe().contains(words),
+            "{health:?}: {}",
+            health.describe()
+        );
+    }
+    assert_eq!(Health::Healthy.describe(), "");
+    assert!(!Health::Starting.comes_with_template());
 }

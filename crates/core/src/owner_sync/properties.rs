@@ -20,6 +20,18 @@ fn phase() -> impl Strategy<Value = PodPhase> {
     ]
 }
 
+fn health() -> impl Strategy<Value = Health> {
+    use crate::health::{Dead, Stuck};
+    prop_oneof![
+        6 => Just(Health::Healthy),
+        2 => Just(Health::Starting),
+        1 => Just(Health::Stuck(Stuck::NeverRegistered)),
+        1 => Just(Health::Stuck(Stuck::ImagePull("ErrImagePull".into()))),
+        1 => Just(Health::Dead(Dead::CrashLoop(3))),
+        1 => Just(Health::Dead(Dead::NodeNotReady)),
+    ]
+}
+
 prop_compose! {
     fn pod_view()(
         phase in phase(),
@@ -28,8 +40,7 @@ prop_compose! {
         // a runner is finished, back after an exit, about to come back, or none of these.
         back in 0u8..10,
         deleting in proptest::bool::weighted(0.1),
-        registered in proptest::bool::weighted(0.8),
-        ready_at in proptest::option::of(0u64..30),
+        health in health(),
         requested in proptest::bool::weighted(0.2),
         complete in proptest::bool::weighted(0.1),
         finished in proptest::option::of(0u64..120),
@@ -41,8 +52,7 @@ prop_compose! {
             runner_restarted: !runner_stopped && back == 0,
             runner_restarting: !runner_stopped && back == 1,
             deleting,
-            registered,
-            ready_since: ready_at.map(t),
+            health,
             unregistration_requested: requested || complete,
             unregistration_complete: complete,
             // Seconds after minute 30: now and then within the release grace of `now`.
@@ -116,7 +126,6 @@ prop_compose! {
             ephemeral,
             owners,
             now: t(now),
-            registration_timeout: REGISTRATION_TIMEOUT,
             reflected_completions,
             absorbed_completions,
             release_grace: RELEASE_GRACE,

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
 use super::*;
+use crate::health::Stuck;
 
 const HASH: &str = "h1";
 
@@ -20,8 +21,11 @@ fn pod(name: &str, phase: PodPhase) -> PodView {
         runner_restarted: false,
         runner_restarting: false,
         deleting: false,
-        registered: phase == PodPhase::Running,
-        ready_since: (phase == PodPhase::Running).then(|| t(0)),
+        health: if phase == PodPhase::Running {
+            Health::Healthy
+        } else {
+            Health::Starting
+        },
         unregistration_requested: false,
         unregistration_complete: false,
         finished_at: None,
@@ -56,7 +60,6 @@ fn input(desired: u32, owners: Vec<OwnerView>, now_min: u64) -> Input {
         ephemeral: true,
         owners,
         now: t(now_min),
-        registration_timeout: REGISTRATION_TIMEOUT,
         reflected_completions: BTreeSet::new(),
         absorbed_completions: 0,
         release_grace: RELEASE_GRACE,
@@ -557,38 +560,152 @@ fn static_runners_are_never_held_back_by_effective_time() {
     assert_eq!(plan(&input).actions, vec![Action::Create { count: 1 }]);
 }
 
+/// An owner created at minute `created` whose runner's health is `health`, in `phase`.
+fn troubled(name: &str, created: u64, phase: PodPhase, health: Health) -> OwnerView {
+    let mut owner = owner_at(name, created, phase);
+    owner.pods[0].health = health;
+    owner
+}
+
+fn pull_failing(name: &str, created: u64) -> OwnerView {
+    let health = Health::Stuck(Stuck::ImagePull("ImagePullBackOff".into()));
+    troubled(name, created, PodPhase::Pending, health)
+}
+
 #[test]
-fn registration_timeout_retires_and_does_not_count_as_running() {
-    let mut stuck = running("stuck", 0);
-    stuck.pods[0].registered = false; // Ready since minute 0, never got a runner ID
-    let plan = plan(&input(1, vec![stuck], 11));
-    assert_eq!(plan.counts.registration_timed_out, 1);
+fn an_unhealthy_runner_is_replaced_at_once_and_does_not_count() {
+    let never_registered = Health::Stuck(Stuck::NeverRegistered);
+    let plan = plan(&input(
+        1,
+        vec![troubled("stuck", 0, PodPhase::Running, never_registered)],
+        11,
+    ));
+    assert_eq!(plan.counts.unhealthy, 1);
+    assert_eq!(plan.counts.running, 0);
     assert_eq!(plan.actions[0], Action::Create { count: 1 });
     assert_eq!(
         retired(&plan),
-        vec![("stuck".into(), RetireReason::RegistrationTimeout)]
+        vec![("stuck".into(), RetireReason::Unhealthy("NeverRegistered"))]
+    );
+    assert_eq!(plan.paused, None, "trouble of its own pod pauses nothing");
+    assert_eq!(plan.unhealthy.len(), 1);
+}
+
+#[test]
+fn each_kind_of_trouble_is_replaced_or_paused_as_it_should() {
+    use crate::health::{Dead, Rejection};
+    let rejected = Health::Rejected(Rejection {
+        image: "ghcr.io/actions/actions-runner:2.311.0".into(),
+        version: "2.311.0".into(),
+        minimum: "2.329.0".into(),
+    });
+    #[rustfmt::skip]
+    let cases: Vec<(&str, Health, bool)> = vec![
+        // (what, health, comes with the template)
+        ("never registered",  Health::Stuck(Stuck::NeverRegistered), false),
+        ("unschedulable",     Health::Stuck(Stuck::Unschedulable("0/3 nodes".into())), false),
+        ("never started",     Health::Stuck(Stuck::NotStarted), false),
+        ("node NotReady",     Health::Dead(Dead::NodeNotReady), false),
+        ("offline on GitHub", Health::Dead(Dead::Offline), false),
+        ("image pull",        Health::Stuck(Stuck::ImagePull("ErrImagePull".into())), true),
+        ("container config",  Health::Stuck(Stuck::Config("CreateContainerConfigError".into())), true),
+        ("crash loop",        Health::Dead(Dead::CrashLoop(4)), true),
+        ("OOM-killed",        Health::Dead(Dead::OomKilled), true),
+        ("version rejected",  rejected, true),
+    ];
+    for (what, health, with_template) in cases {
+        let reason = health.reason();
+        // Alone: the template has not shown that it works.
+        let alone = plan(&input(
+            2,
+            vec![troubled("sick", 0, PodPhase::Running, health.clone())],
+            20,
+        ));
+        // Next to a working runner of the same template.
+        let beside = plan(&input(
+            2,
+            vec![
+                running("well", 0),
+                troubled("sick", 1, PodPhase::Running, health.clone()),
+            ],
+            20,
+        ));
+        assert_eq!(beside.paused, None, "{what}: a working sibling");
+        assert_eq!(
+            retired(&beside),
+            vec![("sick".into(), RetireReason::Unhealthy(reason))],
+            "{what}: replaced beside a working runner"
+        );
+        assert_eq!(beside.actions[0], Action::Create { count: 1 }, "{what}");
+        if with_template {
+            assert_eq!(
+                alone.paused,
+                Some(("sick".into(), health.clone())),
+                "{what}: alone it pauses the set"
+            );
+            assert_eq!(alone.actions, vec![], "{what}: kept, nothing created");
+            assert_eq!(alone.counts.pending, 1, "{what}: holds its place");
+        } else {
+            assert_eq!(alone.paused, None, "{what}");
+            assert_eq!(
+                retired(&alone),
+                vec![("sick".into(), RetireReason::Unhealthy(reason))],
+                "{what}: replaced"
+            );
+            assert_eq!(alone.actions[0], Action::Create { count: 2 }, "{what}");
+        }
+        assert_eq!(alone.unhealthy, vec![("sick".into(), health)], "{what}");
+    }
+}
+
+#[test]
+fn a_template_that_cannot_start_creates_nothing_more_whatever_is_desired() {
+    let plan = plan(&input(
+        10,
+        vec![
+            pull_failing("a", 0),
+            pull_failing("b", 1),
+            owner_at("c", 15, PodPhase::Pending),
+        ],
+        20,
+    ));
+    assert_eq!(plan.actions, vec![], "no doomed pods, none retired");
+    assert_eq!(plan.paused.as_ref().map(|(o, _)| o.as_str()), Some("a"));
+    assert_eq!(plan.counts.pending, 3);
+}
+
+#[test]
+fn a_changed_template_ends_the_pause_and_retires_the_stuck_runners_at_once() {
+    let mut old = pull_failing("old", 0);
+    old.template_hash = Some("h0".into());
+    let plan = plan(&input(1, vec![old], 20));
+    assert_eq!(plan.paused, None);
+    assert_eq!(plan.actions[0], Action::Create { count: 1 });
+    assert_eq!(
+        retired(&plan),
+        vec![("old".into(), RetireReason::Outdated)],
+        "it holds no job"
     );
 }
 
 #[test]
-fn a_shorter_registration_timeout_retires_sooner() {
-    let mut stuck = running("stuck", 0);
-    stuck.pods[0].registered = false; // Ready since minute 0, never got a runner ID
-    let mut short = input(1, vec![stuck], 2);
-    assert_eq!(plan(&short).counts.running, 1, "the default is 10 minutes");
-    short.registration_timeout = Duration::from_secs(60);
-    let plan = plan(&short);
-    assert_eq!(plan.counts.registration_timed_out, 1);
-    assert_eq!(
-        retired(&plan),
-        vec![("stuck".into(), RetireReason::RegistrationTimeout)]
-    );
+fn a_scale_down_retires_paused_runners_first() {
+    let plan = plan(&input(0, vec![pull_failing("a", 0)], 20));
+    assert_eq!(retired(&plan), vec![("a".into(), RetireReason::ScaleDown)]);
+}
+
+#[test]
+fn a_busy_runner_whatever_its_pod_looks_like_is_never_retired_for_health() {
+    // The classifier calls a runner GitHub shows busy healthy; a retirement would still only
+    // be a request, but none is made.
+    let plan = plan(&input(1, vec![running("busy", 0)], 60));
+    assert_eq!(retired(&plan), vec![]);
+    assert!(plan.unhealthy.is_empty());
 }
 
 #[test]
 fn unregistered_runner_within_the_window_counts_as_running() {
-    let mut young = running("young", 0);
-    young.pods[0].registered = false;
+    let young = troubled("young", 0, PodPhase::Running, Health::Starting);
     let plan = plan(&input(1, vec![young], 9));
     assert_eq!(plan.actions, vec![]);
     assert_eq!(plan.counts.running, 1);

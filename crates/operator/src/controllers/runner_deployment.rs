@@ -235,6 +235,10 @@ pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<A
         "readyReplicas": counts.ready,
         "availableReplicas": counts.available,
         "updatedReplicas": counts.updated,
+        "unhealthyReplicas": sets
+            .iter()
+            .filter_map(|s| s.status.as_ref()?.unhealthy_replicas)
+            .sum::<i32>(),
         "conditions": conditions,
     }});
     let current = serde_json::to_value(&rd.status).unwrap_or_default();
@@ -403,7 +407,12 @@ pub fn deployment_conditions(
             ),
         }
     };
-    vec![available, progressing]
+    let mut wanted = vec![available, progressing];
+    // The newest set's runners are the ones being created; the condition is its.
+    if let Some(c) = conditions::find(newest_conditions, kind::RUNNERS_HEALTHY) {
+        wanted.push(conditions::copied(kind::RUNNERS_HEALTHY, c));
+    }
+    wanted
 }
 
 #[cfg(test)]

@@ -370,7 +370,7 @@ async fn unregister(
         unregistration_complete: annotation(pod, ann::UNREGISTRATION_COMPLETE_TIMESTAMP).is_some(),
         completion_wait_started: annotation(pod, ann::RUNNER_COMPLETION_WAIT_START_TIMESTAMP)
             .is_some(),
-        registration_timeout: ctx.settings.registration_timeout,
+        registration_timeout: ctx.settings.health.registration,
     };
     let finished = match unregistration::next_step(&state, now) {
         Step::Finish(why) => why,

@@ -33,8 +33,8 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::{
-    annotation, k8s_time, object_name, pod_phase, pod_view, retirement, rfc3339, sets,
-    wait_until_deleting, wait_until_stored,
+    annotation, k8s_time, object_name, pod_phase, pod_view, registration_spent, retirement,
+    rfc3339, sets, wait_until_deleting, wait_until_stored,
 };
 use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
@@ -195,7 +195,13 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
                 unseen_pods: false,
                 // A Runner never creates a second pod once its pod was deleted.
                 pod_controller: PodController::None,
-                pods: pod.iter().map(|p| pod_view(p)).collect(),
+                pods: pod
+                    .iter()
+                    .map(|p| {
+                        let spent = registration_spent(p);
+                        pod_view(p, spent, ctx.runner_health(p, spent))
+                    })
+                    .collect(),
             }
         })
         .collect();
@@ -225,12 +231,20 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         ephemeral,
         owners,
         now,
-        registration_timeout: ctx.settings.registration_timeout,
         release_grace: ctx.settings.release_grace,
         reflected_completions: known.reflected,
         absorbed_completions: known.absorbed,
     };
     let plan = owner_sync::plan(&input);
+    ctx.metrics.set_unhealthy(
+        &ns,
+        &format!("RunnerReplicaSet/{}", set.name_any()),
+        &plan
+            .unhealthy
+            .iter()
+            .map(|(_, h)| h.reason())
+            .collect::<Vec<_>>(),
+    );
     // The actions touch different Runners (at most one each), so they go out together: one at
     // a time, a burst's finished Runners would each cost a round trip before the next is
     // deleted, and new demand would wait behind them.
@@ -359,12 +373,22 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
     status.insert("replicas".into(), total.into());
     status.insert("readyReplicas".into(), ready.into());
     status.insert("availableReplicas".into(), ready.into());
+    status.insert("unhealthyReplicas".into(), plan.unhealthy.len().into());
     let old_conditions = set
         .status
         .as_ref()
         .and_then(|s| s.conditions.clone())
         .unwrap_or_default();
     let mut wanted = set_conditions(input.desired, ready, &runners, &plan);
+    let health = sets::health(&plan);
+    sets::health_event(
+        &ctx,
+        set.object_ref(&()),
+        &old_conditions,
+        &health,
+        plan.paused.is_some(),
+    );
+    wanted.push(health);
     if let Some((progress, _)) = &retiring {
         wanted.retain(|c| c.kind != kind::PROGRESSING);
         wanted.push(progress.clone());
@@ -391,9 +415,14 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
     );
     let current = serde_json::to_value(&set.status).unwrap_or_default();
     if conditions_changed
-        || ["replicas", "readyReplicas", "availableReplicas"]
-            .iter()
-            .any(|k| current.get(k) != status.get(*k))
+        || [
+            "replicas",
+            "readyReplicas",
+            "availableReplicas",
+            "unhealthyReplicas",
+        ]
+        .iter()
+        .any(|k| current.get(k) != status.get(*k))
     {
         Api::<RunnerReplicaSet>::namespaced(ctx.client.clone(), &ns)
             .patch_status(
@@ -547,7 +576,7 @@ async fn apply(
                 set.object_ref(&()),
                 false,
                 "UnregisteringRunner",
-                format!("unregistering runner {owner} from GitHub before deleting it ({reason:?})"),
+                format!("unregistering runner {owner} from GitHub before deleting it ({reason})"),
             );
         }
         PlanAction::MarkUnregistrationComplete { owner } => {

@@ -75,6 +75,7 @@ use hangar_api::{
     HorizontalRunnerAutoscaler, RunnerSet, RunnerSpec, annotation as ann, finalizer, label,
 };
 use hangar_core::RunnerScope;
+use hangar_core::health::Health;
 use hangar_core::owner_sync::{self, Action as PlanAction, OwnerView, PodController, PodView};
 use hangar_core::template_hash::template_hash;
 use hangar_github::GitHubApi;
@@ -91,7 +92,7 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::{
-    annotation, k8s_time, object_name, pod_view_with, registration, retirement, rfc3339,
+    annotation, k8s_time, object_name, pod_view, registration, retirement, rfc3339,
     runner_container_state, runner_observed, sets, wait_until_stored,
 };
 use crate::conditions::{self, Desired};
@@ -468,16 +469,15 @@ const CREDENTIAL_ENV: [&str; 2] = ["RUNNER_TOKEN", "ACTIONS_RUNNER_INPUT_JITCONF
 /// is killed by the deletion), so the StatefulSet is kept and the pod comes back (registered
 /// afresh by the pod webhook; in the fallback mode its credential was taken back, so it cannot
 /// start and counts as finished once it shows so).
-fn stateful_pod_view(pod: &Pod, credential_spent: bool) -> PodView {
-    let mut view = pod_view_with(pod, credential_spent);
+fn stateful_pod_view(pod: &Pod, credential_spent: bool, health: Health) -> PodView {
+    let mut view = pod_view(pod, credential_spent, health);
     if replaced_by_its_stateful_set(pod) {
         view.phase = hangar_core::owner_sync::PodPhase::Pending;
         view.runner_stopped = false;
         view.runner_restarted = false;
         view.runner_restarting = false;
         view.deleting = false;
-        view.registered = false;
-        view.ready_since = None;
+        view.health = Health::Starting;
     }
     view
 }
@@ -532,7 +532,10 @@ fn owner_view(
             sts.status.as_ref().and_then(|s| s.observed_generation),
             namespace_terminating,
         ),
-        pods: pods.iter().map(|p| stateful_pod_view(p, spent)).collect(),
+        pods: pods
+            .iter()
+            .map(|p| stateful_pod_view(p, spent, ctx.runner_health(p, spent)))
+            .collect(),
     }
 }
 
@@ -647,12 +650,20 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
         ephemeral: set.spec.config.ephemeral.unwrap_or(true),
         owners,
         now,
-        registration_timeout: ctx.settings.registration_timeout,
         release_grace: ctx.settings.release_grace,
         reflected_completions: known.reflected,
         absorbed_completions: known.absorbed,
     };
     let plan = owner_sync::plan(&input);
+    ctx.metrics.set_unhealthy(
+        &ns,
+        &format!("RunnerSet/{}", set.name_any()),
+        &plan
+            .unhealthy
+            .iter()
+            .map(|(_, h)| h.reason())
+            .collect::<Vec<_>>(),
+    );
     for action in &plan.actions {
         apply(
             &set,
@@ -969,6 +980,15 @@ async fn patch_status(
         .and_then(|s| s.conditions.clone())
         .unwrap_or_default();
     let mut wanted = set_conditions(input.desired, counts.ready, retiring_count, plan);
+    let health = sets::health(plan);
+    sets::health_event(
+        ctx,
+        set.object_ref(&()),
+        &old_conditions,
+        &health,
+        plan.paused.is_some(),
+    );
+    wanted.push(health);
     if let Some(progress) = retiring {
         // A deleted set says it is waiting for its runners, not how it scales.
         wanted.retain(|c| c.kind != conditions::kind::PROGRESSING);
@@ -988,6 +1008,7 @@ async fn patch_status(
         "availableReplicas": counts.ready,
         "updatedReplicas": counts.updated,
         "desiredReplicas": input.desired,
+        "unhealthyReplicas": plan.unhealthy.len(),
         "selector": selector_string(&selector(set)),
         "conditions": new_conditions,
     });
@@ -1135,7 +1156,7 @@ async fn apply(
                 set.object_ref(&()),
                 false,
                 "UnregisteringRunner",
-                format!("unregistering runner {owner} from GitHub before deleting it ({reason:?})"),
+                format!("unregistering runner {owner} from GitHub before deleting it ({reason})"),
             );
         }
         PlanAction::MarkUnregistrationComplete { owner } => {

@@ -91,6 +91,58 @@ pub fn conditions(
     vec![available, progressing]
 }
 
+/// A set's `RunnersHealthy` condition from `plan`: True when every runner works or is on its
+/// way; else False with the first unhealthy runner's reason, what is wrong with it, how many
+/// more there are, and whether the set stopped creating runners ([`owner_sync::Plan::paused`]).
+pub fn health(plan: &owner_sync::Plan) -> Desired {
+    let Some((first, health)) = plan.unhealthy.first() else {
+        return Desired::yes(
+            kind::RUNNERS_HEALTHY,
+            reason::NO_UNHEALTHY_RUNNERS,
+            "every runner is working or on its way",
+        );
+    };
+    let mut message = format!("runner {first}: {}", health.describe());
+    let others = plan.unhealthy.len() - 1;
+    if others > 0 {
+        message.push_str(&format!("; {others} more unhealthy runner(s)"));
+    }
+    match &plan.paused {
+        Some(_) => message.push_str(
+            ". No runner of this template works and a new one would most likely fail the same \
+             way, so none is created or replaced until the template changes or one of its \
+             runners works",
+        ),
+        None => message.push_str(". Unhealthy runners are unregistered and replaced"),
+    }
+    Desired::no(kind::RUNNERS_HEALTHY, health.reason(), message)
+}
+
+/// One Warning event when a set's `RunnersHealthy` turns False or changes its reason (not on
+/// every reconcile while it stays so): `RunnersUnhealthy`, or `ReplacementsPaused` when the set
+/// creates no more runners.
+pub fn health_event(
+    ctx: &Context,
+    object: k8s_openapi::api::core::v1::ObjectReference,
+    old: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    new: &Desired,
+    paused: bool,
+) {
+    if new.status {
+        return;
+    }
+    let before = crate::conditions::find(Some(old), kind::RUNNERS_HEALTHY);
+    if before.is_some_and(|c| c.status == "False" && c.reason == new.reason) {
+        return;
+    }
+    let reason = if paused {
+        "ReplacementsPaused"
+    } else {
+        "RunnersUnhealthy"
+    };
+    ctx.event(object, true, reason, new.message.clone());
+}
+
 /// When `set` is reconciled again after a successful run of `plan`: just after a held finished
 /// runner's place is released, soon for waits, else after the sync period (never later than
 /// that).

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use hangar_core::RunnerScope;
+use hangar_core::health::{self, GitHubState, Health};
 use hangar_core::owner_sync::{PodPhase, PodView};
 use hangar_github::Scope;
 use k8s_openapi::api::core::v1::Pod;
@@ -243,13 +244,102 @@ pub fn runner_id(pod: &Pod) -> Option<u64> {
         .ok()
 }
 
-/// The pod as owner sync sees it.
-pub fn pod_view(pod: &Pod) -> PodView {
-    pod_view_with(pod, registration_spent(pod))
+/// What Hangar knows of a runner beyond its pod: what GitHub and the pod's node say.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Beyond<'a> {
+    /// What GitHub says about the runner.
+    pub github: GitHubState,
+    /// Since when the pod's node is NotReady, if it is.
+    pub node_not_ready: Option<SystemTime>,
+    /// The lowest runner version GitHub accepts (`hangar run --minimum-runner-version`), if
+    /// Hangar is to judge versions.
+    pub minimum_version: Option<&'a str>,
 }
 
-/// The pod as owner sync sees it, given whether its registration credential was taken back.
-pub fn pod_view_with(pod: &Pod, credential_spent: bool) -> PodView {
+/// The runner in `pod` as [`hangar_core::health::classify`] looks at it, given whether its
+/// registration credential was taken back and what is known `beyond` the pod. The runner's
+/// version is the runner image's tag ([`hangar_core::health::image_runner_version`]); a runner
+/// whose version is unknown is never judged by it.
+pub fn health_observed(pod: &Pod, credential_spent: bool, beyond: Beyond<'_>) -> health::Observed {
+    let status = runner_status(pod);
+    let condition = |kind: &str| {
+        pod.status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == kind)
+    };
+    let unschedulable = condition("PodScheduled")
+        .filter(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+        .map(|c| {
+            (
+                c.last_transition_time
+                    .as_ref()
+                    .map(k8s_time)
+                    .unwrap_or(SystemTime::UNIX_EPOCH),
+                c.message.clone().unwrap_or_default(),
+            )
+        });
+    let waiting = status
+        .and_then(|s| s.state.as_ref()?.waiting.as_ref())
+        .map(|w| {
+            let reason = w.reason.clone().unwrap_or_default();
+            match reason.as_str() {
+                "ErrImagePull" | "ImagePullBackOff" | "InvalidImageName" | "ErrImageNeverPull" => {
+                    health::Waiting::ImagePull(reason)
+                }
+                "CrashLoopBackOff" => health::Waiting::CrashLoop,
+                CREATE_CONTAINER_CONFIG_ERROR | "CreateContainerError" | "RunContainerError" => {
+                    health::Waiting::Config(reason)
+                }
+                _ => health::Waiting::Other,
+            }
+        });
+    let last_termination = status
+        .and_then(|s| {
+            let current = s.state.as_ref().and_then(|s| s.terminated.as_ref());
+            current.or(s.last_state.as_ref()?.terminated.as_ref())
+        })
+        .map(|t| {
+            if t.reason.as_deref() == Some("OOMKilled") {
+                health::Termination::OomKilled
+            } else {
+                health::Termination::Exited(t.exit_code)
+            }
+        });
+    let image = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|c| c.name == RUNNER_CONTAINER))
+        .and_then(|c| c.image.as_deref());
+    let rejected = beyond
+        .minimum_version
+        .and_then(|minimum| health::rejection(image?, minimum));
+    health::Observed {
+        created: pod
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(k8s_time)
+            .unwrap_or(SystemTime::UNIX_EPOCH),
+        phase: pod_phase(pod),
+        finished: runner_run(pod, credential_spent).is_finished(),
+        unschedulable,
+        node_not_ready: beyond.node_not_ready,
+        waiting,
+        last_termination,
+        restarts: status.map_or(0, |s| u32::try_from(s.restart_count).unwrap_or(0)),
+        ready_since: ready_since(pod),
+        registered: runner_id(pod).is_some(),
+        github: beyond.github,
+        rejected,
+    }
+}
+
+/// The pod as owner sync sees it, given whether its registration credential was taken back
+/// and its runner's health.
+pub fn pod_view(pod: &Pod, credential_spent: bool, health: Health) -> PodView {
     use hangar_api::annotation as a;
     use hangar_core::runner_container::Run;
     let run = runner_run(pod, credential_spent);
@@ -260,8 +350,7 @@ pub fn pod_view_with(pod: &Pod, credential_spent: bool) -> PodView {
         runner_restarted: run == Run::Restarted,
         runner_restarting: matches!(run, Run::Restarting { .. }),
         deleting: pod.metadata.deletion_timestamp.is_some(),
-        registered: runner_id(pod).is_some(),
-        ready_since: ready_since(pod),
+        health,
         unregistration_requested: annotation(pod, a::UNREGISTRATION_REQUEST_TIMESTAMP).is_some(),
         unregistration_complete: annotation(pod, a::UNREGISTRATION_COMPLETE_TIMESTAMP).is_some(),
         finished_at: run.finished_at(),

@@ -353,7 +353,7 @@ fn a_runner_counts_as_finished_only_when_its_current_run_cannot_come_back() {
             policy,
             json!({"restartCount": restarts, "state": state, "lastState": last}),
         );
-        let view = stateful_pod_view(&pod, spent);
+        let view = stateful_pod_view(&pod, spent, Health::Healthy);
         let case = format!("{policy:?} restarts={restarts} {state} last={last} spent={spent}");
         assert_eq!(view.is_stopped(), finished, "{case}");
         assert_eq!(view.runner_restarted, restarted, "{case}");
@@ -429,7 +429,7 @@ fn a_pod_deleted_by_someone_else_stands_for_its_replacement() {
         .unwrap();
         let case = format!("deleting={deleting} requested={requested} terminated={terminated}");
         assert_eq!(replaced_by_its_stateful_set(&pod), replaced, "{case}");
-        let view = stateful_pod_view(&pod, false);
+        let view = stateful_pod_view(&pod, false, Health::Healthy);
         if replaced {
             // One pending runner: owner sync neither replaces nor deletes its StatefulSet.
             assert!(!view.is_stopped() && !view.deleting, "{case}");
