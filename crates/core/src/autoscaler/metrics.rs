@@ -2,7 +2,9 @@
 //!
 //! Two metrics exist, spelt as in ARC:
 //! - **`PercentageRunnersBusy`** looks at the share of the target's runners that are busy and
-//!   grows or shrinks the target's current replica count when it crosses a threshold.
+//!   grows or shrinks the target's current replica count when it crosses a threshold. The share
+//!   is taken over the runners that can take a job: unhealthy ones ([`crate::health`]) are no
+//!   capacity (ARC counts them, and a pool of broken pods looks idle and never grows).
 //! - **`TotalNumberOfQueuedAndInProgressWorkflowRuns`** counts the queued and in-progress jobs
 //!   the runners could take (by labels, see [`super::labels`]) in the target's repository, or in
 //!   the listed `repositoryNames` of an organization.
@@ -296,13 +298,14 @@ impl BusyPolicy {
         })
     }
 
-    /// The replica count for `busy` busy runners out of `desired_before` desired.
+    /// The replica count for `busy` busy runners out of `desired_before` desired, of which
+    /// `capacity` can take a job ([`healthy_capacity`]; the busy share is taken over them).
     ///
-    /// With `desired_before` zero the share is taken as 0 when nothing is busy (so zero stays
-    /// zero) and as "everything busy" otherwise; since no factor can grow zero, a factor
-    /// scale-up from zero asks for one runner. (ARC divides by zero here and stays at zero.)
-    pub fn suggest(&self, desired_before: u32, busy: u32) -> BusySuggestion {
-        let fraction = match (busy, desired_before) {
+    /// With no capacity the share is taken as 0 when nothing is busy (so zero stays zero) and
+    /// as "everything busy" otherwise; since no factor can grow zero, a factor scale-up from
+    /// zero asks for one runner. (ARC divides by zero here and stays at zero.)
+    pub fn suggest(&self, desired_before: u32, capacity: u32, busy: u32) -> BusySuggestion {
+        let fraction = match (busy, capacity) {
             (0, 0) => 0.0,
             (_, 0) => f64::INFINITY,
             (b, d) => f64::from(b) / f64::from(d),
@@ -387,6 +390,22 @@ pub struct RunnerObservation {
     /// unregister them because they run a job, so they are busy even if the list is stale or
     /// no longer shows them.
     pub failing_unregistration: Vec<String>,
+    /// Target runners that are neither working nor on their way ([`crate::health`]): no
+    /// capacity, so the busy share is taken over the others.
+    pub unhealthy: Vec<String>,
+}
+
+/// The target's runners that can take a job: `desired_before` less its unhealthy runners
+/// (never below the busy ones, which GitHub shows working whatever their pods look like).
+pub fn healthy_capacity(observation: &RunnerObservation, desired_before: u32, busy: u32) -> u32 {
+    let unhealthy: HashSet<&str> = observation
+        .unhealthy
+        .iter()
+        .filter(|name| observation.target_runners.contains(name))
+        .map(String::as_str)
+        .collect();
+    let unhealthy = u32::try_from(unhealthy.len()).unwrap_or(u32::MAX);
+    desired_before.saturating_sub(unhealthy).max(busy.min(desired_before))
 }
 
 /// Busy runners: the target's runners GitHub reports busy, plus pods whose unregistration
@@ -720,7 +739,8 @@ fn evaluate(
             };
             let desired_before = target.replicas.unwrap_or(DEFAULT_TARGET_REPLICAS);
             let busy = count_busy(runners);
-            let s = policy.suggest(desired_before, busy);
+            let capacity = healthy_capacity(runners, desired_before, busy);
+            let s = policy.suggest(desired_before, capacity, busy);
             let verdict = match s.direction {
                 Some(Direction::Up) => "scale up",
                 Some(Direction::Down) => "scale down",

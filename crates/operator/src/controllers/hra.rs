@@ -550,6 +550,21 @@ async fn observe_runners(
         })
         .cloned()
         .collect();
+    // Runners that are neither working nor on their way are no capacity: counted as such, a
+    // pool of broken pods would look idle and never grow.
+    let unhealthy = target_runners
+        .iter()
+        .filter(|name| {
+            ctx.stores
+                .pods
+                .get(&ObjectRef::new(name).within(ns))
+                .is_some_and(|p| {
+                    !ctx.runner_health(&p, super::registration_spent(&p))
+                        .is_capacity()
+                })
+        })
+        .cloned()
+        .collect();
     let github_scope = github_scope(scope);
     let github_runners = github
         .list_runners(&github_scope)
@@ -565,6 +580,7 @@ async fn observe_runners(
         target_runners,
         github_runners,
         failing_unregistration,
+        unhealthy,
     })
 }
 

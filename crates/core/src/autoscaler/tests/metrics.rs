@@ -162,7 +162,7 @@ fn busy_suggestions_follow_thresholds_factors_and_adjustments() {
         ("custom thresholds: 0 busy scales down",       custom,   4,  0, 2,  Some(Down)),
     ];
     for (name, policy, before, busy, replicas, direction) in table {
-        let s = policy.suggest(*before, *busy);
+        let s = policy.suggest(*before, *before, *busy);
         assert_eq!((s.replicas, s.direction), (*replicas, *direction), "{name}");
     }
 }
@@ -186,6 +186,7 @@ fn busy_counts_the_targets_busy_runners_only() {
             runner("other-set", true),
         ],
         failing_unregistration: vec![],
+        unhealthy: vec![],
     };
     assert_eq!(count_busy(&obs), 1);
 }
@@ -197,8 +198,27 @@ fn busy_counts_pods_whose_unregistration_failed_once_each() {
         github_runners: vec![runner("a", true), runner("b", false)],
         // a: busy and failing (once); b: idle per a stale list but failing; c: not listed.
         failing_unregistration: strings(&["a", "b", "c"]),
+        unhealthy: vec![],
     };
     assert_eq!(count_busy(&obs), 3);
+}
+
+#[test]
+fn unhealthy_runners_are_no_capacity_so_broken_pods_do_not_starve_a_scale_up() {
+    // 4 desired: 2 busy, 2 whose image cannot be pulled. Counted as capacity they make the
+    // pool look half idle (hold); they are none, so the pool is full and grows.
+    let mut obs = busy_runners(2, 4);
+    obs.unhealthy = strings(&["r2", "r3", "not-a-target-runner"]);
+    let busy = count_busy(&obs);
+    let capacity = healthy_capacity(&obs, 4, busy);
+    assert_eq!(capacity, 2);
+    let policy = BusyPolicy::from_metric(&busy_metric()).unwrap();
+    let s = policy.suggest(4, capacity, busy);
+    assert_eq!((s.replicas, s.direction), (6, Some(Direction::Up)), "4 × 1.3, rounded up");
+    assert_eq!(policy.suggest(4, 4, busy).direction, None, "as ARC counts them");
+    // A runner GitHub shows busy is capacity whatever its pod looks like.
+    obs.unhealthy = strings(&["r0", "r1", "r2", "r3"]);
+    assert_eq!(healthy_capacity(&obs, 4, busy), 2);
 }
 
 // ---- workflow_run_repositories ----
@@ -363,6 +383,7 @@ fn busy_runners(n: usize, of: usize) -> RunnerObservation {
             .collect(),
         target_runners: names,
         failing_unregistration: vec![],
+        unhealthy: vec![],
     }
 }
 

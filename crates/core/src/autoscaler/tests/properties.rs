@@ -181,7 +181,7 @@ proptest! {
             up: Step::Factor(up),
             down: Step::Factor(down),
         };
-        let s = policy.suggest(before, busy);
+        let s = policy.suggest(before, before, busy);
         match s.direction {
             // A factor of (nearly) 1 may keep the count; from zero it always adds a runner.
             Some(Direction::Up) => prop_assert!(s.replicas >= before.max(1)),

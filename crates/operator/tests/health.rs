@@ -1,0 +1,171 @@
+//! Runner health against the real control plane: runners that are neither working nor on their
+//! way are found, replaced when a fresh pod can help, left alone (and no more created) when
+//! their template cannot work, and reported on the sets and the deployment.
+//!
+//! The trouble is real kubelet trouble from nodesim (image pulls that fail with
+//! `ErrImagePull`/`ImagePullBackOff`); the time limits are shortened through the controller's
+//! settings, so nothing sleeps for minutes.
+
+mod support;
+
+use std::time::Duration;
+
+use hangar_api::{RunnerDeployment, RunnerReplicaSet};
+use hangar_testkit::eventually::eventually_of;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::ResourceExt;
+use kube::api::ListParams;
+use nodesim::program::{PodMatch, RunnerFault};
+use support::e2e::{Deployment, E2e, WAIT};
+
+/// How long a pod may fail to pull its image before it counts as stuck, in these tests.
+const STUCK_AFTER: Duration = Duration::from_secs(3);
+
+async fn start(prefix: &str) -> E2e {
+    E2e::start_configured(prefix, |s| s.health.pending = STUCK_AFTER).await
+}
+
+/// The `RunnersHealthy` condition of the deployment's newest set, with the set's
+/// `unhealthyReplicas`.
+async fn set_health(e: &E2e) -> Option<(Condition, i32)> {
+    let sets: Vec<RunnerReplicaSet> = e.replica_sets().await;
+    let set = sets
+        .iter()
+        .max_by_key(|s| s.metadata.creation_timestamp.clone())?;
+    let status = set.status.as_ref()?;
+    let condition = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "RunnersHealthy")?
+        .clone();
+    Some((condition, status.unhealthy_replicas.unwrap_or(0)))
+}
+
+/// Warning events with `reason`, counting the repeats of each.
+async fn warnings(e: &E2e, reason: &str) -> i32 {
+    e.h.api::<k8s_openapi::api::events::v1::Event>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|ev| ev.reason.as_deref() == Some(reason))
+        .map(|ev| ev.series.as_ref().map_or(1, |s| s.count))
+        .sum()
+}
+
+#[tokio::test]
+async fn a_template_whose_image_cannot_be_pulled_creates_no_more_runners_and_recovers_in_place() {
+    let e = start("health-pull").await;
+    let fault = e
+        .runner_faults
+        .add(RunnerFault::ImagePull, PodMatch::NamePrefix("pull-".into()));
+    e.apply(&Deployment::new("pull", 2, "pull"));
+
+    let (condition, _) = eventually_of(
+        &e,
+        "the set to say its runners cannot pull their image",
+        WAIT,
+        || async {
+            set_health(&e)
+                .await
+                .filter(|(c, n)| c.status == "False" && *n == 2)
+        },
+    )
+    .await;
+    assert_eq!(condition.reason, "ImagePullFailing", "{condition:?}");
+    assert!(
+        condition.message.contains("cannot be pulled")
+            && condition.message.contains("none is created or replaced"),
+        "{condition:?}"
+    );
+    let stuck: Vec<String> = e.runners().await.iter().map(|r| r.name_any()).collect();
+    assert_eq!(stuck.len(), 2);
+
+    // Paused, not churning: several sync periods later the same two runners wait, none more.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let later: Vec<String> = e.runners().await.iter().map(|r| r.name_any()).collect();
+    assert_eq!(
+        later, stuck,
+        "a template that cannot start is not retried pod after pod"
+    );
+    assert_eq!(e.pods().await.len(), 2);
+    eventually_of(&e, "the deployment to report it", WAIT, || async {
+        let rd = e.h.api::<RunnerDeployment>().get("pull").await.ok()?;
+        let status = rd.status?;
+        let copied = status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "RunnersHealthy" && c.reason == "ImagePullFailing");
+        (copied && status.unhealthy_replicas == Some(2)).then_some(())
+    })
+    .await;
+    assert_eq!(
+        warnings(&e, "ReplacementsPaused").await,
+        1,
+        "one event, not one per reconcile"
+    );
+
+    // The image can be pulled again: the kubelet's next retry starts the runners where they
+    // are, and the set says so.
+    e.runner_faults.remove(fault);
+    let running = e.wait_running(2).await;
+    assert_eq!(
+        running.into_iter().collect::<Vec<_>>(),
+        stuck,
+        "the stuck runners recovered in place"
+    );
+    eventually_of(&e, "the set to be healthy again", WAIT, || async {
+        set_health(&e)
+            .await
+            .filter(|(c, n)| c.status == "True" && *n == 0)
+    })
+    .await;
+    e.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_runner_stuck_beside_a_working_one_is_unregistered_and_replaced() {
+    let e = start("health-replace").await;
+    let rd = Deployment::new("mixed", 1, "mixed");
+    e.apply(&rd);
+    let working = e.wait_running(1).await;
+
+    // From now on new pods of the deployment cannot pull their image: the template has shown
+    // that it works, so the trouble is the pod's, and a stuck runner is replaced.
+    let fault = e.runner_faults.add(
+        RunnerFault::ImagePull,
+        PodMatch::NamePrefix("mixed-".into()),
+    );
+    e.apply(&rd.clone().replicas(2));
+    let first_stuck = eventually_of(&e, "a second, stuck runner reported", WAIT, || async {
+        let (c, n) = set_health(&e).await?;
+        let stuck = c
+            .message
+            .split(':')
+            .next()?
+            .strip_prefix("runner ")?
+            .to_owned();
+        (c.status == "False" && c.reason == "ImagePullFailing" && n >= 1).then_some(stuck)
+    })
+    .await;
+    assert!(!working.contains(&first_stuck));
+    eventually_of(&e, "the stuck runner replaced", WAIT, || async {
+        let names: Vec<String> = e.runners().await.iter().map(|r| r.name_any()).collect();
+        (!names.contains(&first_stuck)).then_some(())
+    })
+    .await;
+    assert!(warnings(&e, "RunnersUnhealthy").await >= 1);
+    assert_eq!(warnings(&e, "ReplacementsPaused").await, 0);
+
+    e.runner_faults.remove(fault);
+    let running = e.wait_running(2).await;
+    assert!(
+        working.is_subset(&running),
+        "the working runner was never touched"
+    );
+    assert_eq!(e.h.interrupted(), 0);
+    e.shutdown().await;
+}
