@@ -1,13 +1,17 @@
-//! Leaked registrations: runners Hangar registered on GitHub and then lost track of.
+//! Leaked registrations and ghosts: runners Hangar registered on GitHub and then lost track of.
 //!
 //! A JIT configuration registers its runner at once (offline); if the controller dies before
 //! the pod that would use it exists, or the Runner or StatefulSet it was for is deleted before
 //! its pod is created, nothing refers to the registration any more. GitHub itself removes
-//! offline ephemeral runners only after a day (others after 14 days). The leader's periodic
-//! sweep removes them sooner, and this module decides which.
+//! offline ephemeral runners only after a day (others after 14 days). A *ghost* is online: its
+//! pod is gone but a runner process still holds the registration (a node cut off from the
+//! apiserver but not from GitHub keeps running what the cluster already deleted); it takes
+//! jobs nothing in the cluster accounts for. The leader's periodic sweep removes both, and this
+//! module decides which. Removing an idle ghost's registration makes its process exit.
 //!
 //! Contract: [`judge`] removes a runner only if every one of these holds —
-//! 1. GitHub lists it `offline` (an unknown status counts as not offline) and not busy;
+//! 1. GitHub lists it `offline` or `online` (a status word Hangar does not know is never
+//!    judged) and not busy (a busy ghost finishes its job first: GitHub refuses to remove it);
 //! 2. no pod, Runner, StatefulSet pod or registration-only runner of its name exists in any
 //!    watched namespace (the caller's `live` names);
 //! 3. its name is one Hangar generates for an owner it knows at the runner's scope
@@ -144,19 +148,32 @@ pub struct Registered {
     pub id: u64,
     /// Runner name.
     pub name: String,
-    /// GitHub says `offline` (not `online`, nor a status word unknown to Hangar).
-    pub offline: bool,
+    /// What GitHub says of its connection.
+    pub status: Connection,
     /// Running a job.
     pub busy: bool,
     /// All its labels.
     pub labels: Vec<String>,
 }
 
+/// A runner's connection, as GitHub's list says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Connection {
+    /// `offline`: a registration nothing uses, or a runner that lost its pod.
+    Offline,
+    /// `online`: a runner process is connected — when no pod of its name exists, a *ghost*
+    /// (its pod was deleted while the process kept running, e.g. on a node cut off from the
+    /// apiserver but not from GitHub).
+    Online,
+    /// A status word Hangar does not know: never judged.
+    Unknown,
+}
+
 /// Why a runner is kept, or that it goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
-    /// GitHub does not say it is offline.
-    NotOffline,
+    /// GitHub's status word for it is unknown to Hangar.
+    StatusUnknown,
     /// It is running a job.
     Busy,
     /// A pod, Runner, StatefulSet pod or registration-only runner of its name exists.
@@ -203,8 +220,8 @@ pub struct Plan {
 
 /// The verdict on one runner (the module's contract, rule by rule).
 pub fn judge(runner: &Registered, observed: &Observed<'_>) -> Verdict {
-    if !runner.offline {
-        return Verdict::NotOffline;
+    if runner.status == Connection::Unknown {
+        return Verdict::StatusUnknown;
     }
     if runner.busy {
         return Verdict::Busy;
@@ -326,7 +343,11 @@ mod tests {
         Registered {
             id,
             name: name.into(),
-            offline,
+            status: if offline {
+                Connection::Offline
+            } else {
+                Connection::Unknown
+            },
             busy,
             labels: labels.iter().map(|l| (*l).to_owned()).collect(),
         }
@@ -436,8 +457,15 @@ mod tests {
 
     /// One row per branch of [`judge`]; the scope has one RunnerReplicaSet `ci-7c9fd` with label
     /// `gpu`, a live pod `ci-7c9fd-live2`, and runner 6 suspected since minute 0.
+    fn online(id: u64, name: &str, busy: bool, labels: &[&str]) -> Registered {
+        Registered {
+            status: Connection::Online,
+            ..runner(id, name, true, busy, labels)
+        }
+    }
+
     #[test]
-    fn only_offline_idle_unreferenced_hangar_runners_past_the_grace_period_go() {
+    fn only_idle_unreferenced_hangar_runners_past_the_grace_period_go() {
         let owners = [owner(OwnerKind::ReplicaSet, "ci-7c9fd", &["gpu"])];
         let live: BTreeSet<String> = ["ci-7c9fd-live2".to_owned()].into();
         let suspected: BTreeMap<u64, SystemTime> = [(6, t(0)), (7, t(0))].into();
@@ -454,7 +482,7 @@ mod tests {
             (
                 runner(1, "ci-7c9fd-x7k2q", false, false, &labels),
                 t(60),
-                Verdict::NotOffline,
+                Verdict::StatusUnknown,
             ),
             (
                 runner(2, "ci-7c9fd-x7k2q", true, true, &labels),
@@ -496,6 +524,32 @@ mod tests {
                 runner(7, "ci-7c9fd-x7k2q", true, false, &labels),
                 t(30),
                 Verdict::Remove,
+            ),
+            // Ghosts: online, no pod of their name.
+            (
+                online(7, "ci-7c9fd-x7k2q", false, &labels),
+                t(30),
+                Verdict::Remove,
+            ),
+            (
+                online(6, "ci-7c9fd-x7k2q", false, &labels),
+                t(29),
+                Verdict::Waiting { since: t(0) },
+            ),
+            (
+                online(7, "ci-7c9fd-x7k2q", true, &labels),
+                t(30),
+                Verdict::Busy,
+            ),
+            (
+                online(7, "ci-7c9fd-live2", false, &labels),
+                t(30),
+                Verdict::Live,
+            ),
+            (
+                online(7, "laptop", false, &labels),
+                t(30),
+                Verdict::NotHangars,
             ),
         ] {
             assert_eq!(
@@ -602,16 +656,21 @@ mod tests {
         }
 
         fn registered() -> impl Strategy<Value = Registered> {
+            let status = prop_oneof![
+                Just(Connection::Offline),
+                Just(Connection::Online),
+                Just(Connection::Unknown),
+            ];
             (
                 name(),
-                any::<bool>(),
+                status,
                 any::<bool>(),
                 prop::collection::vec(label(), 0..3),
             )
-                .prop_map(|(name, offline, busy, labels)| Registered {
+                .prop_map(|(name, status, busy, labels)| Registered {
                     id: 0,
                     name,
-                    offline,
+                    status,
                     busy,
                     labels,
                 })
@@ -620,7 +679,7 @@ mod tests {
         proptest! {
             #![proptest_config(ProptestConfig::with_cases(2000))]
 
-            /// Whatever GitHub lists, the plan removes only offline, idle runners that no live
+            /// Whatever GitHub lists, the plan removes only idle runners of a known status that no live
             /// object names, that an owner names and labels, and that were suspected for the
             /// whole grace period.
             #[test]
@@ -649,7 +708,7 @@ mod tests {
                 let plan = plan(&observed);
                 for id in &plan.remove {
                     let r = &runners[usize::try_from(*id).unwrap()];
-                    prop_assert!(r.offline && !r.busy, "{r:?}");
+                    prop_assert!(r.status != Connection::Unknown && !r.busy, "{r:?}");
                     prop_assert!(!live.contains(&r.name), "{r:?}");
                     prop_assert!(
                         owners.iter().any(|o| o.names(&r.name) && o.labels_fit(&r.labels)),

@@ -245,9 +245,10 @@ struct RunArgs {
     /// scaleDownDelaySecondsAfterScaleOut says otherwise.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     default_scale_down_delay: Duration,
-    /// How often the leader removes runner registrations Hangar created and lost (offline,
-    /// named as Hangar names its runners, with no pod or Runner: e.g. a JIT configuration whose
-    /// pod was never created); `0` switches the sweep off.
+    /// How often the leader removes runner registrations Hangar created and lost (idle, named
+    /// as Hangar names its runners, with no pod or Runner: a JIT configuration whose pod was
+    /// never created, or a ghost still online after its pod was deleted); `0` switches the
+    /// sweep off.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     leaked_registration_sweep_interval: Duration,
     /// How long a registration must have looked leaked before the sweep removes it, counted

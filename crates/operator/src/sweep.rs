@@ -1,6 +1,7 @@
 //! The leaked-registration sweep: every `--leaked-registration-sweep-interval`, the leader
-//! removes from GitHub the runners Hangar registered and then lost (a JIT configuration whose
-//! pod was never created), as [`hangar_core::sweep`] decides.
+//! removes from GitHub the runners Hangar registered and then lost — a JIT configuration whose
+//! pod was never created (offline), a ghost whose pod is gone while its process still holds
+//! the registration (online, idle) — as [`hangar_core::sweep`] decides.
 //!
 //! One pass: *observe* the owners of generated runner names — RunnerReplicaSets and
 //! RunnerDeployments (stores) and RunnerSets (a LIST) — and remember them for [`hangar_core::sweep::remember_for`], so a set
@@ -25,7 +26,7 @@ use std::time::SystemTime;
 use hangar_api::runner_config::RunnerConfig;
 use hangar_api::{RunnerSet, label};
 use hangar_core::RunnerScope;
-use hangar_core::sweep::{self, Observed, Owner, OwnerKind, Registered, Remembered};
+use hangar_core::sweep::{self, Connection, Observed, Owner, OwnerKind, Registered, Remembered};
 use hangar_github::{GitHubApi, GitHubError, RunnerId, RunnerStatus};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::ResourceExt;
@@ -202,7 +203,11 @@ impl Sweeper {
                         .into_iter()
                         .map(|r| Registered {
                             id: r.id.0,
-                            offline: r.status == RunnerStatus::Offline,
+                            status: match r.status {
+                                RunnerStatus::Offline => Connection::Offline,
+                                RunnerStatus::Online => Connection::Online,
+                                RunnerStatus::Unknown => Connection::Unknown,
+                            },
                             busy: r.busy,
                             labels: r.labels.into_iter().map(|l| l.name).collect(),
                             name: r.name,

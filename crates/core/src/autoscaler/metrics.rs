@@ -405,7 +405,9 @@ pub fn healthy_capacity(observation: &RunnerObservation, desired_before: u32, bu
         .map(String::as_str)
         .collect();
     let unhealthy = u32::try_from(unhealthy.len()).unwrap_or(u32::MAX);
-    desired_before.saturating_sub(unhealthy).max(busy.min(desired_before))
+    desired_before
+        .saturating_sub(unhealthy)
+        .max(busy.min(desired_before))
 }
 
 /// Busy runners: the target's runners GitHub reports busy, plus pods whose unregistration

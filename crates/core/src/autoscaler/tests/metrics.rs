@@ -214,8 +214,16 @@ fn unhealthy_runners_are_no_capacity_so_broken_pods_do_not_starve_a_scale_up() {
     assert_eq!(capacity, 2);
     let policy = BusyPolicy::from_metric(&busy_metric()).unwrap();
     let s = policy.suggest(4, capacity, busy);
-    assert_eq!((s.replicas, s.direction), (6, Some(Direction::Up)), "4 × 1.3, rounded up");
-    assert_eq!(policy.suggest(4, 4, busy).direction, None, "as ARC counts them");
+    assert_eq!(
+        (s.replicas, s.direction),
+        (6, Some(Direction::Up)),
+        "4 × 1.3, rounded up"
+    );
+    assert_eq!(
+        policy.suggest(4, 4, busy).direction,
+        None,
+        "as ARC counts them"
+    );
     // A runner GitHub shows busy is capacity whatever its pod looks like.
     obs.unhealthy = strings(&["r0", "r1", "r2", "r3"]);
     assert_eq!(healthy_capacity(&obs, 4, busy), 2);
