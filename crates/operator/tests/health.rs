@@ -109,14 +109,15 @@ async fn a_template_whose_image_cannot_be_pulled_creates_no_more_runners_and_rec
     );
 
     // The image can be pulled again: the kubelet's next retry starts the runners where they
-    // are, and the set says so.
+    // are (the first to work shows the template works, so one still waiting for its retry may
+    // be replaced instead), and the set says so.
     e.runner_faults.remove(fault);
     let running = e.wait_running(2).await;
-    assert_eq!(
-        running.into_iter().collect::<Vec<_>>(),
-        stuck,
-        "the stuck runners recovered in place"
+    assert!(
+        running.iter().any(|name| stuck.contains(name)),
+        "the stuck runners recover in place: {running:?} {stuck:?}"
     );
+    assert_eq!(e.h.interrupted(), 0);
     eventually_of(&e, "the set to be healthy again", WAIT, || async {
         set_health(&e)
             .await

@@ -170,6 +170,46 @@ pub fn runner_container_state(pod: &Pod) -> (i32, hangar_core::runner_container:
     (status.restart_count, state)
 }
 
+/// The runner container has never run and waits on what keeps it from starting: its image
+/// cannot be pulled, or it cannot be created (see
+/// [`hangar_core::unregistration::PodState::runner_blocked`]).
+pub fn runner_blocked(pod: &Pod) -> bool {
+    let Some(status) = runner_status(pod) else {
+        return false;
+    };
+    let never_ran = status.restart_count == 0
+        && status
+            .last_state
+            .as_ref()
+            .is_none_or(|s| s.terminated.is_none())
+        && status
+            .state
+            .as_ref()
+            .is_some_and(|s| s.running.is_none() && s.terminated.is_none());
+    let reason = status
+        .state
+        .as_ref()
+        .and_then(|s| s.waiting.as_ref())
+        .and_then(|w| w.reason.as_deref());
+    never_ran
+        && reason.is_some_and(|r| IMAGE_PULL_FAILING.contains(&r) || CANNOT_CREATE.contains(&r))
+}
+
+/// The kubelet's waiting reasons for a container whose image it cannot have.
+const IMAGE_PULL_FAILING: [&str; 4] = [
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+];
+
+/// The kubelet's waiting reasons for a container it cannot create or start as specified.
+const CANNOT_CREATE: [&str; 3] = [
+    CREATE_CONTAINER_CONFIG_ERROR,
+    "CreateContainerError",
+    "RunContainerError",
+];
+
 /// The runner container's last run exited with code 0 (its current state if terminated, else
 /// the run before it).
 pub fn runner_exited_cleanly(pod: &Pod) -> bool {
@@ -286,13 +326,9 @@ pub fn health_observed(pod: &Pod, credential_spent: bool, beyond: Beyond<'_>) ->
         .map(|w| {
             let reason = w.reason.clone().unwrap_or_default();
             match reason.as_str() {
-                "ErrImagePull" | "ImagePullBackOff" | "InvalidImageName" | "ErrImageNeverPull" => {
-                    health::Waiting::ImagePull(reason)
-                }
                 "CrashLoopBackOff" => health::Waiting::CrashLoop,
-                CREATE_CONTAINER_CONFIG_ERROR | "CreateContainerError" | "RunContainerError" => {
-                    health::Waiting::Config(reason)
-                }
+                r if IMAGE_PULL_FAILING.contains(&r) => health::Waiting::ImagePull(reason),
+                r if CANNOT_CREATE.contains(&r) => health::Waiting::Config(reason),
                 _ => health::Waiting::Other,
             }
         });
