@@ -217,14 +217,15 @@ impl Health {
     }
 
     /// Whether the trouble comes with the runner's template rather than its pod or node, so
-    /// that a fresh pod of the same template would most likely meet it again: its image cannot
-    /// be pulled, its container cannot be created, its runner keeps crashing or running out of
-    /// memory, or GitHub refuses its version. Owner sync replaces such a runner only while
-    /// another runner of the template shows that the template can work.
+    /// that a fresh pod of the same template would most likely meet it again: no node takes
+    /// what it asks for (selector, affinity, resources), its image cannot be pulled, its
+    /// container cannot be created, its runner keeps crashing or running out of memory, or
+    /// GitHub refuses its version. Owner sync replaces such a runner only while another runner
+    /// of the template shows that the template can work.
     pub fn comes_with_template(&self) -> bool {
         matches!(
             self,
-            Health::Stuck(Stuck::ImagePull(_) | Stuck::Config(_))
+            Health::Stuck(Stuck::Unschedulable(_) | Stuck::ImagePull(_) | Stuck::Config(_))
                 | Health::Dead(Dead::CrashLoop(_) | Dead::OomKilled)
                 | Health::Rejected(_)
         )

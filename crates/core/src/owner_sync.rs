@@ -35,8 +35,8 @@
 //!   which calls a runner GitHub shows busy healthy whatever its pod looks like). A stuck or
 //!   dead runner does not count, so its replacement is created at once, and its owner retires
 //!   the unregister-first way. The back-off is the evidence itself: when the trouble comes with
-//!   the template ([`Health::comes_with_template`]: image, container config, crash loop, OOM,
-//!   refused runner version) and no runner of the template works, a fresh pod would fail the
+//!   the template ([`Health::comes_with_template`]: no node takes it, image, container config,
+//!   crash loop, OOM, refused runner version) and no runner of the template works, a fresh pod would fail the
 //!   same way, so the troubled owners keep their places and nothing more is created
 //!   ([`Plan::paused`]) until the template changes or one of its runners works. Pod and node
 //!   trouble is replaced each time it is seen, which the classifier's time limits space out.
@@ -363,8 +363,9 @@ pub struct Plan {
     /// When this plan changes by the passing of time alone (a finished runner's place is
     /// released, [`Input::release_grace`]): the driver decides again then.
     pub recheck_at: Option<SystemTime>,
-    /// Every live owner with a runner that is neither working nor on its way, with that
-    /// runner's health, oldest owner first: for conditions, events and metrics.
+    /// Every owner not yet going (retiring ones included) with a runner that is neither working
+    /// nor on its way, with that runner's health, oldest owner first: for conditions, events
+    /// and metrics.
     pub unhealthy: Vec<(String, Health)>,
     /// Set when the set creates no runners because its template cannot work: an owner whose
     /// runner has trouble that comes with the template ([`Health::comes_with_template`]) while
@@ -383,6 +384,8 @@ pub fn plan(input: &Input) -> Plan {
     // Finished owners of an autoscaled ephemeral set that may still hold their place, with
     // the time their runner finished.
     let mut finished: Vec<(&OwnerView, SystemTime)> = vec![];
+    // Retiring owners whose runner is unhealthy: still there, and still reported.
+    let mut retiring_unhealthy: Vec<&OwnerView> = vec![];
     let holds_finished = input.ephemeral && input.effective_time.is_some();
     for owner in &input.owners {
         if owner.deleting {
@@ -394,6 +397,9 @@ pub fn plan(input: &Input) -> Plan {
             continue;
         }
         if owner.unregistration_requested {
+            if trouble(owner).is_some() {
+                retiring_unhealthy.push(owner);
+            }
             let safe = !owner.unseen_pods
                 && owner
                     .pods
@@ -462,7 +468,9 @@ pub fn plan(input: &Input) -> Plan {
     plan.unhealthy = current
         .iter()
         .chain(&outdated)
-        .filter_map(|(o, _)| Some((o.name.clone(), trouble(o)?.clone())))
+        .map(|(o, _)| *o)
+        .chain(retiring_unhealthy)
+        .filter_map(|o| Some((o.name.clone(), trouble(o)?.clone())))
         .collect();
     plan.unhealthy.sort_by_key(|(name, _)| {
         input

@@ -53,10 +53,6 @@ pub struct PodState {
     pub started: Option<SystemTime>,
     /// The pod is bound to a node (`spec.nodeName`): its kubelet may have started the runner.
     pub scheduled: bool,
-    /// The runner container has never run and waits on what keeps it from starting (its image
-    /// cannot be pulled, it cannot be created): like an unscheduled pod, nothing has run that
-    /// could have registered, but the kubelet may start it the moment after.
-    pub runner_blocked: bool,
     /// When the pod was created: the registration window's start for a scheduled pod its
     /// kubelet has not reported starting (on a lost node it never will).
     pub created: Option<SystemTime>,
@@ -78,8 +74,7 @@ pub struct PodState {
 pub enum Finished {
     /// It was already marked complete.
     AlreadyComplete,
-    /// The pod was never scheduled, or its runner container never started, so its runner
-    /// never ran nor registered.
+    /// The pod was never scheduled, so its runner never ran nor registered.
     NeverStarted,
     /// The pod stopped or outlived the registration window without a runner ID. If a runner did
     /// register under this name, it is offline now and GitHub removes offline ephemeral runners.
@@ -102,9 +97,8 @@ pub enum Step {
         /// Re-check delay.
         recheck_after: Duration,
     },
-    /// The pod is on no node (or its runner container is blocked from ever starting so far), so
-    /// its runner never started, but the scheduler (or the kubelet's next retry) may still
-    /// start it: delete the pod, on condition that it is still the version this decision looked at
+    /// The pod is on no node, so its runner never started, but the scheduler may still place
+    /// it: delete the pod, on condition that it is still the version this decision looked at
     /// (a changed pod is decided again), and finish once it is deleting. A mark on a live pod
     /// would be a claim the scheduler could falsify the moment after.
     Withdraw,
@@ -131,14 +125,11 @@ pub fn next_step(pod: &PodState, now: SystemTime) -> Step {
     }
     let stopped = pod.runner_stopped || matches!(pod.phase, PodPhase::Succeeded | PodPhase::Failed);
     let Some(runner_id) = pod.runner_id else {
-        let unscheduled = pod.phase == PodPhase::Pending && !pod.scheduled;
-        if unscheduled || (pod.runner_blocked && !stopped) {
-            // On no node, or its runner container never started (waiting on an image that
-            // cannot be pulled, a container that cannot be created), so nothing registered.
-            // Releasing it at once also avoids a dead-lock on volumes that can only be
-            // provisioned once the pod is gone. (A scheduled pod that merely looks Pending may
-            // already run its runner: a kubelet reports container starts after the fact, so it
-            // waits below like a started pod.)
+        if pod.phase == PodPhase::Pending && !pod.scheduled {
+            // On no node, so nothing started and nothing registered. Releasing it at once also
+            // avoids a dead-lock on volumes that can only be provisioned once the pod is gone.
+            // (A scheduled pod that looks Pending may already run its runner: a kubelet reports
+            // container starts after the fact, so it waits below like a started pod.)
             return if pod.deleting {
                 Step::Finish(Finished::NeverStarted)
             } else {
@@ -357,7 +348,6 @@ mod tests {
             ready_since: Some(at(0)),
             started: Some(at(0)),
             scheduled: true,
-            runner_blocked: false,
             created: Some(at(0)),
             deleting: false,
             unregistration_complete: false,
@@ -421,37 +411,6 @@ mod tests {
             next_step(&deleting, at(1)),
             Step::Finish(Finished::NeverStarted)
         );
-    }
-
-    /// A runner container that never ran and waits on an image it cannot pull registered
-    /// nothing, but the kubelet's next retry may start it: withdrawn like an unscheduled pod,
-    /// not made to wait out the registration window.
-    #[test]
-    fn a_pod_whose_runner_is_blocked_from_starting_is_withdrawn() {
-        let pod = PodState {
-            runner_id: None,
-            phase: PodPhase::Running, // its docker sidecar runs
-            runner_blocked: true,
-            ready_since: None,
-            ..idle()
-        };
-        assert_eq!(next_step(&pod, at(1)), Step::Withdraw);
-        let deleting = PodState {
-            deleting: true,
-            ..pod
-        };
-        assert_eq!(
-            next_step(&deleting, at(1)),
-            Step::Finish(Finished::NeverStarted)
-        );
-        let unblocked = PodState {
-            runner_blocked: false,
-            ..pod
-        };
-        assert!(matches!(
-            next_step(&unblocked, at(1)),
-            Step::WaitForRegistration { .. }
-        ));
     }
 
     #[test]

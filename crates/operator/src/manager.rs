@@ -219,12 +219,12 @@ pub async fn run(options: ManagerOptions) {
         }
     };
     let exporter = settings.exporter.clone();
-    if let Some(exporter) = &exporter {
-        attach_metrics(exporter, &stores, settings.github_registry.clone());
-    }
     let mut ctx = Context::new(client.clone(), github, settings, stores);
     ctx.clock = clock;
     let ctx = Arc::new(ctx);
+    if let Some(exporter) = &exporter {
+        attach_metrics(exporter, &ctx);
+    }
     spawn_runner_refresh(exporter, ctx.clone());
     let controllers = async {
         tokio::join!(
@@ -277,16 +277,28 @@ pub async fn run(options: ManagerOptions) {
     });
 }
 
-/// Makes `/metrics` render from the caches (and the client registry), and reports ready.
-fn attach_metrics(
-    exporter: &crate::metrics::Exporter,
-    stores: &Stores,
-    registry: Option<Arc<hangar_github::ClientRegistry>>,
-) {
+/// Makes `/metrics` render from the caches (and the client registry), and reports ready. The
+/// exporter holds the context weakly: the context's settings hold the exporter.
+fn attach_metrics(exporter: &crate::metrics::Exporter, ctx: &Arc<Context>) {
     use kube::ResourceExt;
-    let stores = stores.clone();
+    let stores = ctx.stores.clone();
+    let registry = ctx.settings.github_registry.clone();
+    let weak = Arc::downgrade(ctx);
     exporter.attach(move |metrics| {
         let pods = stores.pods.state();
+        let unhealthy: Vec<(String, &'static str)> = weak
+            .upgrade()
+            .map(|ctx| {
+                pods.iter()
+                    .filter_map(|pod| {
+                        let spent = hangar_runtime::pod::observe::registration_spent(pod);
+                        let health = ctx.runner_health(pod, spent);
+                        (!health.is_capacity())
+                            .then(|| (pod.namespace().unwrap_or_default(), health.reason()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         let autoscalers: Vec<_> = stores
             .hras
             .state()
@@ -320,6 +332,7 @@ fn attach_metrics(
             github: registry.as_deref(),
             autoscalers: &autoscalers,
             deployments: &deployments,
+            unhealthy: &unhealthy,
         })
     });
     exporter.set_ready(true);

@@ -153,20 +153,106 @@ async fn a_runner_stuck_beside_a_working_one_is_unregistered_and_replaced() {
     })
     .await;
     assert!(!working.contains(&first_stuck));
-    eventually_of(&e, "the stuck runner replaced", WAIT, || async {
-        let names: Vec<String> = e.runners().await.iter().map(|r| r.name_any()).collect();
-        (!names.contains(&first_stuck)).then_some(())
-    })
+    // Replaced at once: it retires (unregister-first) while its replacement is created. It
+    // leaves only once GitHub has its word on it: a kubelet reports a container's start after
+    // the fact, so a pod that looks stuck may hold a runner that just registered.
+    eventually_of(
+        &e,
+        "a replacement beside the retiring stuck runner",
+        WAIT,
+        || async {
+            let runners = e.runners().await;
+            let retiring = runners.iter().any(|r| {
+                r.name_any() == first_stuck
+                    && r.annotations()
+                        .contains_key("actions-runner/unregistration-request-timestamp")
+            });
+            let others = runners
+                .iter()
+                .filter(|r| r.name_any() != first_stuck && !working.contains(&r.name_any()))
+                .count();
+            (retiring && others >= 1).then_some(())
+        },
+    )
     .await;
     assert!(warnings(&e, "RunnersUnhealthy").await >= 1);
     assert_eq!(warnings(&e, "ReplacementsPaused").await, 0);
 
+    // The image pulls again: the retiring runner registers, is removed from GitHub and goes;
+    // its replacement runs beside the working one.
     e.runner_faults.remove(fault);
+    eventually_of(&e, "the stuck runner gone", WAIT, || async {
+        let names: Vec<String> = e.runners().await.iter().map(|r| r.name_any()).collect();
+        (!names.contains(&first_stuck)).then_some(())
+    })
+    .await;
     let running = e.wait_running(2).await;
     assert!(
         working.is_subset(&running),
         "the working runner was never touched"
     );
+    assert_eq!(e.h.interrupted(), 0);
+    e.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_runner_image_older_than_github_accepts_is_reported_and_not_multiplied() {
+    let e = E2e::start_configured("health-version", |s| {
+        s.minimum_runner_version = Some("2.329.0".into());
+    })
+    .await;
+    // ghsim refuses runners below its minimum (2.329.0) as GitHub does; the image's tag says
+    // which version the runner is, and the nodesim runner reports that version.
+    let stale = "ghcr.io/actions/actions-runner:2.311.0";
+    let mut rd = Deployment::new("old", 2, "old").annotation(
+        "program.nodesim.hangar.dev/runner",
+        "runner(version=2.311.0)",
+    );
+    rd.image = Some(stale.into());
+    e.apply(&rd);
+
+    let (condition, unhealthy) =
+        eventually_of(&e, "the refused version reported", WAIT, || async {
+            set_health(&e)
+                .await
+                .filter(|(c, n)| c.status == "False" && *n == 2)
+        })
+        .await;
+    assert_eq!(condition.reason, "RunnerVersionRejected", "{condition:?}");
+    for words in [
+        stale,
+        "version 2.311.0",
+        "the minimum is 2.329.0",
+        "none is created",
+    ] {
+        assert!(condition.message.contains(words), "{words}: {condition:?}");
+    }
+    assert_eq!(unhealthy, 2);
+
+    // More demand creates no more doomed runners.
+    e.apply(&rd.clone().replicas(4));
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        e.runners().await.len(),
+        2,
+        "no pod created for a refused version"
+    );
+    assert_eq!(warnings(&e, "ReplacementsPaused").await, 1);
+
+    // A current image rolls them out: the refused runners hold no job and go at once.
+    let mut fixed = Deployment::new("old", 4, "old").annotation(
+        "program.nodesim.hangar.dev/runner",
+        "runner(version=2.330.0)",
+    );
+    fixed.image = Some("ghcr.io/actions/actions-runner:2.330.0".into());
+    e.apply(&fixed);
+    e.wait_running(4).await;
+    eventually_of(&e, "the set to be healthy again", WAIT, || async {
+        set_health(&e)
+            .await
+            .filter(|(c, n)| c.status == "True" && *n == 0)
+    })
+    .await;
     assert_eq!(e.h.interrupted(), 0);
     e.shutdown().await;
 }

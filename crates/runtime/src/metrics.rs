@@ -1,7 +1,8 @@
 //! Prometheus metrics, `/healthz` and `/readyz`.
 //!
 //! Contract: instruments are cheap to update from any task; everything derivable from state
-//! Hangar already holds — runners by state (the pod cache), autoscaler and deployment replicas
+//! Hangar already holds — runners by state and unhealthy runners by reason (the pod cache,
+//! classified by `hangar_core::health` at scrape time), autoscaler and deployment replicas
 //! (their caches), GitHub calls and rate limits (the client registry) — is computed when
 //! Prometheus scrapes, so there is no second copy to keep in sync. The one exception is which
 //! runners are busy: a background task asks GitHub's List Runners per scope at most every
@@ -42,9 +43,6 @@ pub const BUSY_REFRESH: Duration = Duration::from_secs(30);
 
 type Labels = Vec<(&'static str, String)>;
 
-/// Runners by reason.
-type ReasonCounts = BTreeMap<&'static str, i64>;
-
 /// Every instrument Hangar exports.
 pub struct Metrics {
     registry: Registry,
@@ -67,8 +65,6 @@ pub struct Metrics {
     unregistrations_refused: Family<Labels, Counter>,
     leaked_registrations_removed: Family<Labels, Counter>,
     busy: Mutex<HashSet<String>>,
-    /// Per set (namespace, `Kind/name`), its unhealthy runners by reason.
-    unhealthy: Mutex<BTreeMap<(String, String), ReasonCounts>>,
     pending: Mutex<PendingDeliveries>,
     started: Instant,
 }
@@ -114,7 +110,6 @@ impl Metrics {
             unregistrations_refused: Family::default(),
             leaked_registrations_removed: Family::default(),
             busy: Mutex::new(HashSet::new()),
-            unhealthy: Mutex::default(),
             pending: Mutex::new(PendingDeliveries::default()),
             started: Instant::now(),
             registry: Registry::default(),
@@ -311,22 +306,6 @@ impl Metrics {
         self.queue_to_assignment.observe(took.as_secs_f64());
     }
 
-    /// Replaces what set `set` (`Kind/name`) in `namespace` reports of its unhealthy runners:
-    /// one reason per runner (empty once it has none, or is gone).
-    pub fn set_unhealthy(&self, namespace: &str, set: &str, reasons: &[&'static str]) {
-        let mut unhealthy = self.unhealthy.lock().expect("unhealthy lock");
-        let key = (namespace.to_owned(), set.to_owned());
-        if reasons.is_empty() {
-            unhealthy.remove(&key);
-            return;
-        }
-        let mut counts = BTreeMap::new();
-        for reason in reasons {
-            *counts.entry(*reason).or_default() += 1;
-        }
-        unhealthy.insert(key, counts);
-    }
-
     /// Replaces the set of runner names GitHub reports busy.
     pub fn set_busy(&self, names: HashSet<String>) {
         *self.busy.lock().expect("busy lock") = names;
@@ -414,10 +393,8 @@ impl Metrics {
         }
         self.unhealthy_runners.clear();
         let mut unhealthy: BTreeMap<(String, &str), i64> = BTreeMap::new();
-        for ((ns, _), reasons) in self.unhealthy.lock().expect("unhealthy lock").iter() {
-            for (reason, n) in reasons {
-                *unhealthy.entry((ns.clone(), reason)).or_default() += n;
-            }
+        for (ns, reason) in state.unhealthy {
+            *unhealthy.entry((ns.clone(), reason)).or_default() += 1;
         }
         for ((ns, reason), n) in unhealthy {
             self.unhealthy_runners
@@ -564,6 +541,9 @@ pub struct ScrapeState<'a> {
     pub autoscalers: &'a [AutoscalerView],
     /// RunnerDeployments: namespace, name, spec.replicas.
     pub deployments: &'a [(String, String, i64)],
+    /// Runners that are neither working nor on their way: namespace and reason
+    /// ([`hangar_core::health::Health::reason`]), one entry per runner.
+    pub unhealthy: &'a [(String, &'static str)],
 }
 
 /// The numbers of one HorizontalRunnerAutoscaler the gauges show.
@@ -930,11 +910,17 @@ mod tests {
             max: Some(10),
         }];
         let deployments = vec![("ns".to_owned(), "rd".to_owned(), 3)];
+        let unhealthy = vec![
+            ("ns".to_owned(), "ImagePullFailing"),
+            ("ns".to_owned(), "ImagePullFailing"),
+            ("other".to_owned(), "CrashLooping"),
+        ];
         let text = m.render(&ScrapeState {
             pods: &pods,
             github: None,
             autoscalers: &autoscalers,
             deployments: &deployments,
+            unhealthy: &unhealthy,
         });
         for line in [
             "hangar_reconcile_errors_total{controller=\"runner\"} 1",
@@ -947,6 +933,8 @@ mod tests {
             "hangar_runners{namespace=\"ns\",state=\"idle\"} 1",
             "horizontalrunnerautoscaler_desired_replicas{namespace=\"ns\",horizontalrunnerautoscaler=\"hra\"} 3",
             "runnerdeployment_spec_replicas{namespace=\"ns\",runnerdeployment=\"rd\"} 3",
+            "hangar_runners_unhealthy{namespace=\"ns\",reason=\"ImagePullFailing\"} 2",
+            "hangar_runners_unhealthy{namespace=\"other\",reason=\"CrashLooping\"} 1",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
         }

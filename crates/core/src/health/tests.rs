@@ -234,7 +234,7 @@ fn every_trouble_is_described_and_only_template_trouble_comes_with_the_template(
     use super::{Dead, Stuck};
     #[rustfmt::skip]
     let cases: Vec<(Health, bool, &str)> = vec![
-        (Health::Stuck(Stuck::Unschedulable("0/3 nodes are available".into())), false, "0/3 nodes are available"),
+        (Health::Stuck(Stuck::Unschedulable("0/3 nodes are available".into())), true, "0/3 nodes are available"),
         (Health::Stuck(Stuck::ImagePull("ImagePullBackOff".into())), true, "image cannot be pulled (ImagePullBackOff)"),
         (Health::Stuck(Stuck::Config("CreateContainerConfigError".into())), true, "cannot be created"),
         (Health::Stuck(Stuck::NeverRegistered), false, "never registered"),

@@ -603,7 +603,7 @@ fn each_kind_of_trouble_is_replaced_or_paused_as_it_should() {
     let cases: Vec<(&str, Health, bool)> = vec![
         // (what, health, comes with the template)
         ("never registered",  Health::Stuck(Stuck::NeverRegistered), false),
-        ("unschedulable",     Health::Stuck(Stuck::Unschedulable("0/3 nodes".into())), false),
+        ("unschedulable",     Health::Stuck(Stuck::Unschedulable("0/3 nodes".into())), true),
         ("never started",     Health::Stuck(Stuck::NotStarted), false),
         ("node NotReady",     Health::Dead(Dead::NodeNotReady), false),
         ("offline on GitHub", Health::Dead(Dead::Offline), false),
@@ -656,6 +656,24 @@ fn each_kind_of_trouble_is_replaced_or_paused_as_it_should() {
         }
         assert_eq!(alone.unhealthy, vec![("sick".into(), health)], "{what}");
     }
+}
+
+#[test]
+fn a_retiring_unhealthy_runner_is_still_reported_until_it_is_gone() {
+    let mut retiring = troubled(
+        "sick",
+        0,
+        PodPhase::Pending,
+        Health::Stuck(Stuck::NotStarted),
+    );
+    retiring.unregistration_requested = true;
+    let plan = plan(&input(1, vec![running("well", 1), retiring], 20));
+    assert_eq!(
+        plan.unhealthy,
+        vec![("sick".into(), Health::Stuck(Stuck::NotStarted))]
+    );
+    assert_eq!(plan.counts.unhealthy, 0, "it no longer counts for scaling");
+    assert_eq!(plan.actions, vec![]);
 }
 
 #[test]

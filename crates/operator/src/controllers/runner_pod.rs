@@ -45,7 +45,7 @@ use tracing::{info, warn};
 
 use super::{
     annotation, github_scope, object_name, parse_time, pod_is_ephemeral, pod_phase, pod_uses_jit,
-    ready_since, rfc3339, runner_blocked, runner_id, runner_stopped,
+    ready_since, rfc3339, runner_id, runner_stopped,
 };
 use crate::context::Context;
 use crate::error::{Error, github_err, ignore_not_found, kube_err};
@@ -340,14 +340,11 @@ async fn unregister(
             hangar_core::owner_sync::PodPhase::Succeeded
                 | hangar_core::owner_sync::PodPhase::Failed
         );
-    // A runner container that never ran (its image cannot be pulled, it cannot be created)
-    // registered nothing either, and needs no list.
-    let blocked = runner_blocked(pod);
     if id.is_none() && !stopped && pod_uses_jit(pod) {
         if let Lookup::Found(found) = find_runner_id(pod, controller, authority).await? {
             id = Some(found);
         }
-    } else if id.is_none() && !stopped && scheduled && !blocked {
+    } else if id.is_none() && !stopped && scheduled {
         let github = github_for_pod(pod, ctx, authority).await?;
         id = listed_from_now(pod, controller, gh_scope, github.as_ref()).await?;
     }
@@ -364,7 +361,6 @@ async fn unregister(
             .and_then(|s| s.start_time.as_ref())
             .map(super::k8s_time),
         scheduled,
-        runner_blocked: blocked,
         deleting: pod.metadata.deletion_timestamp.is_some(),
         created: pod
             .metadata
@@ -558,7 +554,7 @@ async fn withdraw(pod: &Pod, ctx: &Context) -> Result<(), Error> {
         .await
     {
         Ok(_) => {
-            info!(pod = %object_name(pod), "withdrew a retired pod whose runner never started");
+            info!(pod = %object_name(pod), "withdrew a retired pod that was never scheduled");
             Ok(())
         }
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),

@@ -236,15 +236,6 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         absorbed_completions: known.absorbed,
     };
     let plan = owner_sync::plan(&input);
-    ctx.metrics.set_unhealthy(
-        &ns,
-        &format!("RunnerReplicaSet/{}", set.name_any()),
-        &plan
-            .unhealthy
-            .iter()
-            .map(|(_, h)| h.reason())
-            .collect::<Vec<_>>(),
-    );
     // The actions touch different Runners (at most one each), so they go out together: one at
     // a time, a burst's finished Runners would each cost a round trip before the next is
     // deleted, and new demand would wait behind them.

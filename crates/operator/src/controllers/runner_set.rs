@@ -655,15 +655,6 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
         absorbed_completions: known.absorbed,
     };
     let plan = owner_sync::plan(&input);
-    ctx.metrics.set_unhealthy(
-        &ns,
-        &format!("RunnerSet/{}", set.name_any()),
-        &plan
-            .unhealthy
-            .iter()
-            .map(|(_, h)| h.reason())
-            .collect::<Vec<_>>(),
-    );
     for action in &plan.actions {
         apply(
             &set,

@@ -236,6 +236,8 @@ pub struct Deployment {
     pub without_docker: bool,
     /// `ephemeral: false`: static runners, which take job after job.
     pub static_runners: bool,
+    /// The runner image (the controller's default when unset).
+    pub image: Option<String>,
 }
 
 impl Deployment {
@@ -251,6 +253,7 @@ impl Deployment {
             credentials_secret: None,
             without_docker: false,
             static_runners: false,
+            image: None,
         }
     }
 
@@ -291,6 +294,9 @@ impl Deployment {
         }
         if self.static_runners {
             spec["ephemeral"] = json!(false);
+        }
+        if let Some(image) = &self.image {
+            spec["image"] = json!(image);
         }
         let mut rd = json!({
             "apiVersion": "actions.summerwind.dev/v1alpha1",

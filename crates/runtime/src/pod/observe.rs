@@ -170,31 +170,6 @@ pub fn runner_container_state(pod: &Pod) -> (i32, hangar_core::runner_container:
     (status.restart_count, state)
 }
 
-/// The runner container has never run and waits on what keeps it from starting: its image
-/// cannot be pulled, or it cannot be created (see
-/// [`hangar_core::unregistration::PodState::runner_blocked`]).
-pub fn runner_blocked(pod: &Pod) -> bool {
-    let Some(status) = runner_status(pod) else {
-        return false;
-    };
-    let never_ran = status.restart_count == 0
-        && status
-            .last_state
-            .as_ref()
-            .is_none_or(|s| s.terminated.is_none())
-        && status
-            .state
-            .as_ref()
-            .is_some_and(|s| s.running.is_none() && s.terminated.is_none());
-    let reason = status
-        .state
-        .as_ref()
-        .and_then(|s| s.waiting.as_ref())
-        .and_then(|w| w.reason.as_deref());
-    never_ran
-        && reason.is_some_and(|r| IMAGE_PULL_FAILING.contains(&r) || CANNOT_CREATE.contains(&r))
-}
-
 /// The kubelet's waiting reasons for a container whose image it cannot have.
 const IMAGE_PULL_FAILING: [&str; 4] = [
     "ErrImagePull",
