@@ -1,6 +1,7 @@
 //! No registration is left behind: a JIT registration whose pod was never created (the
 //! controller died in between) is removed from GitHub once it has looked leaked for the grace
-//! period; runners Hangar did not name, and runners of live pods, are never touched.
+//! period, and so is a ghost (online, idle, its pod gone); runners Hangar did not name, and
+//! runners of live pods, are never touched.
 //!
 //! The controllers run with a sweep every second and a 30-minute grace period; the test moves
 //! the controllers' clock forward instead of waiting. No simulated nodes: runner pods stay
@@ -132,6 +133,73 @@ async fn a_leaked_deployment_runner_is_removed_and_nothing_else() {
             h.describe_github_runners()
         );
     }
+    assert_eq!(removed_count(&exporter, "repository").as_deref(), Some("1"));
+}
+
+/// A ghost — a runner process still online whose pod is gone (a node cut off from the
+/// apiserver but not from GitHub keeps running what the cluster deleted) — is removed once it
+/// has been idle without a pod for the grace period; removing it disconnects the process.
+#[tokio::test]
+async fn an_online_ghost_without_a_pod_is_removed_once_idle() {
+    let (h, exporter) = start("sweep-ghost").await;
+    h.apply(
+        &json!({
+            "apiVersion": "actions.summerwind.dev/v1alpha1",
+            "kind": "RunnerDeployment",
+            "metadata": {"name": "haunted"},
+            "spec": {
+                "replicas": 1,
+                "template": {
+                    "metadata": {"annotations": {"hangar.dev/registration": "jit"}},
+                    "spec": {
+                        "repository": "octo/app",
+                        "labels": ["haunted"],
+                        "nodeSelector": {"hangar.dev/no-such-node": "true"},
+                    },
+                },
+            },
+        })
+        .to_string(),
+    );
+    let live = eventually("the deployment's runner registered", WAIT, || async {
+        let pods: Vec<Pod> = h.list().await;
+        let name = pods.first()?.name_any();
+        h.registered().contains(&name).then_some(name)
+    })
+    .await;
+    let set = h.list::<RunnerReplicaSet>().await[0].name_any();
+    let ghost = format!("{set}-gh5st"); // the apiserver's generateName alphabet
+    let request = JitConfigRequest {
+        name: ghost.clone(),
+        runner_group_id: 1,
+        labels: jit_runner_labels(&["haunted".to_owned()], None),
+        work_folder: None,
+    };
+    let config = h
+        .github
+        .generate_jit_config(&Scope::repo("octo", "app"), &request)
+        .await
+        .unwrap();
+    let mut process =
+        ghsim::runner::RunnerClient::from_jit_config(config.encoded_jit_config.expose()).unwrap();
+    process.connect().await.unwrap();
+    assert!(
+        h.online().contains(&ghost),
+        "{}",
+        h.describe_github_runners()
+    );
+
+    let all: BTreeSet<String> = [live.clone(), ghost.clone()].into();
+    sweep_past_grace(&h, &all, &ghost).await;
+    assert!(
+        h.registered().contains(&live),
+        "{}",
+        h.describe_github_runners()
+    );
+    assert!(
+        process.next_job(Duration::from_millis(100)).await.is_err(),
+        "the ghost's registration is gone, so its process is refused"
+    );
     assert_eq!(removed_count(&exporter, "repository").as_deref(), Some("1"));
 }
 
