@@ -537,34 +537,30 @@ async fn observe_runners(
             .map(|p| p.name_any())
             .collect(),
     };
-    let failing_unregistration = target_runners
-        .iter()
-        .filter(|name| {
-            ctx.stores
-                .pods
-                .get(&ObjectRef::new(name).within(ns))
-                .is_some_and(|p| {
-                    p.annotations()
-                        .contains_key(ann::UNREGISTRATION_FAILURE_MESSAGE)
+    // The target's runners whose pod (from the cache) is as `pick` says.
+    let runners_whose_pod =
+        |pick: &dyn Fn(&k8s_openapi::api::core::v1::Pod) -> bool| -> Vec<String> {
+            target_runners
+                .iter()
+                .filter(|name| {
+                    ctx.stores
+                        .pods
+                        .get(&ObjectRef::new(name).within(ns))
+                        .is_some_and(|p| pick(&p))
                 })
-        })
-        .cloned()
-        .collect();
+                .cloned()
+                .collect()
+        };
+    let failing_unregistration = runners_whose_pod(&|p| {
+        p.annotations()
+            .contains_key(ann::UNREGISTRATION_FAILURE_MESSAGE)
+    });
     // Runners that are neither working nor on their way are no capacity: counted as such, a
     // pool of broken pods would look idle and never grow.
-    let unhealthy = target_runners
-        .iter()
-        .filter(|name| {
-            ctx.stores
-                .pods
-                .get(&ObjectRef::new(name).within(ns))
-                .is_some_and(|p| {
-                    !ctx.runner_health(&p, super::registration_spent(&p))
-                        .is_capacity()
-                })
-        })
-        .cloned()
-        .collect();
+    let unhealthy = runners_whose_pod(&|p| {
+        !ctx.runner_health(p, super::registration_spent(p))
+            .is_capacity()
+    });
     let github_scope = github_scope(scope);
     let github_runners = github
         .list_runners(&github_scope)

@@ -54,6 +54,39 @@ async fn register(h: &Harness, name: &str, label: &str) {
         .unwrap();
 }
 
+/// Applies RunnerDeployment `name` (one JIT runner labelled `name`, its pod on no node, so
+/// Pending and its runner offline) and waits for its runner's registration; returns the pod's
+/// name and the RunnerReplicaSet's.
+async fn pending_jit_deployment(h: &Harness, name: &str) -> (String, String) {
+    h.apply(
+        &json!({
+            "apiVersion": "actions.summerwind.dev/v1alpha1",
+            "kind": "RunnerDeployment",
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": 1,
+                "template": {
+                    "metadata": {"annotations": {"hangar.dev/registration": "jit"}},
+                    "spec": {
+                        "repository": "octo/app",
+                        "labels": [name],
+                        "nodeSelector": {"hangar.dev/no-such-node": "true"},
+                    },
+                },
+            },
+        })
+        .to_string(),
+    );
+    let live = eventually("the deployment's runner registered", WAIT, || async {
+        let pods: Vec<Pod> = h.list().await;
+        let name = pods.first()?.name_any();
+        h.registered().contains(&name).then_some(name)
+    })
+    .await;
+    let set = h.list::<RunnerReplicaSet>().await[0].name_any();
+    (live, set)
+}
+
 /// Waits a few sweeps without moving the clock: nothing younger than the grace period goes.
 /// Then moves the clock 10 minutes a second until `gone` is no longer registered.
 async fn sweep_past_grace(h: &Harness, all: &BTreeSet<String>, gone: &str) {
@@ -86,32 +119,7 @@ fn removed_count(exporter: &hangar::metrics::Exporter, scope: &str) -> Option<St
 #[tokio::test]
 async fn a_leaked_deployment_runner_is_removed_and_nothing_else() {
     let (h, exporter) = start("sweep-rd").await;
-    h.apply(
-        &json!({
-            "apiVersion": "actions.summerwind.dev/v1alpha1",
-            "kind": "RunnerDeployment",
-            "metadata": {"name": "leaky"},
-            "spec": {
-                "replicas": 1,
-                "template": {
-                    "metadata": {"annotations": {"hangar.dev/registration": "jit"}},
-                    "spec": {
-                        "repository": "octo/app",
-                        "labels": ["leaky"],
-                        "nodeSelector": {"hangar.dev/no-such-node": "true"},
-                    },
-                },
-            },
-        })
-        .to_string(),
-    );
-    let live = eventually("the deployment's runner registered", WAIT, || async {
-        let pods: Vec<Pod> = h.list().await;
-        let name = pods.first()?.name_any();
-        h.registered().contains(&name).then_some(name)
-    })
-    .await;
-    let set = h.list::<RunnerReplicaSet>().await[0].name_any();
+    let (live, set) = pending_jit_deployment(&h, "leaky").await;
 
     let leaked = format!("{set}-x7k2q");
     let not_the_scheme = format!("{set}-manual");
@@ -142,32 +150,7 @@ async fn a_leaked_deployment_runner_is_removed_and_nothing_else() {
 #[tokio::test]
 async fn an_online_ghost_without_a_pod_is_removed_once_idle() {
     let (h, exporter) = start("sweep-ghost").await;
-    h.apply(
-        &json!({
-            "apiVersion": "actions.summerwind.dev/v1alpha1",
-            "kind": "RunnerDeployment",
-            "metadata": {"name": "haunted"},
-            "spec": {
-                "replicas": 1,
-                "template": {
-                    "metadata": {"annotations": {"hangar.dev/registration": "jit"}},
-                    "spec": {
-                        "repository": "octo/app",
-                        "labels": ["haunted"],
-                        "nodeSelector": {"hangar.dev/no-such-node": "true"},
-                    },
-                },
-            },
-        })
-        .to_string(),
-    );
-    let live = eventually("the deployment's runner registered", WAIT, || async {
-        let pods: Vec<Pod> = h.list().await;
-        let name = pods.first()?.name_any();
-        h.registered().contains(&name).then_some(name)
-    })
-    .await;
-    let set = h.list::<RunnerReplicaSet>().await[0].name_any();
+    let (live, set) = pending_jit_deployment(&h, "haunted").await;
     let ghost = format!("{set}-gh5st"); // the apiserver's generateName alphabet
     let request = JitConfigRequest {
         name: ghost.clone(),
