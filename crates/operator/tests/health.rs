@@ -10,7 +10,7 @@ mod support;
 
 use std::time::Duration;
 
-use hangar_api::{RunnerDeployment, RunnerReplicaSet};
+use hangar_api::{RunnerDeployment, RunnerReplicaSet, RunnerSet};
 use hangar_testkit::eventually::eventually_of;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
@@ -254,5 +254,62 @@ async fn a_runner_image_older_than_github_accepts_is_reported_and_not_multiplied
     })
     .await;
     assert_eq!(e.h.interrupted(), 0);
+    e.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_runner_set_whose_image_cannot_be_pulled_pauses_and_says_so() {
+    let e = start("health-set").await;
+    // RunnerSet pods are `<set>-<hash>-0`.
+    let fault = e.runner_faults.add(
+        RunnerFault::ImagePull,
+        PodMatch::NamePrefix("pullset-".into()),
+    );
+    e.h.apply(&support::runner_set_manifest(
+        Some(&e.nodes),
+        "pullset",
+        2,
+        "pullset",
+        &[],
+    ));
+    let set_health = || async {
+        let set = e.h.api::<RunnerSet>().get("pullset").await.ok()?;
+        let status = set.status?;
+        let condition = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "RunnersHealthy")?
+            .clone();
+        Some((condition, status.unhealthy_replicas.unwrap_or(0)))
+    };
+    let (condition, _) = eventually_of(
+        &e,
+        "the RunnerSet to report its stuck runners",
+        WAIT,
+        || async {
+            set_health()
+                .await
+                .filter(|(c, n)| c.status == "False" && *n == 2)
+        },
+    )
+    .await;
+    assert_eq!(condition.reason, "ImagePullFailing", "{condition:?}");
+    assert!(
+        condition.message.contains("none is created"),
+        "{condition:?}"
+    );
+    let stuck: Vec<String> = e.pods().await.iter().map(|p| p.name_any()).collect();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let later: Vec<String> = e.pods().await.iter().map(|p| p.name_any()).collect();
+    assert_eq!(later, stuck, "no pod churn");
+
+    e.runner_faults.remove(fault);
+    eventually_of(&e, "the RunnerSet healthy again", WAIT, || async {
+        set_health()
+            .await
+            .filter(|(c, n)| c.status == "True" && *n == 0)
+    })
+    .await;
     e.shutdown().await;
 }
