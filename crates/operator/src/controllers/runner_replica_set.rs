@@ -375,6 +375,7 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
     sets::health_event(
         &ctx,
         set.object_ref(&()),
+        &set.uid().unwrap_or_default(),
         &old_conditions,
         &health,
         plan.paused.is_some(),

@@ -975,6 +975,7 @@ async fn patch_status(
     sets::health_event(
         ctx,
         set.object_ref(&()),
+        &set.uid().unwrap_or_default(),
         &old_conditions,
         &health,
         plan.paused.is_some(),

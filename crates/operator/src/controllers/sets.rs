@@ -120,19 +120,26 @@ pub fn health(plan: &owner_sync::Plan) -> Desired {
 
 /// One Warning event when a set's `RunnersHealthy` turns False or changes its reason (not on
 /// every reconcile while it stays so): `RunnersUnhealthy`, or `ReplacementsPaused` when the set
-/// creates no more runners.
+/// creates no more runners. The set's own condition says what was said before; until the
+/// status write reaches the cache, the context's memory does (`uid` is the set's).
 pub fn health_event(
     ctx: &Context,
     object: k8s_openapi::api::core::v1::ObjectReference,
+    uid: &str,
     old: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
     new: &Desired,
     paused: bool,
 ) {
     if new.status {
+        ctx.said_once.forget(uid, kind::RUNNERS_HEALTHY);
         return;
     }
     let before = crate::conditions::find(Some(old), kind::RUNNERS_HEALTHY);
     if before.is_some_and(|c| c.status == "False" && c.reason == new.reason) {
+        return;
+    }
+    let said = format!("{} paused={paused}", new.reason);
+    if !ctx.said_once.first(uid, kind::RUNNERS_HEALTHY, &said) {
         return;
     }
     let reason = if paused {
