@@ -211,7 +211,7 @@ fn names_scope_versions_and_subresources() {
 }
 
 #[test]
-fn printer_columns_match_arc_plus_retirement_progress() {
+fn printer_columns_match_arc_plus_health_and_progress() {
     let columns = |kind| -> Vec<(String, String)> {
         crd(kind).spec.versions[0]
             .additional_printer_columns
@@ -228,7 +228,9 @@ fn printer_columns_match_arc_plus_retirement_progress() {
             .collect()
     };
     let age = ("Age", ".metadata.creationTimestamp");
-    // Hangar's one addition to ARC's columns, before Age: how a deletion is getting on.
+    // Hangar's additions to ARC's columns, before Age: runners neither working nor on their
+    // way, and how scaling or a deletion is getting on.
+    let unhealthy = ("Unhealthy", ".status.unhealthyReplicas");
     let progress = (
         "Progress",
         ".status.conditions[?(@.type==\"Progressing\")].reason",
@@ -255,6 +257,7 @@ fn printer_columns_match_arc_plus_retirement_progress() {
             ("Desired", ".spec.replicas"),
             ("Current", ".status.replicas"),
             ("Ready", ".status.readyReplicas"),
+            unhealthy,
             progress,
             age
         ])
@@ -271,6 +274,7 @@ fn printer_columns_match_arc_plus_retirement_progress() {
             ("Current", ".status.replicas"),
             ("Up-To-Date", ".status.updatedReplicas"),
             ("Available", ".status.availableReplicas"),
+            unhealthy,
             progress,
             age,
         ])
@@ -282,6 +286,7 @@ fn printer_columns_match_arc_plus_retirement_progress() {
             ("Current", ".status.replicas"),
             ("Up-To-Date", ".status.updatedReplicas"),
             ("Available", ".status.availableReplicas"),
+            unhealthy,
             progress,
             age,
         ])
