@@ -33,13 +33,13 @@ async fn set_health(e: &E2e) -> Option<(Condition, i32)> {
         .iter()
         .max_by_key(|s| s.metadata.creation_timestamp.clone())?;
     let status = set.status.as_ref()?;
-    let condition = status
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == "RunnersHealthy")?
-        .clone();
-    Some((condition, status.unhealthy_replicas.unwrap_or(0)))
+    health_of(status.conditions.as_deref(), status.unhealthy_replicas)
+}
+
+/// A status's `RunnersHealthy` condition, with its `unhealthyReplicas`.
+fn health_of(conditions: Option<&[Condition]>, unhealthy: Option<i32>) -> Option<(Condition, i32)> {
+    let condition = conditions?.iter().find(|c| c.type_ == "RunnersHealthy")?;
+    Some((condition.clone(), unhealthy.unwrap_or(0)))
 }
 
 /// Warning events with `reason`, counting the repeats of each.
@@ -275,13 +275,7 @@ async fn a_runner_set_whose_image_cannot_be_pulled_pauses_and_says_so() {
     let set_health = || async {
         let set = e.h.api::<RunnerSet>().get("pullset").await.ok()?;
         let status = set.status?;
-        let condition = status
-            .conditions
-            .iter()
-            .flatten()
-            .find(|c| c.type_ == "RunnersHealthy")?
-            .clone();
-        Some((condition, status.unhealthy_replicas.unwrap_or(0)))
+        health_of(status.conditions.as_deref(), status.unhealthy_replicas)
     };
     let (condition, _) = eventually_of(
         &e,

@@ -713,15 +713,6 @@ fn a_scale_down_retires_paused_runners_first() {
 }
 
 #[test]
-fn a_busy_runner_whatever_its_pod_looks_like_is_never_retired_for_health() {
-    // The classifier calls a runner GitHub shows busy healthy; a retirement would still only
-    // be a request, but none is made.
-    let plan = plan(&input(1, vec![running("busy", 0)], 60));
-    assert_eq!(retired(&plan), vec![]);
-    assert!(plan.unhealthy.is_empty());
-}
-
-#[test]
 fn unregistered_runner_within_the_window_counts_as_running() {
     let young = troubled("young", 0, PodPhase::Running, Health::Starting);
     let plan = plan(&input(1, vec![young], 9));

@@ -371,16 +371,7 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         .and_then(|s| s.conditions.clone())
         .unwrap_or_default();
     let mut wanted = set_conditions(input.desired, ready, &runners, &plan);
-    let health = sets::health(&plan);
-    sets::health_event(
-        &ctx,
-        set.object_ref(&()),
-        &set.uid().unwrap_or_default(),
-        &old_conditions,
-        &health,
-        plan.paused.is_some(),
-    );
-    wanted.push(health);
+    wanted.push(sets::health(&ctx, set.as_ref(), &old_conditions, &plan));
     if let Some((progress, _)) = &retiring {
         wanted.retain(|c| c.kind != kind::PROGRESSING);
         wanted.push(progress.clone());

@@ -971,16 +971,7 @@ async fn patch_status(
         .and_then(|s| s.conditions.clone())
         .unwrap_or_default();
     let mut wanted = set_conditions(input.desired, counts.ready, retiring_count, plan);
-    let health = sets::health(plan);
-    sets::health_event(
-        ctx,
-        set.object_ref(&()),
-        &set.uid().unwrap_or_default(),
-        &old_conditions,
-        &health,
-        plan.paused.is_some(),
-    );
-    wanted.push(health);
+    wanted.push(sets::health(ctx, set, &old_conditions, plan));
     if let Some(progress) = retiring {
         // A deleted set says it is waiting for its runners, not how it scales.
         wanted.retain(|c| c.kind != conditions::kind::PROGRESSING);

@@ -12,6 +12,7 @@ use hangar_core::autoscaler::{
     AutoscalerView, completions_absorbed, min_replicas_floor, reflected_completions,
 };
 use hangar_core::owner_sync::{self, Action as PlanAction, RetireReason, Wait};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
@@ -91,10 +92,23 @@ pub fn conditions(
     vec![available, progressing]
 }
 
+/// A set's `RunnersHealthy` condition from `plan`, published as one event when it changes
+/// ([`health_event`]), given the set's conditions as read (`old`).
+pub fn health<K>(ctx: &Context, set: &K, old: &[Condition], plan: &owner_sync::Plan) -> Desired
+where
+    K: kube::Resource<DynamicType = ()>,
+{
+    let condition = health_of(plan);
+    let uid = set.meta().uid.clone().unwrap_or_default();
+    let paused = plan.paused.is_some();
+    health_event(ctx, set.object_ref(&()), &uid, old, &condition, paused);
+    condition
+}
+
 /// A set's `RunnersHealthy` condition from `plan`: True when every runner works or is on its
 /// way; else False with the first unhealthy runner's reason, what is wrong with it, how many
 /// more there are, and whether the set stopped creating runners ([`owner_sync::Plan::paused`]).
-pub fn health(plan: &owner_sync::Plan) -> Desired {
+fn health_of(plan: &owner_sync::Plan) -> Desired {
     let Some((first, health)) = plan.unhealthy.first() else {
         return Desired::yes(
             kind::RUNNERS_HEALTHY,
@@ -122,11 +136,11 @@ pub fn health(plan: &owner_sync::Plan) -> Desired {
 /// every reconcile while it stays so): `RunnersUnhealthy`, or `ReplacementsPaused` when the set
 /// creates no more runners. The set's own condition says what was said before; until the
 /// status write reaches the cache, the context's memory does (`uid` is the set's).
-pub fn health_event(
+fn health_event(
     ctx: &Context,
     object: k8s_openapi::api::core::v1::ObjectReference,
     uid: &str,
-    old: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    old: &[Condition],
     new: &Desired,
     paused: bool,
 ) {
