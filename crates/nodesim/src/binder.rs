@@ -70,6 +70,7 @@ pub(crate) async fn run(
         let eligible = |i: usize| {
             let node = &nodes[i];
             node.up.load(Ordering::Relaxed)
+                && node.ready.load(Ordering::Relaxed)
                 && node.pods.load(Ordering::Relaxed) < capacity
                 && wanted.iter().all(|(k, v)| labels[i].get(k) == Some(v))
         };

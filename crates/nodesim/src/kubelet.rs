@@ -56,6 +56,8 @@ pub(crate) struct NodeRuntime {
     pub pods: AtomicUsize,
     /// False once the node has failed.
     pub up: AtomicBool,
+    /// False while the node reports NotReady (it runs its pods but takes no new ones).
+    pub ready: AtomicBool,
 }
 
 /// A request to a pod's worker from the simulator's API.

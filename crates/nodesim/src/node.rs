@@ -6,13 +6,19 @@
 //! `lease_renew` and re-reports the status every `node_status_report`, as a kubelet with the
 //! node-lease feature does: the Lease is what keeps the node alive for the node lifecycle
 //! controller.
+//!
+//! A kubelet can also report its node `Ready=False` while it goes on running its pods
+//! ([`Readiness::NotReady`], as when its container runtime's network is down). The test
+//! control plane runs without the node lifecycle controller, so the simulator then puts on the
+//! `node.kubernetes.io/not-ready:NoSchedule` taint that controller would add, and takes it off
+//! when the node is Ready again.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
     DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
-    NodeSystemInfo,
+    NodeSystemInfo, Taint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
@@ -95,10 +101,23 @@ pub fn node_object(config: &NodeSimConfig, id: &NodeIdentity) -> Node {
     }
 }
 
-/// The Node status a healthy kubelet reports; conditions changed at `since`, heard of `now`.
+/// Whether a kubelet reports its node Ready.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Readiness {
+    /// `Ready=True`, reason `KubeletReady`.
+    #[default]
+    Ready,
+    /// `Ready=False`, reason `KubeletNotReady`: the kubelet runs, its pods keep running, but
+    /// the node takes no new work.
+    NotReady,
+}
+
+/// The Node status a kubelet reports; its Ready condition as `readiness` says, conditions
+/// changed at `since`, heard of `now`.
 pub fn node_status(
     config: &NodeSimConfig,
     id: &NodeIdentity,
+    readiness: Readiness,
     since: Timestamp,
     now: Timestamp,
 ) -> NodeStatus {
@@ -144,12 +163,22 @@ pub fn node_status(
                 "KubeletHasSufficientPID",
                 "kubelet has sufficient PID available",
             ),
-            condition(
-                "Ready",
-                "True",
-                "KubeletReady",
-                "kubelet is posting ready status",
-            ),
+            match readiness {
+                Readiness::Ready => condition(
+                    "Ready",
+                    "True",
+                    "KubeletReady",
+                    "kubelet is posting ready status",
+                ),
+                Readiness::NotReady => condition(
+                    "Ready",
+                    "False",
+                    "KubeletNotReady",
+                    "container runtime network not ready: NetworkReady=false \
+                     reason:NetworkPluginNotReady message:Network plugin returns error: \
+                     cni plugin not initialized (nodesim: injected)",
+                ),
+            },
         ]),
         addresses: Some(vec![
             NodeAddress {
@@ -228,8 +257,8 @@ pub(crate) async fn register(
         &Patch::Apply(node_object(config, id)),
     )
     .await?;
-    let node = report_status(client, config, id, since).await?;
-    let node = clear_lifecycle_taints(&api, node).await?;
+    let node = report_status(client, config, id, Readiness::Ready, since).await?;
+    let node = set_not_ready_taint(&api, node, false).await?;
     let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
     renew_lease(&leases, config, &node).await?;
     Ok(node)
@@ -241,22 +270,41 @@ const LIFECYCLE_TAINTS: &[&str] = &[
     "node.kubernetes.io/unreachable",
 ];
 
-/// Removes the not-ready taint the API server's admission adds to every new Node. The node
-/// lifecycle controller removes it once the node reports Ready; the test control plane runs
-/// without that controller, so the simulator does it for its own Ready nodes.
-async fn clear_lifecycle_taints(api: &Api<Node>, mut node: Node) -> Result<Node, kube::Error> {
+/// Does for a simulated node what the node lifecycle controller does for a real one, which the
+/// test control plane runs without: a NotReady node gets the `not-ready:NoSchedule` taint
+/// (`not_ready`); a Ready one loses it, and the not-ready taint the API server's admission puts
+/// on every new Node.
+async fn set_not_ready_taint(
+    api: &Api<Node>,
+    mut node: Node,
+    not_ready: bool,
+) -> Result<Node, kube::Error> {
     for _ in 0..5 {
         let taints = node
             .spec
             .as_ref()
             .and_then(|s| s.taints.clone())
             .unwrap_or_default();
-        let kept: Vec<_> = taints
+        let mut kept: Vec<_> = taints
             .iter()
             .filter(|t| !LIFECYCLE_TAINTS.contains(&t.key.as_str()))
             .cloned()
             .collect();
-        if kept.len() == taints.len() {
+        if not_ready {
+            kept.push(Taint {
+                key: LIFECYCLE_TAINTS[0].to_owned(),
+                effect: "NoSchedule".to_owned(),
+                time_added: None,
+                value: None,
+            });
+        }
+        let same = |a: &[Taint], b: &[Taint]| {
+            a.len() == b.len()
+                && a.iter()
+                    .zip(b)
+                    .all(|(a, b)| a.key == b.key && a.effect == b.effect)
+        };
+        if same(&kept, &taints) {
             return Ok(node);
         }
         let name = node.metadata.name.clone().unwrap_or_default();
@@ -280,6 +328,7 @@ async fn report_status(
     client: &Client,
     config: &NodeSimConfig,
     id: &NodeIdentity,
+    readiness: Readiness,
     since: Timestamp,
 ) -> Result<Node, kube::Error> {
     let api: Api<Node> = Api::all(client.clone());
@@ -289,26 +338,30 @@ async fn report_status(
             ..ObjectMeta::default()
         },
         spec: None,
-        status: Some(node_status(config, id, since, Timestamp::now())),
+        status: Some(node_status(config, id, readiness, since, Timestamp::now())),
     };
     api.patch_status(&id.name, &apply_params(config), &Patch::Apply(status))
         .await
 }
 
-/// Keeps the node alive: renews its Lease and re-reports its status, forever.
+/// Keeps the node alive: renews its Lease and re-reports its status, forever; reports at once
+/// when `readiness` changes (with the taint that goes with it).
 pub(crate) async fn heartbeat(
     client: Client,
     config: NodeSimConfig,
     id: NodeIdentity,
     node: Node,
-    since: Timestamp,
+    mut since: Timestamp,
+    mut readiness: tokio::sync::watch::Receiver<Readiness>,
 ) {
     let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    let nodes: Api<Node> = Api::all(client.clone());
     let mut renew = tokio::time::interval(config.timing.lease_renew);
     renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut report = tokio::time::interval(config.timing.node_status_report);
     report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     report.tick().await; // registration just reported it
+    let mut reported = *readiness.borrow();
     loop {
         tokio::select! {
             _ = renew.tick() => {
@@ -317,8 +370,29 @@ pub(crate) async fn heartbeat(
                 }
             }
             _ = report.tick() => {
-                if let Err(e) = report_status(&client, &config, &id, since).await {
+                if let Err(e) = report_status(&client, &config, &id, reported, since).await {
                     tracing::warn!(node = %id.name, error = %e, "failed to report node status");
+                }
+            }
+            changed = readiness.changed() => {
+                if changed.is_err() {
+                    // The simulator is gone; its task is about to be stopped.
+                    std::future::pending::<()>().await;
+                }
+                let now = *readiness.borrow_and_update();
+                if now == reported {
+                    continue;
+                }
+                reported = now;
+                since = Timestamp::now();
+                let result = match report_status(&client, &config, &id, reported, since).await {
+                    Ok(node) => set_not_ready_taint(&nodes, node, reported == Readiness::NotReady)
+                        .await
+                        .map(drop),
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = result {
+                    tracing::warn!(node = %id.name, error = %e, "failed to report node readiness");
                 }
             }
         }
@@ -428,7 +502,7 @@ mod tests {
         assert_eq!(taints[0].effect, "NoSchedule");
 
         let t = Timestamp::from_second(1_800_000_000).unwrap();
-        let status = node_status(&config, &id, t, t);
+        let status = node_status(&config, &id, Readiness::Ready, t, t);
         assert_eq!(
             status.allocatable.unwrap()["pods"],
             Quantity("110".to_owned())

@@ -15,7 +15,7 @@ use crate::binder;
 use crate::config::NodeSimConfig;
 use crate::env::ApiObjects;
 use crate::kubelet::{self, Command, IpPool, NodeRuntime, Registry, Shared};
-use crate::node::{self, NodeIdentity};
+use crate::node::{self, NodeIdentity, Readiness};
 use crate::program::{Exit, Programs};
 use crate::writer::{RateLimiter, Stats, StatsSnapshot, Writer};
 
@@ -98,6 +98,11 @@ pub enum NodeFailure {
     /// As `Unresponsive`, and the Node object (with its Lease) is deleted, as when a cloud
     /// instance is removed; the control plane's pod GC deletes the orphaned pods.
     Deleted,
+    /// The kubelet keeps running and reporting its pods but reports the node `Ready=False`
+    /// (reason `KubeletNotReady`, as when the container runtime's network is down), and the
+    /// node gets the `node.kubernetes.io/not-ready:NoSchedule` taint. The only failure that
+    /// heals: [`NodeSimHandle::recover_node`].
+    NotReady,
 }
 
 /// What a pod needs to land on the simulator's nodes.
@@ -182,20 +187,27 @@ impl NodeSim {
                 shared: shared.clone(),
                 pods: AtomicUsize::new(0),
                 up: AtomicBool::new(true),
+                ready: AtomicBool::new(true),
             });
+            let (readiness, reported) = tokio::sync::watch::channel(Readiness::Ready);
             let heartbeat = node::heartbeat(
                 shared.client.clone(),
                 config.clone(),
                 runtime.id.clone(),
                 object,
                 since,
+                reported,
             );
             let pods = kubelet::run_pods(runtime.clone());
             let abort = tasks.spawn(async move {
                 tokio::join!(heartbeat, pods);
             });
             tracing::info!(node = %runtime.id.name, ip = %runtime.id.host_ip, "node registered");
-            nodes.push(NodeEntry { runtime, abort });
+            nodes.push(NodeEntry {
+                runtime,
+                abort,
+                readiness,
+            });
         }
         if let Some(name) = &config.scheduler_name {
             let runtimes = nodes.iter().map(|n| n.runtime.clone()).collect();
@@ -213,6 +225,8 @@ impl NodeSim {
 struct NodeEntry {
     runtime: Arc<NodeRuntime>,
     abort: AbortHandle,
+    /// What the node's heartbeat reports.
+    readiness: tokio::sync::watch::Sender<Readiness>,
 }
 
 /// A running simulator. Dropping it stops every node at once (as [`NodeFailure::Unresponsive`]
@@ -304,13 +318,16 @@ impl NodeSimHandle {
             })
     }
 
-    /// Makes node `name` fail (see [`NodeFailure`]). Its kubelet stops for good.
+    /// Makes node `name` fail (see [`NodeFailure`]). Its kubelet stops for good, unless the
+    /// failure is [`NodeFailure::NotReady`].
     pub async fn fail_node(&self, name: &str, failure: NodeFailure) -> Result<(), Error> {
-        let entry = self
-            .nodes
-            .iter()
-            .find(|n| n.runtime.id.name == name)
-            .ok_or_else(|| Error::UnknownNode(name.to_owned()))?;
+        let entry = self.node(name)?;
+        if failure == NodeFailure::NotReady {
+            entry.runtime.ready.store(false, Ordering::Relaxed);
+            entry.readiness.send_replace(Readiness::NotReady);
+            tracing::info!(node = name, "node reports NotReady");
+            return Ok(());
+        }
         entry.runtime.up.store(false, Ordering::Relaxed);
         entry.abort.abort();
         tracing::info!(node = name, ?failure, "node failed");
@@ -323,6 +340,23 @@ impl NodeSimHandle {
                 })?;
         }
         Ok(())
+    }
+
+    /// Makes node `name`, [`NodeFailure::NotReady`] before, report Ready again (and lose the
+    /// not-ready taint).
+    pub fn recover_node(&self, name: &str) -> Result<(), Error> {
+        let entry = self.node(name)?;
+        entry.runtime.ready.store(true, Ordering::Relaxed);
+        entry.readiness.send_replace(Readiness::Ready);
+        tracing::info!(node = name, "node reports Ready");
+        Ok(())
+    }
+
+    fn node(&self, name: &str) -> Result<&NodeEntry, Error> {
+        self.nodes
+            .iter()
+            .find(|n| n.runtime.id.name == name)
+            .ok_or_else(|| Error::UnknownNode(name.to_owned()))
     }
 
     /// Stops every kubelet and, if configured, deletes the nodes and their Leases. Pods left on

@@ -102,6 +102,85 @@ async fn an_unresponsive_node_stops_renewing_and_stops_running_pods() {
     sim.shutdown().await.unwrap();
 }
 
+/// The node's Ready condition status and whether it has the not-ready taint.
+fn readiness(node: &Node) -> (String, bool) {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.status.clone())
+        .unwrap_or_default();
+    let tainted = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == "node.kubernetes.io/not-ready"));
+    (ready, tainted)
+}
+
+#[tokio::test]
+async fn a_not_ready_node_keeps_its_pods_running_takes_no_new_ones_and_recovers() {
+    let cluster = hangar_testkit::TestCluster::get();
+    let client = cluster.client().await;
+    let ns = hangar_testkit::TestNamespace::create(cluster, "nodesim").await;
+    let sim = start(client.clone(), "sick", 1).await;
+    let name = sim.node_names()[0].clone();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let pods: Api<Pod> = ns.api(client.clone());
+    pods.create(
+        &PostParams::default(),
+        &pod("p", &sim.placement(), vec![container("main", "busybox")]),
+    )
+    .await
+    .unwrap();
+    wait_for(&pods, "p", "Running", when(|p| phase(p) == Some("Running"))).await;
+
+    sim.fail_node(&name, NodeFailure::NotReady).await.unwrap();
+    let sick = wait_for(&nodes, &name, "NotReady and tainted", |n: Option<&Node>| {
+        n.is_some_and(|n| readiness(n) == ("False".to_owned(), true))
+    })
+    .await;
+    let ready = sick
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .unwrap();
+    assert_eq!(ready.reason.as_deref(), Some("KubeletNotReady"));
+    // The kubelet lives on: it renews its Lease and its pod keeps running.
+    let first = lease_renewed(&leases.get(&name).await.unwrap());
+    wait_for(&leases, &name, "a renewal", |l: Option<&Lease>| {
+        l.is_some_and(|l| lease_renewed(l) > first)
+    })
+    .await;
+    assert_eq!(phase(&pods.get("p").await.unwrap()), Some("Running"));
+    // No new pod lands on it.
+    pods.create(
+        &PostParams::default(),
+        &pod("q", &sim.placement(), vec![container("main", "busybox")]),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let q = pods.get("q").await.unwrap();
+    assert_eq!(q.spec.as_ref().and_then(|s| s.node_name.as_deref()), None);
+    assert_eq!(
+        readiness(&nodes.get(&name).await.unwrap()),
+        ("False".to_owned(), true)
+    );
+
+    sim.recover_node(&name).unwrap();
+    wait_for(&nodes, &name, "Ready and untainted", |n: Option<&Node>| {
+        n.is_some_and(|n| readiness(n) == ("True".to_owned(), false))
+    })
+    .await;
+    wait_for(&pods, "q", "Running", when(|p| phase(p) == Some("Running"))).await;
+    assert!(sim.recover_node("nonesuch").is_err());
+    sim.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_deleted_node_disappears_with_its_lease() {
     let cluster = hangar_testkit::TestCluster::get();
