@@ -148,14 +148,18 @@ pub const CONTROLLER_NEEDS: &[Permission] = &[
     ("events.k8s.io", "events", "patch"),
 ];
 
-/// What the RunnerSet controller's volume reuse (controllers/runner_set/volumes.rs) calls on
-/// PersistentVolumes, which are cluster-scoped: a watch of the volumes labelled
-/// `pending-cleanup`, and merge patches (that label; removing `spec.claimRef`). Granted by a
-/// ClusterRole of its own in every mode, `scope.singleNamespace` included.
-pub const CONTROLLER_VOLUME_NEEDS: &[Permission] = &[
+/// What the controller calls on cluster-scoped objects, granted by a ClusterRole of its own in
+/// every mode, `scope.singleNamespace` included:
+/// - the RunnerSet controller's volume reuse (controllers/runner_set/volumes.rs) on
+///   PersistentVolumes: a watch of the volumes labelled `pending-cleanup`, and merge patches
+///   (that label; removing `spec.claimRef`);
+/// - runner health (the manager's node watch): a watch of Nodes, for their Ready condition.
+pub const CONTROLLER_CLUSTER_NEEDS: &[Permission] = &[
     ("", "persistentvolumes", "list"),
     ("", "persistentvolumes", "watch"),
     ("", "persistentvolumes", "patch"),
+    ("", "nodes", "list"),
+    ("", "nodes", "watch"),
 ];
 
 /// What `hangar webhook-server` calls (webhook_server.rs): reflectors over autoscalers and their

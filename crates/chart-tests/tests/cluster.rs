@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use hangar_chart_tests::{
-    CONTROLLER_NEEDS, CONTROLLER_SECRET_WATCH_NEEDS, CONTROLLER_VOLUME_NEEDS, Permission, RELEASE,
+    CONTROLLER_CLUSTER_NEEDS, CONTROLLER_NEEDS, CONTROLLER_SECRET_WATCH_NEEDS, Permission, RELEASE,
     WEBHOOK_SERVER_NEEDS, admission_needs, apply_rbac, documents, kinds_and_names, render,
     render_with, run_with_stdin, single_namespace_controller_needs,
 };
@@ -288,9 +288,12 @@ fn never<'a>(scope: Scope<'a>) -> Vec<Check<'a>> {
 fn never_cluster_scoped<'a>() -> Vec<Check<'a>> {
     let all = Scope::Everywhere;
     vec![
-        denied("get", "", "nodes", all),
+        // Nodes are watched for their Ready condition (runner health), never changed.
+        denied("create", "", "nodes", all),
+        denied("update", "", "nodes", all),
         denied("patch", "", "nodes", all),
         denied("delete", "", "nodes", all),
+        denied("patch", "", "nodes/status", all),
         denied("delete", "", "namespaces", all),
         // Volume reuse releases volumes (patch); it never creates or deletes one.
         denied("create", "", "persistentvolumes", all),
@@ -352,7 +355,7 @@ async fn controller_account_may_do_what_the_code_does_in_every_namespace_and_not
                 allowed: true,
             }),
     );
-    checks.extend(needs(CONTROLLER_VOLUME_NEEDS, Scope::Everywhere));
+    checks.extend(needs(CONTROLLER_CLUSTER_NEEDS, Scope::Everywhere));
     // Cluster-wide, listing or watching Secrets would read every Secret of the cluster.
     for scope in [Scope::Everywhere, Scope::In("anywhere"), Scope::In(ns)] {
         for (group, resource, verb) in CONTROLLER_SECRET_WATCH_NEEDS {
@@ -388,8 +391,8 @@ async fn single_namespace_mode_grants_nothing_outside_the_watched_namespace() {
     );
     let guard = apply_rbac(cluster, &yaml);
     // The one cluster-scoped grant: PersistentVolumes (cluster-scoped objects) for RunnerSet
-    // volume reuse.
-    let volumes = format!("hangar-volumes-{}", release.name());
+    // volume reuse, and reading Nodes for runner health.
+    let volumes = format!("hangar-cluster-{}", release.name());
     assert_eq!(
         guard.names,
         [
@@ -402,7 +405,7 @@ async fn single_namespace_mode_grants_nothing_outside_the_watched_namespace() {
 
     let watched_needs = single_namespace_controller_needs();
     let mut checks = needs(&watched_needs, Scope::In(watched.name()));
-    checks.extend(needs(CONTROLLER_VOLUME_NEEDS, Scope::Everywhere));
+    checks.extend(needs(CONTROLLER_CLUSTER_NEEDS, Scope::Everywhere));
     // Everything the controller may do in the watched namespace it may do nowhere else: not
     // cluster-wide, not in its own namespace, not in a third one.
     for scope in [

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use hangar_chart_tests::{
-    CONTROLLER_NEEDS, CONTROLLER_VOLUME_NEEDS, Permission, WEBHOOK_SERVER_NEEDS, admission_needs,
+    CONTROLLER_CLUSTER_NEEDS, CONTROLLER_NEEDS, Permission, WEBHOOK_SERVER_NEEDS, admission_needs,
     chart_dir, documents, granted, helm, kinds_and_names, of_kind, output, render, repo_root,
     single_namespace_controller_needs, str_at,
 };
@@ -90,10 +90,10 @@ fn default_values_render_a_cluster_wide_controller_with_its_admission_webhooks()
         [
             "ServiceAccount/hangar",
             "ClusterRole/hangar-hangar-system",
-            "ClusterRole/hangar-volumes-hangar-system",
+            "ClusterRole/hangar-cluster-hangar-system",
             "ClusterRole/hangar-admission-hangar-system",
             "ClusterRoleBinding/hangar-hangar-system",
-            "ClusterRoleBinding/hangar-volumes-hangar-system",
+            "ClusterRoleBinding/hangar-cluster-hangar-system",
             "ClusterRoleBinding/hangar-admission-hangar-system",
             "Role/hangar-admission",
             "RoleBinding/hangar-admission",
@@ -128,7 +128,7 @@ fn default_values_render_a_cluster_wide_controller_with_its_admission_webhooks()
         "{:?}",
         kinds_and_names(&without)
     );
-    assert_volume_role(&objects);
+    assert_cluster_role(&objects);
     let args = args(deployment(&objects, "controller"));
     assert_eq!(args[0], "run");
     // The ClusterRole lists and watches no Secret, so neither does the controller.
@@ -155,27 +155,28 @@ fn controller_role_grants_exactly_what_the_code_calls() {
     assert_eq!(granted(roles[0]), expected(CONTROLLER_NEEDS));
     assert_eq!(
         str_at(roles[1], &["metadata", "name"]),
-        "hangar-volumes-hangar-system"
+        "hangar-cluster-hangar-system"
     );
-    assert_eq!(granted(roles[1]), expected(CONTROLLER_VOLUME_NEEDS));
+    assert_eq!(granted(roles[1]), expected(CONTROLLER_CLUSTER_NEEDS));
 }
 
-/// PersistentVolumes are cluster-scoped: RunnerSet volume reuse needs its ClusterRole (and
-/// only that) whatever the scope, bound to the controller's ServiceAccount.
-fn assert_volume_role(objects: &[Value]) {
+/// PersistentVolumes and Nodes are cluster-scoped: RunnerSet volume reuse and runner health
+/// need their ClusterRole (and only that) whatever the scope, bound to the controller's
+/// ServiceAccount.
+fn assert_cluster_role(objects: &[Value]) {
     let roles = of_kind(objects, "ClusterRole");
     let role = roles
         .iter()
-        .find(|r| str_at(r, &["metadata", "name"]) == "hangar-volumes-hangar-system")
-        .expect("the volume reuse ClusterRole");
-    assert_eq!(granted(role), expected(CONTROLLER_VOLUME_NEEDS));
+        .find(|r| str_at(r, &["metadata", "name"]) == "hangar-cluster-hangar-system")
+        .expect("the cluster-scoped ClusterRole");
+    assert_eq!(granted(role), expected(CONTROLLER_CLUSTER_NEEDS));
     let binding = of_kind(objects, "ClusterRoleBinding")
         .into_iter()
-        .find(|b| str_at(b, &["metadata", "name"]) == "hangar-volumes-hangar-system")
+        .find(|b| str_at(b, &["metadata", "name"]) == "hangar-cluster-hangar-system")
         .expect("its binding");
     assert_eq!(
         str_at(binding, &["roleRef", "name"]),
-        "hangar-volumes-hangar-system"
+        "hangar-cluster-hangar-system"
     );
     assert_eq!(str_at(&binding["subjects"][0], &["name"]), "hangar");
     assert_eq!(str_at(&binding["subjects"][0], &["namespace"]), NS);
@@ -191,11 +192,12 @@ fn single_namespace_mode_renders_only_roles_in_the_watched_namespace() {
             "admissionWebHooks.enabled=false",
         ],
     ));
-    // The only cluster-scoped grant: PersistentVolumes, for volume reuse (the admission
+    // The only cluster-scoped grant: PersistentVolumes for volume reuse and Nodes read for
+    // runner health (the admission
     // webhooks' configurations, checked with them below, are cluster-scoped too).
     assert_eq!(of_kind(&objects, "ClusterRole").len(), 1);
     assert_eq!(of_kind(&objects, "ClusterRoleBinding").len(), 1);
-    assert_volume_role(&objects);
+    assert_cluster_role(&objects);
     let roles = of_kind(&objects, "Role");
     assert_eq!(roles.len(), 1);
     assert_eq!(str_at(roles[0], &["metadata", "namespace"]), "ci");

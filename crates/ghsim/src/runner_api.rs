@@ -114,6 +114,11 @@ async fn poll(
 ) -> Result<Response, ApiError> {
     let wait = Duration::from_millis(q.wait_ms.unwrap_or(0)).min(MAX_POLL_WAIT);
     let deadline = tokio::time::Instant::now() + wait;
+    // A runner waiting in a poll is connected, so online: look again well within
+    // `offline_after` (which renews the session) even if nothing changes.
+    let keepalive = sim
+        .read(|w, _| w.config.offline_after / 3)
+        .max(Duration::from_millis(100));
     loop {
         // Register interest before looking, so a change between the look and the wait wakes us.
         let notified = sim.changed().notified();
@@ -122,7 +127,10 @@ async fn poll(
         if let Some(job) = sim.update(|w, now| w.poll(&session_id, now))? {
             return Ok((StatusCode::OK, Json(json!({"job": job}))).into_response());
         }
-        if tokio::time::timeout_at(deadline, notified).await.is_err() {
+        let look_again = deadline.min(tokio::time::Instant::now() + keepalive);
+        if tokio::time::timeout_at(look_again, notified).await.is_err()
+            && tokio::time::Instant::now() >= deadline
+        {
             return Ok(StatusCode::NO_CONTENT.into_response());
         }
     }

@@ -203,6 +203,57 @@ async fn long_poll_wakes_when_a_job_arrives() {
 }
 
 #[tokio::test]
+async fn a_runner_waiting_in_a_long_poll_stays_online() {
+    // Real time here: offline_after is measured on the simulator's clock.
+    let sim = Sim::new(SimConfig::default());
+    sim.update(|w, _| {
+        w.add_pat(PAT, "tests");
+        w.add_org("acme", None);
+        w.config.offline_after = Duration::from_millis(300);
+    });
+    let gh = ghsim::spawn(sim).await.unwrap();
+    let url = gh.url.as_str();
+    let client = GitHubClient::new(
+        Endpoint::custom(url, url).unwrap(),
+        Credentials::token(PAT),
+        ClientOptions::default(),
+    )
+    .unwrap();
+    let jit = client
+        .generate_jit_config(
+            &Scope::org("acme"),
+            &JitConfigRequest {
+                name: "patient".into(),
+                runner_group_id: 1,
+                labels: vec!["self-hosted".into()],
+                work_folder: None,
+            },
+        )
+        .await
+        .unwrap();
+    let mut runner = RunnerClient::from_jit_config(jit.encoded_jit_config.expose()).unwrap();
+    runner.connect().await.unwrap();
+    let poll = tokio::spawn(async move { runner.next_job(Duration::from_millis(1500)).await });
+    let online = || {
+        gh.sim.update(|w, now| {
+            w.tick(now);
+            w.runners.values().all(|r| r.online())
+        })
+    };
+    while !poll.is_finished() {
+        assert!(online(), "offline while waiting in a poll");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        poll.await.unwrap().unwrap(),
+        None,
+        "no job: the poll timed out"
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(!online(), "offline once it stops polling");
+}
+
+#[tokio::test]
 async fn second_listener_for_the_same_runner_conflicts() {
     let (_gh, client, _) = start().await;
     let jit = client

@@ -270,8 +270,9 @@ struct RunArgs {
     /// works) reported while its set creates no more.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     stuck_pod_timeout: Duration,
-    /// How long a runner pod's node may be NotReady before the runner counts as dead and is
-    /// replaced.
+    /// How long a runner pod's node may be NotReady (its `Ready` condition False or Unknown)
+    /// before the runner counts as dead and is replaced. `0` turns node readiness off: Nodes
+    /// are then not watched (no cluster-scoped permission needed).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     node_not_ready_timeout: Duration,
     /// Runner container restarts in a crash loop after which the runner counts as dead.

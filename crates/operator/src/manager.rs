@@ -30,7 +30,7 @@ use kube::runtime::watcher;
 use tokio::net::TcpListener;
 use tracing::{error, info};
 
-use hangar_runtime::watch::{api, shared_store, spawn_store};
+use hangar_runtime::watch::{self, api, shared_store, spawn_store};
 
 use crate::context::{Clock, Context, Settings, Stores, SystemClock};
 use crate::controllers;
@@ -160,12 +160,17 @@ pub async fn run(options: ManagerOptions) {
         shared_store(api::<RunnerDeployment>(&client, ns), all());
     let (hras, [hras_for_hras, hras_for_sets, hras_for_runner_sets]) =
         shared_store(api::<HorizontalRunnerAutoscaler>(&client, ns), all());
+    // Runner health reads nodes' Ready condition, unless told not to (no node watch, and no
+    // need for the cluster-scoped permission).
+    let nodes =
+        (!settings.health.node_not_ready.is_zero()).then(|| watch::spawn_node_store(&client));
     let stores = Stores {
         pods,
         runners,
         replica_sets,
         deployments,
         hras,
+        nodes,
     };
     // The webhook server and the pull recovery route jobs by the same table.
     let runner_sets = (webhook.is_some() || !settings.webhook_pull_interval.is_zero())
@@ -338,14 +343,14 @@ fn attach_metrics(exporter: &crate::metrics::Exporter, ctx: &Arc<Context>) {
     exporter.set_ready(true);
 }
 
-/// Every [`crate::metrics::BUSY_REFRESH`], asks GitHub (through the caching client: a 304 is
+/// Every [`Settings::runner_refresh`](hangar_runtime::context::Settings::runner_refresh), asks GitHub (through the caching client: a 304 is
 /// free) which registered runners are online, offline or busy, per scope that has registered
 /// runner pods — the scopes their owners granted them, never what a pod claims — for the
 /// runners' health ([`Context::github_runners`]) and the busy gauge.
 fn spawn_runner_refresh(exporter: Option<Arc<crate::metrics::Exporter>>, ctx: Arc<Context>) {
     tokio::spawn(async move {
         loop {
-            tokio::time::sleep(crate::metrics::BUSY_REFRESH).await;
+            tokio::time::sleep(ctx.settings.runner_refresh).await;
             // Scopes that have registered runner pods, each asked once.
             let scopes: std::collections::BTreeSet<_> = ctx
                 .stores

@@ -55,6 +55,30 @@ async fn warnings(e: &E2e, reason: &str) -> i32 {
         .sum()
 }
 
+/// The notes of the Warning events with `reason`.
+async fn warning_notes(e: &E2e, reason: &str) -> Vec<String> {
+    e.h.api::<k8s_openapi::api::events::v1::Event>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|ev| ev.reason.as_deref() == Some(reason))
+        .filter_map(|ev| ev.note)
+        .collect()
+}
+
+/// Waits until runner `first` is gone and another one runs in its place; returns the latter.
+async fn replaced(e: &E2e, first: &str) -> String {
+    eventually_of(e, "a replacement running, the first gone", WAIT, || async {
+        let runners: Vec<String> = e.runners().await.iter().map(|r| r.name_any()).collect();
+        let running = e.running().await;
+        (runners.len() == 1 && !runners.iter().any(|n| n == first) && running.len() == 1)
+            .then(|| runners[0].clone())
+    })
+    .await
+}
+
 #[tokio::test]
 async fn a_template_whose_image_cannot_be_pulled_creates_no_more_runners_and_recovers_in_place() {
     let e = start("health-pull").await;
@@ -305,5 +329,112 @@ async fn a_runner_set_whose_image_cannot_be_pulled_pauses_and_says_so() {
             .filter(|(c, n)| c.status == "True" && *n == 0)
     })
     .await;
+    e.shutdown().await;
+}
+
+/// The node the pod of runner `name` runs on.
+async fn node_of(e: &E2e, name: &str) -> String {
+    let pod =
+        e.h.api::<k8s_openapi::api::core::v1::Pod>()
+            .get(name)
+            .await
+            .unwrap();
+    pod.spec.and_then(|s| s.node_name).unwrap()
+}
+
+#[tokio::test]
+async fn an_idle_runner_on_a_not_ready_node_is_replaced_and_a_busy_one_finishes_its_job() {
+    let e = E2e::start_configured("health-node", |s| {
+        s.health.node_not_ready = Duration::from_secs(3);
+    })
+    .await;
+    let rd = Deployment::new("sick", 1, "sick");
+    e.apply(&rd);
+    let first = e.wait_running(1).await.pop_first().unwrap();
+    let sick = node_of(&e, &first).await;
+
+    // Its node stops being Ready (the kubelet still runs the pod): once past the limit the
+    // runner no longer counts, is replaced on the Ready node and retires unregister-first.
+    e.nodes
+        .fail_node(&sick, nodesim::NodeFailure::NotReady)
+        .await
+        .unwrap();
+    // The set says why, in its condition (for as long as the runner is there) and in an event.
+    let replacement = replaced(&e, &first).await;
+    let notes = warning_notes(&e, "RunnersUnhealthy").await;
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains(&first) && n.contains("its node is NotReady")),
+        "{notes:?}"
+    );
+    assert_ne!(node_of(&e, &replacement).await, sick);
+    assert!(
+        !e.h.registered().contains(&first),
+        "unregistered from GitHub"
+    );
+
+    // The other way round: the runner on the node that fails is busy. It keeps its job to the
+    // end, however long the node stays NotReady; only then does it go.
+    e.nodes.recover_node(&sick).unwrap();
+    let busy_node = node_of(&e, &replacement).await;
+    let jobs = e.submit(1, "sick", Duration::from_secs(15), false);
+    eventually_of(&e, "the runner to take the job", WAIT, || async {
+        e.h.busy().contains(&replacement).then_some(())
+    })
+    .await;
+    e.nodes
+        .fail_node(&busy_node, nodesim::NodeFailure::NotReady)
+        .await
+        .unwrap();
+    eventually_of(&e, "the job to finish", WAIT, || async {
+        e.assert_no_busy_runner_pod_deleting().await;
+        e.all_succeeded(&jobs).then_some(())
+    })
+    .await;
+    assert_eq!(e.h.interrupted(), 0);
+    // The deployment still wants one runner: it runs on the Ready node.
+    let last = e.wait_running(1).await.pop_first().unwrap();
+    assert_ne!(node_of(&e, &last).await, busy_node);
+    e.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_runner_offline_on_github_while_its_pod_runs_is_replaced() {
+    let e = E2e::start_configured("health-offline", |s| {
+        s.runner_refresh = Duration::from_secs(1);
+        s.health.offline = Duration::from_secs(2);
+    })
+    .await;
+    e.h.sim
+        .update(|w, _| w.config.offline_after = Duration::from_secs(2));
+    e.apply(&Deployment::new("lost", 1, "lost"));
+    let first = e.wait_running(1).await.pop_first().unwrap();
+
+    // The runner loses GitHub; its pod runs on, Ready.
+    let fault = e
+        .runner_faults
+        .add(RunnerFault::CutOff, PodMatch::NamePrefix(first.clone()));
+    // Replaced and unregistered, with the reason told; when it reaches GitHub again its
+    // registration is gone, and it exits.
+    replaced(&e, &first).await;
+    let notes = warning_notes(&e, "RunnersUnhealthy").await;
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains(&first) && n.contains("GitHub shows it offline")),
+        "{notes:?}"
+    );
+    e.runner_faults.remove(fault);
+    let running = e.wait_running(1).await;
+    assert!(!running.contains(&first), "{running:?}");
+    assert!(!e.h.registered().contains(&first));
+    eventually_of(&e, "the set healthy again", WAIT, || async {
+        set_health(&e)
+            .await
+            .filter(|(c, n)| c.status == "True" && *n == 0)
+    })
+    .await;
+    assert_eq!(e.h.interrupted(), 0);
     e.shutdown().await;
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 use hangar_api::runner_config::GitHubApiCredentialsFrom;
 use hangar_api::{HorizontalRunnerAutoscaler, Runner, RunnerDeployment, RunnerReplicaSet};
 use hangar_github::{ClientRegistry, GitHubApi};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
@@ -70,6 +70,9 @@ pub struct Settings {
     /// image tag says it is older is refused ([`hangar_core::health::Health::Rejected`]).
     /// `None` judges no version.
     pub minimum_runner_version: Option<String>,
+    /// How often the registered runners of each scope are listed on GitHub (cached: an
+    /// unchanged list is a free 304), for runner health and the busy gauge.
+    pub runner_refresh: Duration,
     /// How long a finished ephemeral runner of an autoscaled set keeps its place when its
     /// autoscaler cannot say that the count already reflects the runner's job
     /// (`--release-grace`; [`hangar_core::owner_sync::RELEASE_GRACE`] by default).
@@ -108,6 +111,7 @@ impl Default for Settings {
             retirement_timeout: hangar_core::retirement::DEFAULT_TIMEOUT,
             health: hangar_core::health::Thresholds::default(),
             minimum_runner_version: None,
+            runner_refresh: crate::metrics::RUNNER_REFRESH,
             release_grace: hangar_core::owner_sync::RELEASE_GRACE,
             webhook_pull_interval: hangar_core::autoscaler::pull::DEFAULT_INTERVAL,
             watch_credential_secrets: true,
@@ -130,6 +134,9 @@ pub struct Stores {
     pub deployments: Store<RunnerDeployment>,
     /// HorizontalRunnerAutoscalers (read by the webhook server to match jobs).
     pub hras: Store<HorizontalRunnerAutoscaler>,
+    /// Nodes, name and Ready condition only ([`crate::watch::spawn_node_store`]), for runner
+    /// health; `None` when nodes are not watched (`--node-not-ready-timeout 0`).
+    pub nodes: Option<Store<Node>>,
 }
 
 /// Shared state of all reconcilers.
@@ -289,11 +296,32 @@ impl Context {
             .unwrap_or_default();
         let beyond = Beyond {
             github,
-            node_not_ready: None,
+            node_not_ready: self.node_not_ready(pod),
             minimum_version: self.settings.minimum_runner_version.as_deref(),
         };
         let observed = health_observed(pod, credential_spent, beyond);
         hangar_core::health::classify(&observed, &self.settings.health, self.now())
+    }
+
+    /// Since when the node `pod` runs on reports itself not Ready (`Ready` False or Unknown),
+    /// if it does and nodes are watched.
+    fn node_not_ready(&self, pod: &Pod) -> Option<SystemTime> {
+        let nodes = self.stores.nodes.as_ref()?;
+        let name = pod.spec.as_ref()?.node_name.as_deref()?;
+        let node = nodes.get(&kube::runtime::reflector::ObjectRef::new(name))?;
+        let ready = node
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == "Ready")?;
+        (ready.status != "True").then(|| {
+            ready
+                .last_transition_time
+                .as_ref()
+                .map_or(SystemTime::UNIX_EPOCH, crate::pod::observe::k8s_time)
+        })
     }
 
     /// Publishes a Kubernetes Event about `object` in the background: events are for humans

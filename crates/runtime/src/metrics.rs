@@ -6,7 +6,7 @@
 //! (their caches), GitHub calls and rate limits (the client registry) — is computed when
 //! Prometheus scrapes, so there is no second copy to keep in sync. The one exception is which
 //! runners are busy: a background task asks GitHub's List Runners per scope at most every
-//! [`BUSY_REFRESH`], through the caching client (a 304 costs no rate limit).
+//! [`crate::context::Settings::runner_refresh`], through the caching client (a 304 costs no rate limit).
 //!
 //! Latencies: `hangar_webhook_delivery_to_pod_seconds` pairs each queued `workflow_job`
 //! delivery the webhook server turned into a reservation with the next runner pod created for
@@ -38,8 +38,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-/// How often the busy/idle split of registered runners is refreshed from GitHub.
-pub const BUSY_REFRESH: Duration = Duration::from_secs(30);
+/// How often, by default, the registered runners' state (online, busy, offline) is refreshed
+/// from GitHub ([`crate::context::Settings::runner_refresh`]).
+pub const RUNNER_REFRESH: Duration = Duration::from_secs(30);
 
 type Labels = Vec<(&'static str, String)>;
 

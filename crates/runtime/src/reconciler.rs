@@ -360,6 +360,7 @@ mod tests {
             replica_sets: reflector::store().0,
             deployments: reflector::store().0,
             hras: reflector::store().0,
+            nodes: None,
         };
         Context::new(client, Arc::new(github), Settings::default(), stores)
     }

@@ -56,6 +56,37 @@ where
     shared_store::<K, 0>(api, config).0
 }
 
+/// A store of the cluster's Nodes holding what runner health reads of them — name and Ready
+/// condition — and nothing else: a real node's status lists every image it holds, which would
+/// cost the cache far more than the pods it runs.
+pub fn spawn_node_store(client: &Client) -> Store<k8s_openapi::api::core::v1::Node> {
+    use k8s_openapi::api::core::v1::{Node, NodeStatus};
+    let (reader, writer) = reflector::store();
+    let nodes = watcher(Api::<Node>::all(client.clone()), watcher::Config::default()).modify(
+        |node: &mut Node| {
+            node.metadata.managed_fields = None;
+            node.metadata.annotations = None;
+            node.metadata.labels = None;
+            node.spec = None;
+            let ready = node
+                .status
+                .take()
+                .and_then(|s| s.conditions)
+                .into_iter()
+                .flatten()
+                .filter(|c| c.type_ == "Ready")
+                .collect();
+            node.status = Some(NodeStatus {
+                conditions: Some(ready),
+                ..NodeStatus::default()
+            });
+        },
+    );
+    let stream = reflector::reflector(writer, nodes).default_backoff();
+    tokio::spawn(stream.for_each(|_| async {}));
+    reader
+}
+
 /// A controller's trigger stream: the objects of a kind that one shared watch saw change
 /// (created, modified, deleted, or listed when the watch (re)starts).
 pub type Triggers<K> = futures::stream::BoxStream<'static, Result<K, watcher::Error>>;

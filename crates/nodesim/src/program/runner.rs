@@ -87,6 +87,9 @@ use super::{ContainerContext, ContainerIo, ContainerProgram, Exit, StartFailure}
 /// The runner container's name in ARC's pod shape.
 pub const RUNNER_CONTAINER: &str = "runner";
 
+/// How often a runner in a call to GitHub checks whether [`RunnerFault::CutOff`] holds.
+const CUT_OFF_CHECK: Duration = Duration::from_millis(100);
+
 /// The exit code of a runner whose job was cancelled by SIGTERM (128 + 15).
 pub const EXIT_CANCELLED: i32 = 143;
 /// The entrypoint's exit code when the environment is incomplete.
@@ -435,6 +438,7 @@ impl ContainerProgram for RunnerProgram {
             || self.faults.applies(RunnerFault::NeverRegisters, &ctx);
         let runner = Runner {
             program: self,
+            ctx: &ctx,
             never_registers,
             pod: format!("{}/{}", ctx.namespace(), ctx.pod_name()),
             env,
@@ -448,6 +452,7 @@ impl ContainerProgram for RunnerProgram {
 /// One run of the runner process.
 struct Runner<'a> {
     program: &'a RunnerProgram,
+    ctx: &'a ContainerContext,
     /// `config.sh` hangs ([`Registration::Never`] or [`RunnerFault::NeverRegisters`]).
     never_registers: bool,
     pod: String,
@@ -484,9 +489,18 @@ impl Runner<'_> {
         }
         self.io.set_ready(true);
         loop {
-            let polled = match self.idle(client.next_job(self.program.poll_wait)).await {
+            if self.cut_off() {
+                if let Idle::Term = self.idle(sleep(self.program.retry_delay)).await {
+                    return self.stop_idle(&mut client).await;
+                }
+                continue;
+            }
+            let poll = self.unless_cut_off(client.next_job(self.program.poll_wait));
+            let polled = match self.idle(poll).await {
                 Idle::Term => return self.stop_idle(&mut client).await,
-                Idle::Done(polled) => polled,
+                // The connection dropped: the poll is lost, as GitHub sees it.
+                Idle::Done(None) => continue,
+                Idle::Done(Some(polled)) => polled,
             };
             match polled {
                 Ok(None) => {}
@@ -512,6 +526,25 @@ impl Runner<'_> {
                     }
                 }
             }
+        }
+    }
+
+    /// Whether [`RunnerFault::CutOff`] keeps this runner from GitHub now.
+    fn cut_off(&self) -> bool {
+        self.program.faults.applies(RunnerFault::CutOff, self.ctx)
+    }
+
+    /// `work` (a call to GitHub), or `None` if [`RunnerFault::CutOff`] cuts the runner off
+    /// first: the connection drops, the call is lost.
+    async fn unless_cut_off<T>(&self, work: impl Future<Output = T>) -> Option<T> {
+        let cut = async {
+            while !self.cut_off() {
+                sleep(CUT_OFF_CHECK).await;
+            }
+        };
+        tokio::select! {
+            done = work => Some(done),
+            () = cut => None,
         }
     }
 
@@ -617,6 +650,9 @@ impl Runner<'_> {
                 break;
             }
             // A poll while busy renews the runner's liveness (the job lock, on GitHub).
+            if self.cut_off() {
+                continue;
+            }
             if let Err(e) = client.next_job(Duration::ZERO).await {
                 tracing::warn!(pod = %self.pod, error = %e, "liveness renewal failed");
             }
@@ -768,6 +804,11 @@ pub enum RunnerFault {
     /// Runner containers started meanwhile run but never register (`config.sh` hangs), as
     /// [`Registration::Never`]; they stay stuck after the fault is removed.
     NeverRegisters,
+    /// Runner listeners cannot reach GitHub while the fault holds (a network partition): they
+    /// stop polling, so GitHub takes them offline after its timeout (ghsim's
+    /// `offline_after`), and they poll again (reconnecting if their session is gone) once it
+    /// is removed. Their containers keep running.
+    CutOff,
 }
 
 /// Which runner pods a [`RunnerFault`] applies to.

@@ -505,6 +505,44 @@ async fn a_never_registers_fault_sticks_to_runners_started_meanwhile() {
     assert!(!registered(&gh, "stuck-1"), "a stuck runner stays stuck");
 }
 
+#[tokio::test]
+async fn a_cut_off_runner_goes_offline_keeps_running_and_comes_back_when_healed() {
+    // Real time: GitHub's offline timeout runs on the simulator's clock.
+    let gh = github().await;
+    gh.sim
+        .update(|w, _| w.config.offline_after = Duration::from_millis(300));
+    let program = RunnerProgram::new().with_retry_delay(Duration::from_millis(50));
+    let (run, _control) = start(program.clone(), &repo_env(&gh, "cut-1", false));
+    // GitHub's view now (applying its timeouts first).
+    let online = || {
+        gh.sim.update(|w, now| {
+            w.tick(now);
+            runner(w, "cut-1").is_some_and(|r| r.online())
+        })
+    };
+    until("the runner online", &online).await;
+    // It stays online while it waits in its long poll.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(online());
+
+    let id = program
+        .faults()
+        .add(RunnerFault::CutOff, PodMatch::NamePrefix("runner-".into()));
+    until("the runner offline", || !online()).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!run.is_finished(), "the container runs on");
+    assert!(registered(&gh, "cut-1"));
+    assert!(!online());
+
+    program.faults().remove(id);
+    until("the runner online again", &online).await;
+    let job = submit(&gh, 1, Duration::from_millis(100))[0];
+    until("its job done", || {
+        job_state(&gh, job).0 == JobStatus::Completed
+    })
+    .await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_jit_runner_needs_no_registration_call_and_takes_one_job() {
     let gh = github().await;
