@@ -91,7 +91,10 @@ pub struct RunnerStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ready: Option<bool>,
 
-    /// Where and with which labels the runner is registered at GitHub.
+    /// Where and with which labels the runner is registered at GitHub, as ARC wrote it. Hangar
+    /// keeps the field so that ARC's objects decode, but does not write it: the Registered
+    /// condition and the pod's `actions-runner/id` annotation say whether and as what the
+    /// runner is registered.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub registration: Option<RunnerStatusRegistration>,
 
@@ -108,12 +111,15 @@ pub struct RunnerStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 
-    /// The workflow job the runner is running, as reported by the runner itself when a runner
-    /// status hook is enabled.
+    /// The workflow job the runner is running, as ARC's runner status hook reported it. Hangar
+    /// has no such hook and does not write it; the `Busy` column of the runner's set counts
+    /// the runners GitHub shows running a job.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workflow: Option<WorkflowStatus>,
 
-    /// When the controller last checked the runner's registration at GitHub.
+    /// When ARC last checked the runner's registration at GitHub. Hangar does not write it: it
+    /// learns of the registration from the runner pod and of the runner's state from GitHub's
+    /// runner list.
     #[schemars(extend("nullable" = true))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_registration_check_time: Option<Time>,

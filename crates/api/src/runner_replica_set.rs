@@ -32,6 +32,7 @@ use crate::runner::RunnerTemplate;
     printcolumn(name = "Desired", type_ = "number", json_path = ".spec.replicas"),
     printcolumn(name = "Current", type_ = "number", json_path = ".status.replicas"),
     printcolumn(name = "Ready", type_ = "number", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Busy", type_ = "number", json_path = ".status.busyReplicas"),
     printcolumn(
         name = "Unhealthy",
         type_ = "number",
@@ -89,6 +90,12 @@ pub struct RunnerReplicaSetStatus {
     /// Number of those Runners that are available; currently the same as readyReplicas.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub available_replicas: Option<i32>,
+
+    /// Number of these runners running a job, as GitHub listed them last (Hangar only): the
+    /// runner list is taken every 30 s and the count written when the set next syncs, so it
+    /// trails GitHub by up to a sync period more.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busy_replicas: Option<i32>,
 
     /// Number of runners neither working nor on their way (Hangar only): stuck (unschedulable,
     /// image pull failing, never registered), dead (crash-looping, OOM-killed, node NotReady,

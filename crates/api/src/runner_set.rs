@@ -55,6 +55,7 @@ use crate::validation::{
         type_ = "number",
         json_path = ".status.availableReplicas"
     ),
+    printcolumn(name = "Busy", type_ = "number", json_path = ".status.busyReplicas"),
     printcolumn(
         name = "Unhealthy",
         type_ = "number",
@@ -133,6 +134,12 @@ pub struct RunnerSetStatus {
     /// The pod selector in string form (e.g. runnerset-name=ci), for the scale subresource.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,
+
+    /// Number of these runners running a job, as GitHub listed them last (Hangar only): the
+    /// runner list is taken every 30 s and the count written when the set next syncs, so it
+    /// trails GitHub by up to a sync period more.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busy_replicas: Option<i32>,
 
     /// Number of runners neither working nor on their way (Hangar only): stuck (unschedulable,
     /// image pull failing, never registered), dead (crash-looping, OOM-killed, node NotReady,

@@ -211,7 +211,7 @@ fn names_scope_versions_and_subresources() {
 }
 
 #[test]
-fn printer_columns_match_arc_plus_health_and_progress() {
+fn printer_columns_match_arc_plus_busy_health_and_progress() {
     let columns = |kind| -> Vec<(String, String)> {
         crd(kind).spec.versions[0]
             .additional_printer_columns
@@ -228,8 +228,9 @@ fn printer_columns_match_arc_plus_health_and_progress() {
             .collect()
     };
     let age = ("Age", ".metadata.creationTimestamp");
-    // Hangar's additions to ARC's columns, before Age: runners neither working nor on their
-    // way, and how scaling or a deletion is getting on.
+    // Hangar's additions to ARC's columns, before Age: runners running a job, runners neither
+    // working nor on their way, and how scaling or a deletion is getting on.
+    let busy = ("Busy", ".status.busyReplicas");
     let unhealthy = ("Unhealthy", ".status.unhealthyReplicas");
     let progress = (
         "Progress",
@@ -257,6 +258,7 @@ fn printer_columns_match_arc_plus_health_and_progress() {
             ("Desired", ".spec.replicas"),
             ("Current", ".status.replicas"),
             ("Ready", ".status.readyReplicas"),
+            busy,
             unhealthy,
             progress,
             age
@@ -274,6 +276,7 @@ fn printer_columns_match_arc_plus_health_and_progress() {
             ("Current", ".status.replicas"),
             ("Up-To-Date", ".status.updatedReplicas"),
             ("Available", ".status.availableReplicas"),
+            busy,
             unhealthy,
             progress,
             age,
@@ -286,6 +289,7 @@ fn printer_columns_match_arc_plus_health_and_progress() {
             ("Current", ".status.replicas"),
             ("Up-To-Date", ".status.updatedReplicas"),
             ("Available", ".status.availableReplicas"),
+            busy,
             unhealthy,
             progress,
             age,

@@ -206,7 +206,7 @@ impl NodeSim {
             nodes.push(NodeEntry {
                 runtime,
                 abort,
-                readiness,
+                readiness: Arc::new(readiness),
             });
         }
         if let Some(name) = &config.scheduler_name {
@@ -226,7 +226,7 @@ struct NodeEntry {
     runtime: Arc<NodeRuntime>,
     abort: AbortHandle,
     /// What the node's heartbeat reports.
-    readiness: tokio::sync::watch::Sender<Readiness>,
+    readiness: Arc<tokio::sync::watch::Sender<Readiness>>,
 }
 
 /// A running simulator. Dropping it stops every node at once (as [`NodeFailure::Unresponsive`]
@@ -345,10 +345,26 @@ impl NodeSimHandle {
     /// Makes node `name`, [`NodeFailure::NotReady`] before, report Ready again (and lose the
     /// not-ready taint).
     pub fn recover_node(&self, name: &str) -> Result<(), Error> {
+        self.recover_node_after(name, std::time::Duration::ZERO)
+    }
+
+    /// [`recover_node`](Self::recover_node) `after` from now, in the background.
+    pub fn recover_node_after(&self, name: &str, after: std::time::Duration) -> Result<(), Error> {
         let entry = self.node(name)?;
-        entry.runtime.ready.store(true, Ordering::Relaxed);
-        entry.readiness.send_replace(Readiness::Ready);
-        tracing::info!(node = name, "node reports Ready");
+        let (runtime, readiness) = (entry.runtime.clone(), entry.readiness.clone());
+        let recover = move || {
+            runtime.ready.store(true, Ordering::Relaxed);
+            readiness.send_replace(Readiness::Ready);
+            tracing::info!(node = %runtime.id.name, "node reports Ready");
+        };
+        if after.is_zero() {
+            recover();
+        } else {
+            tokio::spawn(async move {
+                tokio::time::sleep(after).await;
+                recover();
+            });
+        }
         Ok(())
     }
 

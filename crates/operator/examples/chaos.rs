@@ -23,8 +23,10 @@
 //! list of faults at offsets; the same seed replays the same list. Which pod, Runner, node or
 //! replica a fault hits is resolved when it fires (from its `pick`, or from the Lease holder)
 //! and recorded. GitHub faults are windows of ghsim's fault settings; node faults
-//! (`image-pull-failure`, `runner-never-registers`) windows of the simulated runners' fault
-//! switches, for new pods on a node or of an owner; an owner a user deletes
+//! (`image-pull-failure`, `runner-never-registers`, `runner-cut-off`) windows of the simulated
+//! runners' fault switches, for pods on a node or of an owner, and `node-not-ready` a window
+//! in which a node reports NotReady while its pods run (the replicas' short
+//! [`NODE_NOT_READY_TIMEOUT`] replaces its idle runners); an owner a user deletes
 //! (`delete-runner-deployment`, `delete-runner-set`) is applied again with the spec it had,
 //! once Hangar let it go (its busy runners finish their jobs first). Runners that never
 //! registered are replaced after the replicas' short registration timeout
@@ -153,6 +155,9 @@ const SWEEP_GRACE: Duration = Duration::from_secs(30);
 /// within a run), long enough that GitHub faults delaying Hangar's sight of a registration
 /// do not retire healthy runners.
 const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(90);
+/// The replicas' `--node-not-ready-timeout`: short, so that a `node-not-ready` window (2–20 s)
+/// usually outlasts it and idle runners on the node are replaced while busy ones run on.
+const NODE_NOT_READY_TIMEOUT: Duration = Duration::from_secs(5);
 /// A runner registered in `octo/app` by a user, not by Hangar: it must still be there at the
 /// end (Hangar removes only registrations it created). Never online, so it takes no job.
 const FOREIGN_RUNNER: &str = "user-laptop";
@@ -229,7 +234,7 @@ async fn main() -> anyhow::Result<()> {
         match args.seed {
             Some(seed) => vec![seed],
             None => std::iter::once(schedule::SAMPLE_SEED)
-                .chain(schedule::REGRESSION_SEEDS.iter().map(|(seed, _)| *seed))
+                .chain(schedule::REGRESSION_SEEDS.iter().map(|r| r.seed))
                 .collect(),
         }
     } else {
@@ -237,6 +242,9 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut failed = Vec::new();
     for seed in seeds {
+        if let Some(r) = schedule::REGRESSION_SEEDS.iter().find(|r| r.seed == seed) {
+            println!("chaos: seed {seed} once found {}", r.found);
+        }
         if let Err(e) = run_seed(&args, seed).await {
             eprintln!("chaos: seed {seed} failed: {e:#}");
             failed.push(seed);
@@ -308,7 +316,11 @@ async fn run_seed(args: &Args, seed: u64) -> anyhow::Result<()> {
     // First line, so a run cut short can still be replayed.
     println!("chaos: seed {seed}");
     let kinds: Vec<Kind> = if args.kinds.is_empty() {
-        Kind::ALL.to_vec()
+        if args.sample {
+            schedule::sample_kinds(seed).to_vec()
+        } else {
+            Kind::ALL.to_vec()
+        }
     } else {
         args.kinds
             .iter()
@@ -1478,13 +1490,24 @@ impl Injector<'_> {
                 by_node,
                 pick,
                 window_ms,
+            }
+            | Fault::RunnerCutOff {
+                by_node,
+                pick,
+                window_ms,
             } => {
                 let Some((target, which)) = self.pod_target(*by_node, *pick) else {
                     return Ok("skipped: no live node".to_owned());
                 };
                 let (fault, what) = match s.fault {
-                    Fault::ImagePullFailure { .. } => (RunnerFault::ImagePull, "image pulls fail"),
-                    _ => (RunnerFault::NeverRegisters, "runners never register"),
+                    Fault::ImagePullFailure { .. } => {
+                        (RunnerFault::ImagePull, "image pulls fail for new pods")
+                    }
+                    Fault::RunnerNeverRegisters { .. } => (
+                        RunnerFault::NeverRegisters,
+                        "runners never register for new pods",
+                    ),
+                    _ => (RunnerFault::CutOff, "runners lose GitHub"),
                 };
                 let id = self.runner_faults.add(fault, target);
                 let faults = self.runner_faults.clone();
@@ -1494,7 +1517,21 @@ impl Injector<'_> {
                     faults.remove(id);
                     Ok(())
                 });
-                Ok(format!("{what} for new pods {which} for {window_ms} ms"))
+                Ok(format!("{what} {which} for {window_ms} ms"))
+            }
+            Fault::NodeNotReady { pick, window_ms } => {
+                let Some((PodMatch::Node(node), _)) = self.pod_target(true, *pick) else {
+                    return Ok("skipped: no live node".to_owned());
+                };
+                self.nodes
+                    .fail_node(&node, nodesim::NodeFailure::NotReady)
+                    .await
+                    .with_context(|| format!("making node {node} NotReady"))?;
+                // A node lost meanwhile stays lost: recovering it is a no-op.
+                self.nodes
+                    .recover_node_after(&node, Duration::from_millis(*window_ms))
+                    .with_context(|| format!("recovering node {node}"))?;
+                Ok(format!("node {node} NotReady for {window_ms} ms"))
             }
             Fault::DeleteRunnerDeployment {
                 owner,
@@ -1964,6 +2001,10 @@ impl Replicas {
             .arg(format!(
                 "--registration-timeout={}s",
                 REGISTRATION_TIMEOUT.as_secs()
+            ))
+            .arg(format!(
+                "--node-not-ready-timeout={}s",
+                NODE_NOT_READY_TIMEOUT.as_secs()
             ))
             .env("KUBECONFIG", &self.kubeconfig)
             .env("GITHUB_TOKEN", CONTROLLER_PAT)

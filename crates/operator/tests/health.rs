@@ -346,6 +346,7 @@ async fn node_of(e: &E2e, name: &str) -> String {
 async fn an_idle_runner_on_a_not_ready_node_is_replaced_and_a_busy_one_finishes_its_job() {
     let e = E2e::start_configured("health-node", |s| {
         s.health.node_not_ready = Duration::from_secs(3);
+        s.runner_refresh = Duration::from_secs(1);
     })
     .await;
     let rd = Deployment::new("sick", 1, "sick");
@@ -387,6 +388,17 @@ async fn an_idle_runner_on_a_not_ready_node_is_replaced_and_a_busy_one_finishes_
         .fail_node(&busy_node, nodesim::NodeFailure::NotReady)
         .await
         .unwrap();
+    // `kubectl get rdeploy` counts it busy, from GitHub's runner list.
+    eventually_of(
+        &e,
+        "the deployment to count one busy runner",
+        WAIT,
+        || async {
+            let rd = e.h.api::<RunnerDeployment>().get("sick").await.ok()?;
+            (rd.status?.busy_replicas == Some(1)).then_some(())
+        },
+    )
+    .await;
     eventually_of(&e, "the job to finish", WAIT, || async {
         e.assert_no_busy_runner_pod_deleting().await;
         e.all_succeeded(&jobs).then_some(())

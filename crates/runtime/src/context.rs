@@ -282,9 +282,19 @@ impl Context {
     /// its registration credential was taken back.
     pub fn runner_health(&self, pod: &Pod, credential_spent: bool) -> hangar_core::health::Health {
         use crate::pod::observe::{Beyond, health_observed};
-        // What GitHub says of the runner, asked of the scope its owner chain granted.
-        let github = pod
-            .metadata
+        let beyond = Beyond {
+            github: self.github_state(pod),
+            node_not_ready: self.node_not_ready(pod),
+            minimum_version: self.settings.minimum_runner_version.as_deref(),
+        };
+        let observed = health_observed(pod, credential_spent, beyond);
+        hangar_core::health::classify(&observed, &self.settings.health, self.now())
+    }
+
+    /// What GitHub last said of the runner in `pod` ([`crate::github_runners`]), asked of the
+    /// scope its owner chain granted, never one the pod names.
+    pub fn github_state(&self, pod: &Pod) -> hangar_core::health::GitHubState {
+        pod.metadata
             .uid
             .as_deref()
             .and_then(|uid| self.authorities.get(uid))
@@ -293,14 +303,7 @@ impl Context {
                 self.github_runners
                     .state(&scope, &kube::ResourceExt::name_any(pod))
             })
-            .unwrap_or_default();
-        let beyond = Beyond {
-            github,
-            node_not_ready: self.node_not_ready(pod),
-            minimum_version: self.settings.minimum_runner_version.as_deref(),
-        };
-        let observed = health_observed(pod, credential_spent, beyond);
-        hangar_core::health::classify(&observed, &self.settings.health, self.now())
+            .unwrap_or_default()
     }
 
     /// Since when the node `pod` runs on reports itself not Ready (`Ready` False or Unknown),

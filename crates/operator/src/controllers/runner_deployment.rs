@@ -235,6 +235,10 @@ pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<A
         "readyReplicas": counts.ready,
         "availableReplicas": counts.available,
         "updatedReplicas": counts.updated,
+        "busyReplicas": sets
+            .iter()
+            .filter_map(|s| s.status.as_ref()?.busy_replicas)
+            .sum::<i32>(),
         "unhealthyReplicas": sets
             .iter()
             .filter_map(|s| s.status.as_ref()?.unhealthy_replicas)

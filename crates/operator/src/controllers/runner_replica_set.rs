@@ -21,6 +21,7 @@ use hangar_api::horizontal_runner_autoscaler::ScaleTargetKind;
 use hangar_api::{
     HorizontalRunnerAutoscaler, Runner, RunnerReplicaSet, annotation as ann, finalizer, label,
 };
+use hangar_core::health::GitHubState;
 use hangar_core::owner_sync::{self, Action as PlanAction, DeleteReason, OwnerView, PodController};
 use hangar_core::template_hash::template_hash;
 use k8s_openapi::api::core::v1::Pod;
@@ -365,6 +366,11 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
     status.insert("readyReplicas".into(), ready.into());
     status.insert("availableReplicas".into(), ready.into());
     status.insert("unhealthyReplicas".into(), plan.unhealthy.len().into());
+    let busy = seen_pods
+        .values()
+        .filter(|p| ctx.github_state(p) == GitHubState::Busy)
+        .count();
+    status.insert("busyReplicas".into(), busy.into());
     let old_conditions = set
         .status
         .as_ref()
@@ -402,6 +408,7 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
             "replicas",
             "readyReplicas",
             "availableReplicas",
+            "busyReplicas",
             "unhealthyReplicas",
         ]
         .iter()

@@ -75,7 +75,7 @@ use hangar_api::{
     HorizontalRunnerAutoscaler, RunnerSet, RunnerSpec, annotation as ann, finalizer, label,
 };
 use hangar_core::RunnerScope;
-use hangar_core::health::Health;
+use hangar_core::health::{GitHubState, Health};
 use hangar_core::owner_sync::{self, Action as PlanAction, OwnerView, PodController, PodView};
 use hangar_core::template_hash::template_hash;
 use hangar_github::GitHubApi;
@@ -992,6 +992,11 @@ async fn patch_status(
         "updatedReplicas": counts.updated,
         "desiredReplicas": input.desired,
         "unhealthyReplicas": plan.unhealthy.len(),
+        "busyReplicas": owned
+            .iter()
+            .flat_map(|sts| pods_of(ctx, sts))
+            .filter(|p| ctx.github_state(p) == GitHubState::Busy)
+            .count(),
         "selector": selector_string(&selector(set)),
         "conditions": new_conditions,
     });
