@@ -40,6 +40,12 @@ enum Cmd {
         #[command(subcommand)]
         action: ClusterCmd,
     },
+    /// Build actions-runner-controller's legacy binaries (the last legacy release) into the
+    /// cache if missing, for running ARC beside Hangar.
+    Arc {
+        #[command(subcommand)]
+        action: ArcCmd,
+    },
     /// Regenerate deploy/crds from the CRD types (`--check`: fail if they differ instead).
     Crds {
         /// Only compare; exit non-zero when deploy/crds is stale.
@@ -162,6 +168,13 @@ enum Cmd {
 }
 
 #[derive(Debug, Subcommand)]
+enum ArcCmd {
+    /// Build ARC's `manager` and `github-webhook-server` into the cache if missing; print
+    /// where they and ARC's CRDs are.
+    Build,
+}
+
+#[derive(Debug, Subcommand)]
 enum ClusterCmd {
     /// Build the pinned Kubernetes and etcd binaries into the cache if missing.
     Build,
@@ -220,6 +233,9 @@ fn main() -> ExitCode {
 async fn run(cmd: Cmd) -> Result<ExitCode> {
     match cmd {
         Cmd::Cluster { action } => cluster(action).await.map(|()| ExitCode::SUCCESS),
+        Cmd::Arc {
+            action: ArcCmd::Build,
+        } => arc_build().map(|()| ExitCode::SUCCESS),
         Cmd::Crds { check } => crds(check),
         Cmd::Demo {
             namespace,
@@ -351,6 +367,17 @@ fn build_binaries() -> Result<Binaries> {
         started.elapsed()
     );
     Ok(binaries)
+}
+
+fn arc_build() -> Result<()> {
+    use hangar_testkit::arc::{ARC_VERSION, ArcBinaries};
+    let arc = ArcBinaries::ensure().context("building actions-runner-controller")?;
+    println!(
+        "actions-runner-controller {ARC_VERSION} in {}",
+        arc.dir().display()
+    );
+    println!("its CRDs in {}", ArcBinaries::crds_dir()?.display());
+    Ok(())
 }
 
 async fn cluster(action: ClusterCmd) -> Result<()> {

@@ -22,6 +22,7 @@
 //!
 //! It is a dev-dependency and a library for `xtask`; product crates never depend on it.
 
+pub mod arc;
 pub mod binaries;
 pub mod cleanup;
 pub mod clock;
