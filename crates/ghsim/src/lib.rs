@@ -60,12 +60,14 @@ pub use faults::Faults;
 pub use sim::{Sim, SimConfig};
 pub use world::{World, WorldConfig};
 
-/// Everything ghsim serves: the GitHub REST API at `/`, the runner protocol at
-/// `/_ghsim/runner/`, the control API at `/_ghsim/`, GitHub's 404 body elsewhere.
+/// Everything ghsim serves: the GitHub REST API at `/` and, as GitHub Enterprise Server does,
+/// at `/api/v3/`; the runner protocol at `/_ghsim/runner/`, the control API at `/_ghsim/`,
+/// GitHub's 404 body elsewhere.
 pub fn router(sim: Sim) -> Router {
     Router::new()
         .nest("/_ghsim/runner", runner_api::router(sim.clone()))
         .nest("/_ghsim", control::router(sim.clone()))
+        .nest(rest::GHES_PREFIX, rest::router(sim.clone()))
         .merge(rest::router(sim))
         .fallback(rest::not_found)
 }

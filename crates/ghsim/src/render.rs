@@ -157,10 +157,17 @@ pub fn runner(runner: &Runner) -> Value {
     value
 }
 
-/// A `runner-groups-org` (or enterprise) object.
+/// A `runner-groups-org` (or enterprise) object, as its owner lists it.
 pub fn group(world: &World, group: &Group) -> Value {
+    group_seen_by(world, group, &group.owner)
+}
+
+/// A runner group as `viewer` lists it: an enterprise group listed by one of the
+/// organizations it is shared with is `inherited`, under that organization's URLs.
+pub fn group_seen_by(world: &World, group: &Group, viewer: &GroupOwner) -> Value {
     let b = base(world);
-    let prefix = match &group.owner {
+    let inherited = *viewer != group.owner;
+    let prefix = match viewer {
         GroupOwner::Org(org) => format!("{b}/orgs/{org}/actions/runner-groups/{}", group.id),
         GroupOwner::Enterprise(e) => {
             format!("{b}/enterprises/{e}/actions/runner-groups/{}", group.id)
@@ -177,13 +184,15 @@ pub fn group(world: &World, group: &Group) -> Value {
         "visibility": visibility,
         "default": group.default,
         "runners_url": format!("{prefix}/runners"),
-        "inherited": false,
+        "inherited": inherited,
         "allows_public_repositories": group.allows_public_repositories,
         "restricted_to_workflows": false,
         "selected_workflows": [],
         "workflow_restrictions_read_only": false,
     });
-    if group.visibility == Visibility::Selected {
+    if inherited {
+        value["inherited_allows_public_repositories"] = json!(group.allows_public_repositories);
+    } else if group.visibility == Visibility::Selected {
         let what = match group.owner {
             GroupOwner::Org(_) => "repositories",
             GroupOwner::Enterprise(_) => "organizations",
@@ -446,6 +455,49 @@ pub fn ping_event(
         },
         "sender": user(world, "ghsim")
     })
+}
+
+/// A `hook` (a repository's) or `org-hook` (an organization's), as the REST API shows it: the
+/// secret masked, events as subscribed (all of them shown as `*`).
+pub fn hook(world: &World, hook: &crate::webhooks::Hook) -> Value {
+    let b = base(world);
+    let (kind, url) = match (&hook.repository, &hook.owner) {
+        (Some(repo), _) => ("Repository", format!("{b}/repos/{repo}/hooks/{}", hook.id)),
+        (None, Some(org)) => ("Organization", format!("{b}/orgs/{org}/hooks/{}", hook.id)),
+        (None, None) => ("Organization", format!("{b}/hooks/{}", hook.id)),
+    };
+    let events: Vec<&str> = if hook.events.is_empty() {
+        vec!["*"]
+    } else {
+        hook.events.iter().map(String::as_str).collect()
+    };
+    let content_type = match hook.content_type {
+        crate::webhooks::ContentType::Json => "json",
+        crate::webhooks::ContentType::Form => "form",
+    };
+    let mut config = json!({"url": hook.url, "content_type": content_type, "insecure_ssl": "0"});
+    if hook.secret.is_some() {
+        config["secret"] = json!("********");
+    }
+    let created = hook.created_at.clone().unwrap_or_default();
+    let mut value = json!({
+        "type": kind,
+        "id": hook.id,
+        "name": "web",
+        "active": hook.active,
+        "events": events,
+        "config": config,
+        "updated_at": created,
+        "created_at": created,
+        "url": url,
+        "ping_url": format!("{url}/pings"),
+        "deliveries_url": format!("{url}/deliveries"),
+    });
+    if kind == "Repository" {
+        value["test_url"] = json!(format!("{url}/test"));
+        value["last_response"] = json!({"code": null, "status": "unused", "message": null});
+    }
+    value
 }
 
 /// A `push` payload.

@@ -34,6 +34,10 @@ use crate::render;
 use crate::sim::Sim;
 use crate::world::{GroupOwner, Identity, JitRequest, SimError, TokenKind};
 
+/// Where GitHub Enterprise Server serves the REST API (`https://<host>/api/v3/`); ghsim
+/// serves it there as well as at `/`.
+pub const GHES_PREFIX: &str = "/api/v3";
+
 /// The REST router (GitHub's API surface).
 pub fn router(sim: Sim) -> Router {
     let scoped = |r: Router<Sim>, prefix: &str| {
@@ -59,6 +63,16 @@ pub fn router(sim: Sim) -> Router {
                 get(runner_labels),
             )
     };
+    let hooks = |r: Router<Sim>, prefix: &str| {
+        r.route(
+            &format!("{prefix}/hooks"),
+            get(list_hooks).post(create_hook),
+        )
+        .route(
+            &format!("{prefix}/hooks/{{hook_id}}"),
+            get(get_hook).delete(delete_hook),
+        )
+    };
     let mut r = Router::new();
     for prefix in [
         "/repos/{owner}/{repo}",
@@ -66,6 +80,9 @@ pub fn router(sim: Sim) -> Router {
         "/enterprises/{enterprise}",
     ] {
         r = scoped(r, prefix);
+    }
+    for prefix in ["/repos/{owner}/{repo}", "/orgs/{org}"] {
+        r = hooks(r, prefix);
     }
     r.route("/orgs/{org}/actions/runner-groups", get(list_org_groups))
         .route(
@@ -109,6 +126,14 @@ pub fn endpoints() -> Vec<(&'static str, String)> {
             ("GET", format!("{runners}/{{runner_id}}")),
             ("DELETE", format!("{runners}/{{runner_id}}")),
             ("GET", format!("{runners}/{{runner_id}}/labels")),
+        ]);
+    }
+    for prefix in ["/repos/{owner}/{repo}", "/orgs/{org}"] {
+        out.extend([
+            ("GET", format!("{prefix}/hooks")),
+            ("POST", format!("{prefix}/hooks")),
+            ("GET", format!("{prefix}/hooks/{{hook_id}}")),
+            ("DELETE", format!("{prefix}/hooks/{{hook_id}}")),
         ]);
     }
     for (method, path) in [
@@ -190,6 +215,9 @@ pub async fn github_layer(
     request: Request,
     next: Next,
 ) -> Response {
+    // The same endpoint under GitHub Enterprise Server's base path is the same endpoint.
+    let template = matched.as_str();
+    let template = template.strip_prefix(GHES_PREFIX).unwrap_or(template);
     let faults = sim.faults();
     if faults.rest_max_latency_ms > 0 {
         let ms = sim.random_below(faults.rest_max_latency_ms + 1);
@@ -203,17 +231,16 @@ pub async fn github_layer(
         && let Some(ConnectInfo(connection)) = request.extensions().get::<ConnectInfo<Connection>>()
     {
         connection.reset();
-        tracing::debug!(path = %matched.as_str(), "resetting the connection (fault)");
+        tracing::debug!(path = %template, "resetting the connection (fault)");
         // Never sent: the connection fails before it is written.
         return StatusCode::BAD_GATEWAY.into_response();
     }
     let method = request.method().clone();
-    let endpoint = format!("{method} {}", matched.as_str());
+    let endpoint = format!("{method} {}", template);
     let now = sim.now();
     // Endpoints that take the App's JWT rather than a token.
-    let app_route =
-        matched.as_str().starts_with("/app/") || matched.as_str().ends_with("/installation");
-    let free = matched.as_str() == "/rate_limit";
+    let app_route = template.starts_with("/app/") || template.ends_with("/installation");
+    let free = template == "/rate_limit";
 
     // 1. Who is calling.
     let identity = match bearer_or_basic(request.headers()) {
@@ -260,9 +287,9 @@ pub async fn github_layer(
         let status =
             StatusCode::from_u16(faults.primary_exhausted_status).unwrap_or(StatusCode::FORBIDDEN);
         Some(rate_limited(limit, limit, until, status))
-    } else if faults.endpoint_fails(matched.as_str()) || sim.roll(faults.server_error_rate) {
+    } else if faults.endpoint_fails(template) || sim.roll(faults.server_error_rate) {
         Some(ApiError::new(StatusCode::BAD_GATEWAY, "Server Error").into_response())
-    } else if faults.endpoint_forbidden(method.as_str(), matched.as_str()) {
+    } else if faults.endpoint_forbidden(method.as_str(), template) {
         Some(
             ApiError::new(
                 StatusCode::FORBIDDEN,
@@ -316,7 +343,7 @@ pub async fn github_layer(
         .unwrap_or_default();
     let recorded = crate::world::RecordedRequest {
         method: method.to_string(),
-        template: matched.as_str().to_owned(),
+        template: template.to_owned(),
         query,
         body: serde_json::from_slice(&body).ok(),
     };
@@ -345,10 +372,10 @@ pub async fn github_layer(
         if method == Method::GET && parts.status == StatusCode::OK {
             // Lists get weak ETags, single objects strong ones, as GitHub's responses do.
             let weak = parts.headers.contains_key(header::LINK)
-                || matched.as_str().ends_with("runners")
-                || matched.as_str().ends_with("jobs")
-                || matched.as_str().ends_with("runs")
-                || matched.as_str().ends_with("runner-groups");
+                || template.ends_with("runners")
+                || template.ends_with("jobs")
+                || template.ends_with("runs")
+                || template.ends_with("runner-groups");
             let etag = etag_of(&bytes, weak);
             if if_none_match_hits(&conditional, &etag) {
                 status = StatusCode::NOT_MODIFIED;
@@ -553,6 +580,151 @@ async fn generate_jitconfig(
     ))
 }
 
+/// The hooks a repository or organization path holds: (owner, repository full name).
+fn hook_scope(
+    sim: &Sim,
+    params: &HashMap<String, String>,
+    identity: &Identity,
+) -> Result<(String, Option<String>), ApiError> {
+    match authorized_scope(sim, params, identity)? {
+        Scope::Repository { owner, repo } => Ok((owner.clone(), Some(format!("{owner}/{repo}")))),
+        Scope::Organization(org) => Ok((org, None)),
+        Scope::Enterprise(_) => Err(ApiError::not_found()),
+    }
+}
+
+/// Whether `hook` belongs to the repository or organization (`owner`, `repository`).
+fn hook_of(hook: &crate::webhooks::Hook, owner: &str, repository: Option<&str>) -> bool {
+    hook.owner
+        .as_deref()
+        .is_some_and(|o| o.eq_ignore_ascii_case(owner))
+        && match (hook.repository.as_deref(), repository) {
+            (Some(a), Some(b)) => a.eq_ignore_ascii_case(b),
+            (None, None) => true,
+            _ => false,
+        }
+}
+
+async fn list_hooks(
+    State(sim): State<Sim>,
+    Path(params): Path<HashMap<String, String>>,
+    Query(page): Query<PageQuery>,
+    Extension(identity): Extension<Identity>,
+    OriginalUri(uri): OriginalUri,
+) -> Result<Response, ApiError> {
+    let (owner, repository) = hook_scope(&sim, &params, &identity)?;
+    let hooks: Vec<_> = sim
+        .hooks()
+        .into_iter()
+        .filter(|h| hook_of(h, &owner, repository.as_deref()))
+        .collect();
+    let (items, public) = sim.read(|w, _| {
+        let items: Vec<Value> = hooks.iter().map(|h| render::hook(w, h)).collect();
+        (items, w.config.public_url.clone())
+    });
+    let (page, link) = paginate(items, page, &uri, &public);
+    Ok(json_response(StatusCode::OK, json!(page), link))
+}
+
+#[derive(Debug, Deserialize)]
+struct CreateHook {
+    #[serde(default)]
+    config: Option<HookConfig>,
+    #[serde(default)]
+    events: Option<Vec<String>>,
+    #[serde(default)]
+    active: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct HookConfig {
+    url: Option<String>,
+    #[serde(default)]
+    content_type: Option<String>,
+    #[serde(default)]
+    secret: Option<String>,
+}
+
+async fn create_hook(
+    State(sim): State<Sim>,
+    Path(params): Path<HashMap<String, String>>,
+    Extension(identity): Extension<Identity>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let (owner, repository) = hook_scope(&sim, &params, &identity)?;
+    let invalid = |message: String| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, message);
+    let request: CreateHook =
+        serde_json::from_slice(&body).map_err(|e| invalid(format!("Invalid request.\n\n{e}")))?;
+    let config = request.config.unwrap_or(HookConfig {
+        url: None,
+        content_type: None,
+        secret: None,
+    });
+    let url = config
+        .url
+        .filter(|u| url::Url::parse(u).is_ok())
+        .ok_or_else(|| invalid("Validation Failed: config.url is missing or invalid".into()))?;
+    let content_type = match config.content_type.as_deref() {
+        None | Some("form") => crate::webhooks::ContentType::Form,
+        Some("json") => crate::webhooks::ContentType::Json,
+        Some(other) => return Err(invalid(format!("Invalid content_type {other:?}"))),
+    };
+    let hook = sim.install_hook(crate::webhooks::Hook {
+        id: 0,
+        url,
+        secret: config.secret.map(hangar_github::Secret::new),
+        content_type,
+        // GitHub subscribes a new hook to `push` unless told otherwise.
+        events: request.events.unwrap_or_else(|| vec!["push".into()]),
+        owner: Some(owner),
+        repository,
+        active: request.active.unwrap_or(true),
+        created_at: Some(render::ts(sim.now())),
+    });
+    let rendered = sim.read(|w, _| render::hook(w, &hook));
+    Ok(json_response(StatusCode::CREATED, rendered, None))
+}
+
+fn hook_id(params: &HashMap<String, String>) -> Result<u64, ApiError> {
+    params
+        .get("hook_id")
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(ApiError::not_found)
+}
+
+async fn get_hook(
+    State(sim): State<Sim>,
+    Path(params): Path<HashMap<String, String>>,
+    Extension(identity): Extension<Identity>,
+) -> Result<Response, ApiError> {
+    let (owner, repository) = hook_scope(&sim, &params, &identity)?;
+    let id = hook_id(&params)?;
+    let hook = sim
+        .hooks()
+        .into_iter()
+        .find(|h| h.id == id && hook_of(h, &owner, repository.as_deref()))
+        .ok_or_else(ApiError::not_found)?;
+    let rendered = sim.read(|w, _| render::hook(w, &hook));
+    Ok(json_response(StatusCode::OK, rendered, None))
+}
+
+async fn delete_hook(
+    State(sim): State<Sim>,
+    Path(params): Path<HashMap<String, String>>,
+    Extension(identity): Extension<Identity>,
+) -> Result<StatusCode, ApiError> {
+    let (owner, repository) = hook_scope(&sim, &params, &identity)?;
+    let id = hook_id(&params)?;
+    let ours = sim
+        .hooks()
+        .iter()
+        .any(|h| h.id == id && hook_of(h, &owner, repository.as_deref()));
+    if !ours || !sim.remove_hook(id) {
+        return Err(ApiError::not_found());
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
 #[derive(Debug, Deserialize)]
 struct GroupQuery {
     visible_to_repository: Option<String>,
@@ -582,10 +754,27 @@ async fn list_groups(
                 GroupOwner::Org(org) => w.repo_by_name(org, name).cloned(),
                 GroupOwner::Enterprise(_) => None,
             });
+        // An organization also lists the groups its enterprise shares with it (not the
+        // enterprise's default group), as inherited.
+        let enterprise = match &owner {
+            GroupOwner::Org(org) => w
+                .orgs
+                .get(org)
+                .and_then(|o| Some((GroupOwner::Enterprise(o.enterprise.clone()?), o.id))),
+            GroupOwner::Enterprise(_) => None,
+        };
+        let inherited = |g: &crate::world::Group| {
+            enterprise.as_ref().is_some_and(|(e, org_id)| {
+                g.owner == *e
+                    && !g.default
+                    && (g.visibility == crate::world::Visibility::All
+                        || g.selected.contains(org_id))
+            })
+        };
         let items: Vec<Value> = w
             .groups
             .iter()
-            .filter(|g| g.owner == owner)
+            .filter(|g| g.owner == owner || inherited(g))
             .filter(|g| match (&query.visible_to_repository, &visible_repo) {
                 (None, _) => true,
                 (Some(_), Some(repo)) => w.group_visible_to(g, repo),
@@ -597,7 +786,7 @@ async fn list_groups(
                     g.visibility == crate::world::Visibility::All || g.selected.contains(&o.id)
                 }),
             })
-            .map(|g| render::group(w, g))
+            .map(|g| render::group_seen_by(w, g, &owner))
             .collect();
         (items, w.config.public_url.clone())
     });

@@ -200,11 +200,27 @@ impl Sim {
 
     /// Subscribes a hook and sends it a `ping`.
     pub fn add_hook(&self, new: NewHook) -> Hook {
-        let hook = self.hooks_mut(|t| t.add(Hook::from(new)));
+        self.install_hook(Hook::from(new))
+    }
+
+    /// Adds `hook` as it is (its id assigned) and pings it, as a hook made through the REST
+    /// API.
+    pub fn install_hook(&self, hook: Hook) -> Hook {
+        let hook = self.hooks_mut(|t| t.add(hook));
         let payload = self
             .update(|w, now| crate::render::ping_event(w, hook.id, &hook.url, &hook.events, now));
         self.deliver_to(&hook, "ping", &payload);
         hook
+    }
+
+    /// Deletes hook `id` (no more deliveries); whether it existed.
+    pub fn remove_hook(&self, id: u64) -> bool {
+        self.hooks_mut(|t| t.remove(id))
+    }
+
+    /// The hooks there are now.
+    pub fn hooks(&self) -> Vec<Hook> {
+        self.hooks_mut(|t| t.hooks.clone())
     }
 
     /// Every delivery so far.
@@ -231,7 +247,8 @@ impl Sim {
     }
 
     fn dispatch(&self, event: &str, payload: &serde_json::Value, owner: Option<&str>) {
-        let hooks = self.hooks_mut(|t| t.matching(event, owner));
+        let repository = payload["repository"]["full_name"].as_str();
+        let hooks = self.hooks_mut(|t| t.matching(event, owner, repository));
         for hook in hooks {
             self.deliver_to(&hook, event, payload);
         }

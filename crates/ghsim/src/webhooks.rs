@@ -46,17 +46,36 @@ pub struct Hook {
     /// Only events of repositories of this owner (organization hook); `None` for all.
     #[serde(default)]
     pub owner: Option<String>,
+    /// Only events of this repository, `owner/name` (a repository hook, made through the REST
+    /// API); `None` for every repository `owner` allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<String>,
+    /// An inactive hook gets no deliveries.
+    #[serde(default = "active")]
+    pub active: bool,
+    /// When it was made (RFC 3339), for the REST API's `created_at`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+}
+
+fn active() -> bool {
+    true
 }
 
 impl Hook {
-    fn wants(&self, event: &str, owner: Option<&str>) -> bool {
+    fn wants(&self, event: &str, owner: Option<&str>, repository: Option<&str>) -> bool {
         let event_ok = self.events.is_empty() || self.events.iter().any(|e| e == "*" || e == event);
         let owner_ok = match (&self.owner, owner) {
             (None, _) => true,
             (Some(want), Some(have)) => want.eq_ignore_ascii_case(have),
             (Some(_), None) => event == "ping",
         };
-        event_ok && owner_ok
+        let repository_ok = match (&self.repository, repository) {
+            (None, _) => true,
+            (Some(want), Some(have)) => want.eq_ignore_ascii_case(have),
+            (Some(_), None) => event == "ping",
+        };
+        self.active && event_ok && owner_ok && repository_ok
     }
 }
 
@@ -120,12 +139,24 @@ impl HookTable {
         hook
     }
 
-    pub(crate) fn matching(&self, event: &str, owner: Option<&str>) -> Vec<Hook> {
+    pub(crate) fn matching(
+        &self,
+        event: &str,
+        owner: Option<&str>,
+        repository: Option<&str>,
+    ) -> Vec<Hook> {
         self.hooks
             .iter()
-            .filter(|h| h.wants(event, owner))
+            .filter(|h| h.wants(event, owner, repository))
             .cloned()
             .collect()
+    }
+
+    /// Deletes hook `id`; whether it existed. Its past deliveries stay in the log.
+    pub(crate) fn remove(&mut self, id: u64) -> bool {
+        let before = self.hooks.len();
+        self.hooks.retain(|h| h.id != id);
+        self.hooks.len() != before
     }
 
     pub(crate) fn record_mut(&mut self, guid: &str) -> Option<&mut DeliveryRecord> {
@@ -196,6 +227,9 @@ impl From<NewHook> for Hook {
             content_type: n.content_type,
             events: n.events,
             owner: n.owner,
+            repository: None,
+            active: true,
+            created_at: None,
         }
     }
 }

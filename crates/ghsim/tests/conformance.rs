@@ -286,6 +286,10 @@ async fn world() -> World {
         ids.insert("run_id", run);
         ids.insert("job_id", done.id);
     });
+    // A hook of the repository and one of the organization (deliveries go nowhere).
+    for (key, repository) in [("repo_hook", Some("acme/app")), ("org_hook", None)] {
+        ids.insert(key, install_hook(&gh, repository));
+    }
     World {
         gh,
         http: hangar_github::client::http_builder()
@@ -297,6 +301,28 @@ async fn world() -> World {
         app_id,
         clock,
     }
+}
+
+/// A hook of `acme` (of `repository` if given), as the REST API makes one; its id.
+fn install_hook(gh: &ghsim::Running, repository: Option<&str>) -> u64 {
+    gh.sim
+        .install_hook(ghsim::webhooks::Hook {
+            id: 0,
+            url: "http://127.0.0.1:9/hook".into(),
+            secret: Some(hangar_github::Secret::new("s".to_owned())),
+            content_type: ghsim::webhooks::ContentType::Json,
+            events: vec!["workflow_job".into()],
+            owner: Some("acme".into()),
+            repository: repository.map(str::to_owned),
+            active: true,
+            created_at: Some("2026-01-01T00:00:00Z".into()),
+        })
+        .id
+}
+
+/// The body of a hook-creating request.
+fn hook_body() -> Value {
+    json!({"name": "web", "config": {"url": "http://127.0.0.1:9/new", "content_type": "json"}, "events": ["workflow_job"]})
 }
 
 impl World {
@@ -314,6 +340,15 @@ impl World {
             .replace("{org}", "acme")
             .replace("{enterprise}", "big")
             .replace("{runner_id}", &runner.to_string())
+            .replace(
+                "{hook_id}",
+                &self.ids[if template.starts_with("/repos") {
+                    "repo_hook"
+                } else {
+                    "org_hook"
+                }]
+                .to_string(),
+            )
             .replace("{run_id}", &self.ids["run_id"].to_string())
             .replace("{job_id}", &self.ids["job_id"].to_string())
             .replace(
@@ -400,10 +435,20 @@ async fn every_endpoint_answers_as_the_description_says() {
     let mut failures = Vec::new();
     let mut covered = BTreeSet::new();
     for (method, template) in ghsim::rest::endpoints() {
-        let body = template
-            .ends_with("generate-jitconfig")
-            .then(|| jit_body(&format!("new-{}", covered.len())));
-        let (status, response) = if method == "DELETE" {
+        let body = if template.ends_with("generate-jitconfig") {
+            Some(jit_body(&format!("new-{}", covered.len())))
+        } else if template.ends_with("/hooks") && method == "POST" {
+            Some(hook_body())
+        } else {
+            None
+        };
+        let (status, response) = if method == "DELETE" && template.ends_with("{hook_id}") {
+            // Delete a fresh hook of the same owner.
+            let repository = template.starts_with("/repos").then_some("acme/app");
+            let id = install_hook(&w.gh, repository);
+            let concrete = template.replace("{hook_id}", &id.to_string());
+            w.call(method, &concrete, None).await
+        } else if method == "DELETE" {
             // Delete something deletable: a fresh runner of the same scope.
             let scope = if template.starts_with("/repos") {
                 Scope::repo("acme", "app")

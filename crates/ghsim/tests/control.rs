@@ -485,3 +485,86 @@ async fn the_typed_client_reads_back_what_the_control_api_holds() {
         other => panic!("expected a status error, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn an_organization_lists_the_enterprise_groups_shared_with_it_as_inherited() {
+    let clock = ManualClock::at_epoch_2026();
+    let gh = start(&clock).await;
+    gh.sim.update(|w, _| {
+        w.add_pat("ghp_groups", "groups");
+        w.add_org("acme", Some("big"));
+        w.add_org("other", Some("big"));
+        for (name, orgs) in [("shared", "acme"), ("elsewhere", "other")] {
+            w.add_group(
+                ghsim::world::GroupOwner::Enterprise("big".into()),
+                name,
+                ghsim::world::Visibility::Selected,
+                &[orgs.into()],
+            )
+            .unwrap();
+        }
+    });
+    let (status, _, body) = get(&gh, "orgs/acme/actions/runner-groups", Some("ghp_groups")).await;
+    assert_eq!(status, 200, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    let groups: Vec<(String, bool)> = body["runner_groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["name"].as_str().unwrap().to_owned(),
+                g["inherited"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    // Its own default group, and the enterprise group shared with it; not the enterprise's
+    // default group, nor a group shared with another organization.
+    assert_eq!(
+        groups,
+        [("Default".to_owned(), false), ("shared".to_owned(), true)]
+    );
+    let shared = &body["runner_groups"][1];
+    assert!(
+        shared["runners_url"]
+            .as_str()
+            .unwrap()
+            .contains("/orgs/acme/actions/runner-groups/")
+    );
+    // As the enterprise set it (add_group's default: no public repositories).
+    assert_eq!(shared["inherited_allows_public_repositories"], false);
+}
+
+#[tokio::test]
+async fn the_rest_api_is_also_served_under_the_enterprise_server_base_path() {
+    let clock = ManualClock::at_epoch_2026();
+    let gh = start(&clock).await;
+    gh.sim.update(|w, _| {
+        w.add_pat("ghp_ghes", "ghes");
+        w.add_org("acme", None);
+    });
+    // As a client configured for GitHub Enterprise Server calls it.
+    let endpoint = hangar_github::Endpoint::from_enterprise_url(gh.url.as_str()).unwrap();
+    assert!(
+        endpoint.api_url().path().ends_with("/api/v3/"),
+        "{endpoint:?}"
+    );
+    let client = hangar_github::GitHubClient::new(
+        endpoint,
+        hangar_github::Credentials::token("ghp_ghes"),
+        hangar_github::ClientOptions::default(),
+    )
+    .unwrap();
+    use hangar_github::GitHubApi;
+    let runners = client
+        .list_runners(&hangar_github::Scope::org("acme"))
+        .await
+        .unwrap();
+    assert!(runners.is_empty());
+    // Counted as the same endpoint as without the prefix.
+    let (_, _, text) = get(&gh, "_ghsim/accounting", None).await;
+    assert!(
+        text.contains("GET /orgs/{org}/actions/runners") && !text.contains("/api/v3"),
+        "{text}"
+    );
+}

@@ -382,3 +382,108 @@ async fn failed_deliveries_are_recorded_not_retried() {
     assert_eq!(log[0].attempts.len(), 1);
     assert!(log[0].attempts[0].error.is_some());
 }
+
+#[tokio::test]
+async fn hooks_made_through_the_rest_api_get_their_repositorys_events_until_deleted() {
+    let gh = start(Faults::default()).await;
+    gh.sim.update(|w, _| {
+        w.add_pat("ghp_hooks", "hooks");
+        w.add_repo("acme", "other", true);
+    });
+    let (url, mut rx) = receiver().await;
+    let api = |path: &str| gh.url.join(path).unwrap();
+    let client = reqwest_client();
+    let created = client
+        .post(api("repos/acme/app/hooks"))
+        .bearer_auth("ghp_hooks")
+        .json(&serde_json::json!({
+            "name": "web",
+            "config": {"url": url, "content_type": "json", "secret": SECRET},
+            "events": ["workflow_job"],
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let hook: serde_json::Value = created.json().await.unwrap();
+    assert_eq!(hook["type"], "Repository");
+    assert_eq!(hook["config"]["secret"], "********", "never shown");
+    let id = hook["id"].as_u64().unwrap();
+    let (headers, _) = next(&mut rx).await;
+    assert_eq!(headers["x-github-event"], "ping");
+
+    // Its repository's jobs reach it; another repository's do not.
+    gh.sim.update(|w, now| {
+        let request = ghsim::world::SubmitJobs {
+            repository: "acme/other".into(),
+            count: 1,
+            labels: vec!["self-hosted".into()],
+            duration_ms: 0,
+            conclusion: None,
+            workflow: None,
+            job_name: None,
+        };
+        w.submit_jobs(&request, now).unwrap();
+    });
+    let jobs = submit(&gh.sim, 1);
+    let WebhookEvent::WorkflowJob(event) = received(&mut rx).await.event else {
+        panic!("not a workflow_job")
+    };
+    assert_eq!(
+        (event.workflow_job.id, event.repository.full_name.as_str()),
+        (jobs[0], "acme/app")
+    );
+
+    let listed: serde_json::Value = client
+        .get(api("repos/acme/app/hooks"))
+        .bearer_auth("ghp_hooks")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    let in_org: serde_json::Value = client
+        .get(api("orgs/acme/hooks"))
+        .bearer_auth("ghp_hooks")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(in_org.as_array().unwrap().is_empty(), "a repository's hook");
+
+    let delete = |path: String| client.delete(api(&path)).bearer_auth("ghp_hooks").send();
+    assert_eq!(
+        delete(format!("orgs/acme/hooks/{id}"))
+            .await
+            .unwrap()
+            .status(),
+        404,
+        "not the organization's"
+    );
+    assert_eq!(
+        delete(format!("repos/acme/app/hooks/{id}"))
+            .await
+            .unwrap()
+            .status(),
+        204
+    );
+    assert_eq!(
+        delete(format!("repos/acme/app/hooks/{id}"))
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    // No more deliveries.
+    submit(&gh.sim, 1);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), rx.recv())
+            .await
+            .is_err(),
+        "a deleted hook gets nothing"
+    );
+}
