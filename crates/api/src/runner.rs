@@ -126,10 +126,12 @@ pub struct RunnerStatus {
 
     /// The runner's state as conditions (Hangar only; ARC has none). Types: Registered (GitHub
     /// knows the runner), Ready (registered and its pod is ready), CredentialsValid (the
-    /// GitHub credentials, the controller's or those of githubAPICredentialsFrom, were
-    /// found and accepted by GitHub), Progressing (reason Retiring while a deleted Runner waits
-    /// for its runner to finish its job and unregister). A False condition's reason and message
-    /// say what is wrong and what to do about it.
+    /// GitHub credentials, the controller's or those of githubAPICredentialsFrom, were found
+    /// and accepted by GitHub), Healthy (the runner works or is on its way; False when it is
+    /// stuck, dead or refused by GitHub, with the reason and what is wrong), Progressing
+    /// (reason Retiring while a deleted Runner waits for its runner to finish its job and
+    /// unregister). A False condition's reason and message say what is wrong and what to do
+    /// about it.
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<Condition>>,

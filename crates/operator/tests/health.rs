@@ -115,6 +115,19 @@ async fn a_template_whose_image_cannot_be_pulled_creates_no_more_runners_and_rec
         "a template that cannot start is not retried pod after pod"
     );
     assert_eq!(e.pods().await.len(), 2);
+    for runner in e.runners().await {
+        let healthy = runner
+            .status
+            .and_then(|s| s.conditions)
+            .into_iter()
+            .flatten()
+            .find(|c| c.type_ == "Healthy");
+        assert!(
+            healthy.is_some_and(|c| c.status == "False" && c.reason == "ImagePullFailing"),
+            "each Runner says why: {}",
+            runner.metadata.name.unwrap_or_default()
+        );
+    }
     eventually_of(&e, "the deployment to report it", WAIT, || async {
         let rd = e.h.api::<RunnerDeployment>().get("pull").await.ok()?;
         let status = rd.status?;

@@ -28,6 +28,9 @@ pub mod kind {
     pub const SCALING_ACTIVE: &str = "ScalingActive";
     /// An autoscaler: every `scaleUpTriggers` entry can match some webhook delivery.
     pub const TRIGGERS_VALID: &str = "TriggersValid";
+    /// Runner: its runner works or is on its way; False when it is stuck, dead or refused by
+    /// GitHub ([`hangar_core::health`]), with the reason and what is wrong.
+    pub const HEALTHY: &str = "Healthy";
     /// RunnerReplicaSet, RunnerSet, RunnerDeployment: no runner is stuck, dead or refused by
     /// GitHub ([`hangar_core::health`]); a False one's reason is the first unhealthy runner's.
     pub const RUNNERS_HEALTHY: &str = "RunnersHealthy";

@@ -35,6 +35,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use hangar_api::{Runner, RunnerStatus, annotation as ann, finalizer};
 use hangar_core::RunnerScope;
+use hangar_core::health::Health;
 use hangar_core::retirement::{RunnerPod, RunnerStep};
 use hangar_core::runner::{PodFacts, RunnerFacts, RunnerStep as Step};
 use hangar_github::{GitHubApi, GitHubError};
@@ -342,6 +343,7 @@ async fn drive(runner: &Runner, state: &RunnerState, report: &mut Report) -> Res
             // pod: an unscheduled pod then costs no second status write.
             report.status = Some(status_from_pod(&pod));
             report.conditions = conditions_from_pod(&pod);
+            report.conditions.push(health_condition(ctx, &pod));
             report.conditions.push(credentials_accepted(runner));
             return Ok(Action::requeue(ctx.settings.sync_period));
         }
@@ -386,6 +388,7 @@ async fn drive(runner: &Runner, state: &RunnerState, report: &mut Report) -> Res
     }
     report.status = Some(status_from_pod(&pod));
     report.conditions = conditions_from_pod(&pod);
+    report.conditions.push(health_condition(ctx, &pod));
     // The pod needs the credentials until its runner is unregistered: a Secret deleted or
     // broken meanwhile shows here, not only when the runner is retired.
     let github = ctx
@@ -527,6 +530,25 @@ fn credentials_accepted(runner: &Runner) -> Desired {
         reason::CREDENTIALS_ACCEPTED,
         format!("GitHub accepts {}", credentials_source(runner)),
     )
+}
+
+/// The runner's health as the Runner's `Healthy` condition ([`Context::runner_health`]).
+fn health_condition(ctx: &Context, pod: &Pod) -> Desired {
+    let health = ctx.runner_health(pod, super::registration_spent(pod));
+    let reason = health.reason();
+    match health {
+        Health::Healthy => Desired::yes(
+            kind::HEALTHY,
+            reason,
+            "the runner works: registered and, as far as GitHub has said, online",
+        ),
+        Health::Starting => Desired::yes(
+            kind::HEALTHY,
+            reason,
+            "the runner is on its way: its pod is starting or its runner registering",
+        ),
+        unhealthy => Desired::no(kind::HEALTHY, reason, unhealthy.describe()),
+    }
 }
 
 /// The conditions a Runner's pod implies.
