@@ -364,7 +364,8 @@ pub struct Plan {
     /// released, [`Input::release_grace`]): the driver decides again then.
     pub recheck_at: Option<SystemTime>,
     /// Every owner not yet going (retiring ones included) with a runner that is neither working
-    /// nor on its way, with that runner's health, oldest owner first: for conditions, events
+    /// nor on its way, with that runner's health, oldest owner first, then the finished owners
+    /// whose runner ended in trouble (an OOM kill), deleted in this plan: for conditions, events
     /// and metrics.
     pub unhealthy: Vec<(String, Health)>,
     /// Set when the set creates no runners because its template cannot work: an owner whose
@@ -386,6 +387,9 @@ pub fn plan(input: &Input) -> Plan {
     let mut finished: Vec<(&OwnerView, SystemTime)> = vec![];
     // Retiring owners whose runner is unhealthy: still there, and still reported.
     let mut retiring_unhealthy: Vec<&OwnerView> = vec![];
+    // Finished owners whose runner ended in trouble (an OOM kill): they go as finished, and
+    // are reported once on their way.
+    let mut finished_unhealthy: Vec<(String, Health)> = vec![];
     let holds_finished = input.ephemeral && input.effective_time.is_some();
     for owner in &input.owners {
         if owner.deleting {
@@ -431,6 +435,9 @@ pub fn plan(input: &Input) -> Plan {
         }
         let mut counts = count(owner);
         if !owner.pods.is_empty() && counts.completed as usize == owner.pods.len() {
+            if let Some(pod) = owner.pods.iter().find(|p| !p.health.is_capacity()) {
+                finished_unhealthy.push((owner.name.clone(), pod.health.clone()));
+            }
             let finished_at = owner.pods.iter().filter_map(|p| p.finished_at).max();
             let current = owner.template_hash.as_deref() == Some(&input.desired_template_hash);
             let demand_since = |at: SystemTime| input.effective_time.is_some_and(|e| e > at);
@@ -471,6 +478,7 @@ pub fn plan(input: &Input) -> Plan {
         .map(|(o, _)| *o)
         .chain(retiring_unhealthy)
         .filter_map(|o| Some((o.name.clone(), trouble(o)?.clone())))
+        .chain(finished_unhealthy)
         .collect();
     plan.unhealthy.sort_by_key(|(name, _)| {
         input

@@ -463,3 +463,29 @@ async fn a_runner_offline_on_github_while_its_pod_runs_is_replaced() {
     assert_eq!(e.h.interrupted(), 0);
     e.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_oom_killed_runner_is_replaced_unregistered_and_reported() {
+    let e = start("health-oom").await;
+    e.apply(&Deployment::new("oom", 1, "oom"));
+    let first = e.wait_running(1).await.pop_first().unwrap();
+    let ns = e.h.ns.name().to_owned();
+    e.nodes
+        .inject(&ns, &first, "runner", nodesim::Fault::OomKill)
+        .await
+        .unwrap();
+    replaced(&e, &first).await;
+    assert!(
+        !e.h.registered().contains(&first),
+        "unregistered from GitHub"
+    );
+    let notes = warning_notes(&e, "RunnersUnhealthy").await;
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains(&first) && n.contains("OOM-killed")),
+        "{notes:?}"
+    );
+    assert_eq!(e.h.interrupted(), 0);
+    e.shutdown().await;
+}

@@ -610,7 +610,7 @@ fn each_kind_of_trouble_is_replaced_or_paused_as_it_should() {
         ("image pull",        Health::Stuck(Stuck::ImagePull("ErrImagePull".into())), true),
         ("container config",  Health::Stuck(Stuck::Config("CreateContainerConfigError".into())), true),
         ("crash loop",        Health::Dead(Dead::CrashLoop(4)), true),
-        ("OOM-killed",        Health::Dead(Dead::OomKilled), true),
+        ("OOM-killed",        Health::Dead(crate::health::Dead::OomKilled), true),
         ("version rejected",  rejected, true),
     ];
     for (what, health, with_template) in cases {
@@ -969,4 +969,40 @@ fn a_stateful_sets_pod_controller_follows_its_spec_status_and_namespace() {
              namespace terminating {terminating}"
         );
     }
+}
+
+#[test]
+fn an_oom_killed_runner_is_deleted_as_finished_replaced_and_reported() {
+    // The runner container was OOM-killed; its docker sidecar keeps the pod Running.
+    let mut killed = troubled(
+        "killed",
+        0,
+        PodPhase::Running,
+        Health::Dead(crate::health::Dead::OomKilled),
+    );
+    killed.pods[0].runner_stopped = true;
+    let replaced = plan(&input(1, vec![killed], 1));
+    assert_eq!(
+        replaced.actions,
+        vec![
+            Action::Delete {
+                owner: "killed".into(),
+                reason: DeleteReason::Completed,
+                pods: vec!["killed-pod".into()],
+            },
+            Action::Create { count: 1 },
+        ]
+    );
+    // Told, though it goes as finished: an OOM kill is worth knowing about.
+    assert_eq!(
+        replaced.unhealthy,
+        vec![(
+            "killed".to_owned(),
+            Health::Dead(crate::health::Dead::OomKilled)
+        )]
+    );
+    // A runner that finished its job normally is not reported.
+    let mut done = running("done", 0);
+    done.pods[0].runner_stopped = true;
+    assert!(plan(&input(1, vec![done], 1)).unhealthy.is_empty());
 }
