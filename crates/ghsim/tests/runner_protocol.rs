@@ -39,6 +39,27 @@ async fn start() -> (ghsim::Running, GitHubClient, ManualClock) {
     (running, client, clock)
 }
 
+/// A JIT configuration for runner `name` of `scope` in the default group.
+async fn new_jit(
+    client: &GitHubClient,
+    scope: &Scope,
+    name: &str,
+    labels: &[&str],
+) -> hangar_github::JitConfig {
+    client
+        .generate_jit_config(
+            scope,
+            &JitConfigRequest {
+                name: name.into(),
+                runner_group_id: 1,
+                labels: labels.iter().map(|l| l.to_string()).collect(),
+                work_folder: None,
+            },
+        )
+        .await
+        .unwrap()
+}
+
 fn submit(sim: &Sim, labels: &[&str], count: u32) -> Vec<u64> {
     sim.update(|w, now| {
         let request = ghsim::world::SubmitJobs {
@@ -138,18 +159,7 @@ async fn registered_runner_lifecycle() {
 async fn jit_runner_runs_one_job_and_disappears() {
     let (gh, client, _) = start().await;
     let scope = Scope::repo("acme", "app");
-    let jit = client
-        .generate_jit_config(
-            &scope,
-            &JitConfigRequest {
-                name: "jit-1".into(),
-                runner_group_id: 1,
-                labels: vec!["self-hosted".into(), "k8s".into()],
-                work_folder: None,
-            },
-        )
-        .await
-        .unwrap();
+    let jit = new_jit(&client, &scope, "jit-1", &["self-hosted", "k8s"]).await;
     let mut runner = RunnerClient::from_jit_config(jit.encoded_jit_config.expose()).unwrap();
     assert_eq!(runner.runner_id, jit.runner.id.0);
     runner.connect().await.unwrap();
@@ -176,18 +186,7 @@ async fn jit_runner_runs_one_job_and_disappears() {
 async fn long_poll_wakes_when_a_job_arrives() {
     let (gh, client, _) = start().await;
     let scope = Scope::org("acme");
-    let jit = client
-        .generate_jit_config(
-            &scope,
-            &JitConfigRequest {
-                name: "waiter".into(),
-                runner_group_id: 1,
-                labels: vec!["self-hosted".into()],
-                work_folder: None,
-            },
-        )
-        .await
-        .unwrap();
+    let jit = new_jit(&client, &scope, "waiter", &["self-hosted"]).await;
     let mut runner = RunnerClient::from_jit_config(jit.encoded_jit_config.expose()).unwrap();
     runner.connect().await.unwrap();
     let started = std::time::Instant::now();
@@ -219,18 +218,7 @@ async fn a_runner_waiting_in_a_long_poll_stays_online() {
         ClientOptions::default(),
     )
     .unwrap();
-    let jit = client
-        .generate_jit_config(
-            &Scope::org("acme"),
-            &JitConfigRequest {
-                name: "patient".into(),
-                runner_group_id: 1,
-                labels: vec!["self-hosted".into()],
-                work_folder: None,
-            },
-        )
-        .await
-        .unwrap();
+    let jit = new_jit(&client, &Scope::org("acme"), "patient", &["self-hosted"]).await;
     let mut runner = RunnerClient::from_jit_config(jit.encoded_jit_config.expose()).unwrap();
     runner.connect().await.unwrap();
     let poll = tokio::spawn(async move { runner.next_job(Duration::from_millis(1500)).await });
@@ -256,18 +244,7 @@ async fn a_runner_waiting_in_a_long_poll_stays_online() {
 #[tokio::test]
 async fn second_listener_for_the_same_runner_conflicts() {
     let (_gh, client, _) = start().await;
-    let jit = client
-        .generate_jit_config(
-            &Scope::org("acme"),
-            &JitConfigRequest {
-                name: "twin".into(),
-                runner_group_id: 1,
-                labels: vec!["a".into()],
-                work_folder: None,
-            },
-        )
-        .await
-        .unwrap();
+    let jit = new_jit(&client, &Scope::org("acme"), "twin", &["a"]).await;
     let mut a = RunnerClient::from_jit_config(jit.encoded_jit_config.expose()).unwrap();
     let mut b = RunnerClient::from_jit_config(jit.encoded_jit_config.expose()).unwrap();
     a.connect().await.unwrap();
@@ -282,18 +259,7 @@ async fn second_listener_for_the_same_runner_conflicts() {
 async fn vanished_runner_interrupts_its_job_and_is_accounted() {
     let (gh, client, clock) = start().await;
     let scope = Scope::org("acme");
-    let jit = client
-        .generate_jit_config(
-            &scope,
-            &JitConfigRequest {
-                name: "doomed".into(),
-                runner_group_id: 1,
-                labels: vec!["self-hosted".into()],
-                work_folder: None,
-            },
-        )
-        .await
-        .unwrap();
+    let jit = new_jit(&client, &scope, "doomed", &["self-hosted"]).await;
     let mut runner = RunnerClient::from_jit_config(jit.encoded_jit_config.expose()).unwrap();
     runner.connect().await.unwrap();
     submit(&gh.sim, &["self-hosted"], 1);

@@ -79,12 +79,7 @@ async fn an_unresponsive_node_stops_renewing_and_stops_running_pods() {
     let name = sim.node_names()[0].clone();
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let pods: Api<Pod> = ns.api(client.clone());
-    pods.create(
-        &PostParams::default(),
-        &pod("p", &sim.placement(), vec![container("main", "busybox")]),
-    )
-    .await
-    .unwrap();
+    create_busybox(&pods, "p", &sim).await;
     wait_for(&pods, "p", "Running", when(|p| phase(p) == Some("Running"))).await;
 
     sim.fail_node(&name, NodeFailure::Unresponsive)
@@ -100,6 +95,16 @@ async fn an_unresponsive_node_stops_renewing_and_stops_running_pods() {
     let p = pods.get("p").await.unwrap();
     assert!(p.metadata.deletion_timestamp.is_some());
     sim.shutdown().await.unwrap();
+}
+
+/// Creates pod `name` running busybox on the simulator's nodes.
+async fn create_busybox(pods: &Api<Pod>, name: &str, sim: &nodesim::NodeSimHandle) {
+    pods.create(
+        &PostParams::default(),
+        &pod(name, &sim.placement(), vec![container("main", "busybox")]),
+    )
+    .await
+    .unwrap();
 }
 
 /// The node's Ready condition status and whether it has the not-ready taint.
@@ -129,12 +134,7 @@ async fn a_not_ready_node_keeps_its_pods_running_takes_no_new_ones_and_recovers(
     let nodes: Api<Node> = Api::all(client.clone());
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let pods: Api<Pod> = ns.api(client.clone());
-    pods.create(
-        &PostParams::default(),
-        &pod("p", &sim.placement(), vec![container("main", "busybox")]),
-    )
-    .await
-    .unwrap();
+    create_busybox(&pods, "p", &sim).await;
     wait_for(&pods, "p", "Running", when(|p| phase(p) == Some("Running"))).await;
 
     sim.fail_node(&name, NodeFailure::NotReady).await.unwrap();
@@ -157,12 +157,7 @@ async fn a_not_ready_node_keeps_its_pods_running_takes_no_new_ones_and_recovers(
     .await;
     assert_eq!(phase(&pods.get("p").await.unwrap()), Some("Running"));
     // No new pod lands on it.
-    pods.create(
-        &PostParams::default(),
-        &pod("q", &sim.placement(), vec![container("main", "busybox")]),
-    )
-    .await
-    .unwrap();
+    create_busybox(&pods, "q", &sim).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let q = pods.get("q").await.unwrap();
     assert_eq!(q.spec.as_ref().and_then(|s| s.node_name.as_deref()), None);

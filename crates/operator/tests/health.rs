@@ -55,6 +55,16 @@ async fn warnings(e: &E2e, reason: &str) -> i32 {
         .sum()
 }
 
+/// Waits until the deployment's newest set says all its runners are healthy again.
+async fn healthy_again(e: &E2e) {
+    eventually_of(e, "the set to be healthy again", WAIT, || async {
+        set_health(e)
+            .await
+            .filter(|(c, n)| c.status == "True" && *n == 0)
+    })
+    .await;
+}
+
 /// The notes of the Warning events with `reason`.
 async fn warning_notes(e: &E2e, reason: &str) -> Vec<String> {
     e.h.api::<k8s_openapi::api::events::v1::Event>()
@@ -155,12 +165,7 @@ async fn a_template_whose_image_cannot_be_pulled_creates_no_more_runners_and_rec
         "the stuck runners recover in place: {running:?} {stuck:?}"
     );
     assert_eq!(e.h.interrupted(), 0);
-    eventually_of(&e, "the set to be healthy again", WAIT, || async {
-        set_health(&e)
-            .await
-            .filter(|(c, n)| c.status == "True" && *n == 0)
-    })
-    .await;
+    healthy_again(&e).await;
     e.shutdown().await;
 }
 
@@ -284,12 +289,7 @@ async fn a_runner_image_older_than_github_accepts_is_reported_and_not_multiplied
     fixed.image = Some("ghcr.io/actions/actions-runner:2.330.0".into());
     e.apply(&fixed);
     e.wait_running(4).await;
-    eventually_of(&e, "the set to be healthy again", WAIT, || async {
-        set_health(&e)
-            .await
-            .filter(|(c, n)| c.status == "True" && *n == 0)
-    })
-    .await;
+    healthy_again(&e).await;
     assert_eq!(e.h.interrupted(), 0);
     e.shutdown().await;
 }
@@ -454,12 +454,7 @@ async fn a_runner_offline_on_github_while_its_pod_runs_is_replaced() {
     let running = e.wait_running(1).await;
     assert!(!running.contains(&first), "{running:?}");
     assert!(!e.h.registered().contains(&first));
-    eventually_of(&e, "the set healthy again", WAIT, || async {
-        set_health(&e)
-            .await
-            .filter(|(c, n)| c.status == "True" && *n == 0)
-    })
-    .await;
+    healthy_again(&e).await;
     assert_eq!(e.h.interrupted(), 0);
     e.shutdown().await;
 }
