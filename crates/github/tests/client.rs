@@ -681,9 +681,12 @@ async fn runner_groups_filtered_by_repository_visibility() {
     });
     let client = gh.client();
     let all = client.list_org_runner_groups("acme", None).await.unwrap();
+    // The enterprise group shared with every organization is listed too, as inherited.
     assert_eq!(
-        all.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(),
-        vec!["Default", "app-only"]
+        all.iter()
+            .map(|g| (g.name.as_str(), g.inherited))
+            .collect::<Vec<_>>(),
+        vec![("Default", false), ("app-only", false), ("shared", true)]
     );
     assert!(all[0].default && all[0].id == 1);
     let for_lib = client
@@ -692,13 +695,13 @@ async fn runner_groups_filtered_by_repository_visibility() {
         .unwrap();
     assert_eq!(
         for_lib.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(),
-        vec!["Default"]
+        vec!["Default", "shared"]
     );
     let for_app = client
         .list_org_runner_groups("acme", Some("app"))
         .await
         .unwrap();
-    assert_eq!(for_app.len(), 2);
+    assert_eq!(for_app.len(), 3);
     let enterprise = client
         .list_enterprise_runner_groups("big", Some("acme"))
         .await
