@@ -87,9 +87,6 @@ use super::{ContainerContext, ContainerIo, ContainerProgram, Exit, StartFailure}
 /// The runner container's name in ARC's pod shape.
 pub const RUNNER_CONTAINER: &str = "runner";
 
-/// How often a runner in a call to GitHub checks whether [`RunnerFault::CutOff`] holds.
-const CUT_OFF_CHECK: Duration = Duration::from_millis(100);
-
 /// The exit code of a runner whose job was cancelled by SIGTERM (128 + 15).
 pub const EXIT_CANCELLED: i32 = 143;
 /// The entrypoint's exit code when the environment is incomplete.
@@ -537,9 +534,13 @@ impl Runner<'_> {
     /// `work` (a call to GitHub), or `None` if [`RunnerFault::CutOff`] cuts the runner off
     /// first: the connection drops, the call is lost.
     async fn unless_cut_off<T>(&self, work: impl Future<Output = T>) -> Option<T> {
+        // Subscribed before the first look, so a fault added in between is not missed.
+        let mut changes = self.program.faults.changes();
         let cut = async {
             while !self.cut_off() {
-                sleep(CUT_OFF_CHECK).await;
+                if changes.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
             }
         };
         tokio::select! {
@@ -833,7 +834,23 @@ impl PodMatch {
 /// [`RunnerFaults::remove`], so overlapping faults end independently. Cheap to clone; clones
 /// share the switches.
 #[derive(Clone, Debug, Default)]
-pub struct RunnerFaults(Arc<std::sync::Mutex<FaultTable>>);
+pub struct RunnerFaults(Arc<FaultSwitches>);
+
+#[derive(Debug)]
+struct FaultSwitches {
+    table: std::sync::Mutex<FaultTable>,
+    /// Bumped on every add and remove, so that a runner waits for a change instead of polling.
+    changed: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for FaultSwitches {
+    fn default() -> Self {
+        Self {
+            table: Default::default(),
+            changed: tokio::sync::watch::Sender::new(0),
+        }
+    }
+}
 
 #[derive(Debug, Default)]
 struct FaultTable {
@@ -844,25 +861,37 @@ struct FaultTable {
 impl RunnerFaults {
     /// Switches `fault` on for the pods `target` matches; returns the id to remove it with.
     pub fn add(&self, fault: RunnerFault, target: PodMatch) -> u64 {
-        let mut table = self.0.lock().expect("runner faults");
-        table.next += 1;
-        let id = table.next;
-        table.active.push((id, fault, target));
+        let id = {
+            let mut table = self.0.table.lock().expect("runner faults");
+            table.next += 1;
+            let id = table.next;
+            table.active.push((id, fault, target));
+            id
+        };
+        self.0.changed.send_modify(|n| *n += 1);
         id
     }
 
     /// Switches off the fault `id` returned by [`RunnerFaults::add`] (no-op if gone).
     pub fn remove(&self, id: u64) {
         self.0
+            .table
             .lock()
             .expect("runner faults")
             .active
             .retain(|(i, _, _)| *i != id);
+        self.0.changed.send_modify(|n| *n += 1);
+    }
+
+    /// A receiver that sees every add and remove after this call.
+    pub(crate) fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.0.changed.subscribe()
     }
 
     /// Whether `fault` is on for the container `ctx` runs in.
     pub fn applies(&self, fault: RunnerFault, ctx: &ContainerContext) -> bool {
         self.0
+            .table
             .lock()
             .expect("runner faults")
             .active
