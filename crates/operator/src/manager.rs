@@ -343,9 +343,9 @@ fn attach_metrics(exporter: &crate::metrics::Exporter, ctx: &Arc<Context>) {
     exporter.set_ready(true);
 }
 
-/// Every [`Settings::runner_refresh`](hangar_runtime::context::Settings::runner_refresh), asks GitHub (through the caching client: a 304 is
-/// free) which registered runners are online, offline or busy, per scope that has registered
-/// runner pods — the scopes their owners granted them, never what a pod claims — for the
+/// Every [`Settings::runner_refresh`](hangar_runtime::context::Settings::runner_refresh),
+/// asks GitHub (through the caching client: a 304 is free) which registered runners are online,
+/// offline or busy, per scope that has registered runner pods — the scopes their owners granted them, never what a pod claims — for the
 /// runners' health ([`Context::github_runners`]) and the busy gauge.
 fn spawn_runner_refresh(exporter: Option<Arc<crate::metrics::Exporter>>, ctx: Arc<Context>) {
     tokio::spawn(async move {

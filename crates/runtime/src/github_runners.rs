@@ -1,8 +1,8 @@
 //! What GitHub last said about each registered runner: online, busy, or offline since when.
 //!
-//! Contract: filled from the runner lists Hangar takes anyway (the metrics' busy refresh lists
-//! each scope with registered runner pods every [`crate::context::Settings::runner_refresh`], through the
-//! caching client), never by a call of its own; read by [`crate::context::Context::runner_health`].
+//! Contract: filled from the runner lists Hangar takes anyway (the runner refresh lists each
+//! scope with registered runner pods every [`crate::context::Settings::runner_refresh`],
+//! through the caching client), never by a call of its own; read by [`crate::context::Context::runner_health`].
 //! A runner of a scope not listed yet is [`GitHubState::Unknown`], which the health classifier
 //! never holds against it.
 

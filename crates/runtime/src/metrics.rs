@@ -6,7 +6,8 @@
 //! (their caches), GitHub calls and rate limits (the client registry) — is computed when
 //! Prometheus scrapes, so there is no second copy to keep in sync. The one exception is which
 //! runners are busy: a background task asks GitHub's List Runners per scope at most every
-//! [`crate::context::Settings::runner_refresh`], through the caching client (a 304 costs no rate limit).
+//! [`crate::context::Settings::runner_refresh`], through the caching client (a 304 costs no
+//! rate limit).
 //!
 //! Latencies: `hangar_webhook_delivery_to_pod_seconds` pairs each queued `workflow_job`
 //! delivery the webhook server turned into a reservation with the next runner pod created for
