@@ -98,7 +98,7 @@ pub struct RunnerReplicaSetStatus {
     pub busy_replicas: Option<i32>,
 
     /// Number of runners neither working nor on their way (Hangar only): stuck (unschedulable,
-    /// image pull failing, never registered), dead (crash-looping, OOM-killed, node NotReady,
+    /// image pull failing, never registered), dead (crash-looping, OOM-killed or failed and held back, node NotReady,
     /// offline on GitHub) or refused by GitHub. The RunnersHealthy condition says which and
     /// why.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -18,8 +18,9 @@
 //! **A runner GitHub shows busy is always healthy**, whatever its pod looks like: it holds a
 //! job, and nothing here may lead to killing it. A finished runner (its runner container done
 //! for good, or the pod Succeeded or Failed) is owner sync's business, which replaces it as
-//! finished; [`classify`] calls it healthy, or dead when its runner was OOM-killed (the reason
-//! is still worth telling).
+//! finished; [`classify`] calls it healthy, or dead when its runner failed (OOM-killed, or
+//! exited with a code other than 0: the reason is still worth telling, and owner sync spaces
+//! out the replacements of failed runners).
 //!
 //! Time limits run from the moment the state began when Kubernetes records it (Ready since, a
 //! condition's transition), else from the pod's creation: a pod that is created and never
@@ -30,6 +31,9 @@ use std::time::{Duration, SystemTime};
 /// How long a Ready runner pod may go without a GitHub runner ID before it counts as stuck
 /// (ARC's `registrationTimeout`): the default of `hangar run --registration-timeout`.
 pub const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+
+/// The default of [`Thresholds::failed_runner_backoff`] (`hangar run --failed-runner-backoff`).
+pub const FAILED_RUNNER_BACKOFF: Duration = Duration::from_secs(10);
 
 /// A pod's phase, as Kubernetes reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,6 +64,10 @@ pub struct Thresholds {
     pub offline: Duration,
     /// Runner container restarts after which a crash loop counts as dead.
     pub crash_loop_restarts: u32,
+    /// How long a set whose runners failed ([`Dead::Failed`], [`Dead::OomKilled`]), with no
+    /// runner of the template working, waits after the latest failure before it tries one
+    /// fresh runner (owner sync's retry; the kubelet's first crash-loop back-off is as long).
+    pub failed_runner_backoff: Duration,
 }
 
 impl Default for Thresholds {
@@ -70,6 +78,7 @@ impl Default for Thresholds {
             node_not_ready: Duration::from_secs(5 * 60),
             offline: Duration::from_secs(5 * 60),
             crash_loop_restarts: 3,
+            failed_runner_backoff: FAILED_RUNNER_BACKOFF,
         }
     }
 }
@@ -189,6 +198,10 @@ pub enum Dead {
     OomKilled,
     /// The runner container keeps crashing (this many restarts).
     CrashLoop(u32),
+    /// The runner is done, and its container exited with this code, not 0: actions/runner
+    /// exits 0 when its work is done (an ephemeral runner after its job), so this run failed —
+    /// a broken entrypoint or configuration when it happens at start.
+    Failed(i32),
     /// Its node has been NotReady for longer than the limit.
     NodeNotReady,
     /// Registered, its pod running, and offline on GitHub for longer than the limit.
@@ -219,16 +232,22 @@ impl Health {
     /// Whether the trouble comes with the runner's template rather than its pod or node, so
     /// that a fresh pod of the same template would most likely meet it again: no node takes
     /// what it asks for (selector, affinity, resources), its image cannot be pulled, its
-    /// container cannot be created, its runner keeps crashing or running out of memory, or
+    /// container cannot be created, its runner keeps crashing, fails or runs out of memory, or
     /// GitHub refuses its version. Owner sync replaces such a runner only while another runner
     /// of the template shows that the template can work.
     pub fn comes_with_template(&self) -> bool {
         matches!(
             self,
             Health::Stuck(Stuck::Unschedulable(_) | Stuck::ImagePull(_) | Stuck::Config(_))
-                | Health::Dead(Dead::CrashLoop(_) | Dead::OomKilled)
+                | Health::Dead(Dead::CrashLoop(_) | Dead::OomKilled | Dead::Failed(_))
                 | Health::Rejected(_)
         )
+    }
+
+    /// Whether a finished runner ended in failure ([`Dead::Failed`], [`Dead::OomKilled`]) rather
+    /// than by finishing its work.
+    pub fn ends_in_failure(&self) -> bool {
+        matches!(self, Health::Dead(Dead::Failed(_) | Dead::OomKilled))
     }
 
     /// What is wrong, in words an operator can act on (empty for a working or starting
@@ -253,6 +272,9 @@ impl Health {
             Health::Dead(Dead::CrashLoop(restarts)) => {
                 format!("its runner container keeps crashing ({restarts} restarts)")
             }
+            Health::Dead(Dead::Failed(code)) => {
+                format!("its runner container exited with code {code}")
+            }
             Health::Dead(Dead::NodeNotReady) => "its node is NotReady".into(),
             Health::Dead(Dead::Offline) => "GitHub shows it offline although its pod runs".into(),
             Health::Rejected(r) => format!(
@@ -274,6 +296,7 @@ impl Health {
             Health::Stuck(Stuck::NotStarted) => "NotStarted",
             Health::Dead(Dead::OomKilled) => "OOMKilled",
             Health::Dead(Dead::CrashLoop(_)) => "CrashLooping",
+            Health::Dead(Dead::Failed(_)) => "RunnerFailed",
             Health::Dead(Dead::NodeNotReady) => "NodeNotReady",
             Health::Dead(Dead::Offline) => "OfflineOnGitHub",
             Health::Rejected(_) => "RunnerVersionRejected",
@@ -289,11 +312,12 @@ pub fn classify(o: &Observed, limits: &Thresholds, now: SystemTime) -> Health {
         return Health::Healthy;
     }
     if o.finished {
-        // Owner sync replaces it as finished; the reason is still worth telling.
-        return if o.last_termination == Some(Termination::OomKilled) {
-            Health::Dead(Dead::OomKilled)
-        } else {
-            Health::Healthy
+        // Owner sync replaces it as finished (after a back-off when it failed); the reason is
+        // still worth telling.
+        return match o.last_termination {
+            Some(Termination::OomKilled) => Health::Dead(Dead::OomKilled),
+            Some(Termination::Exited(code)) if code != 0 => Health::Dead(Dead::Failed(code)),
+            _ => Health::Healthy,
         };
     }
     if let Some(rejection) = &o.rejected {

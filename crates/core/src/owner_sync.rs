@@ -40,6 +40,11 @@
 //!   same way, so the troubled owners keep their places and nothing more is created
 //!   ([`Plan::paused`]) until the template changes or one of its runners works. Pod and node
 //!   trouble is replaced each time it is seen, which the classifier's time limits space out.
+//! - **A failed runner is retried, not streamed.** A finished runner that failed
+//!   ([`Health::ends_in_failure`]) never recovers in place, so the pause above would never
+//!   end: beside a runner of its template that GitHub lists online it is replaced at once;
+//!   otherwise it keeps its place, the set pauses, and one fresh runner is tried
+//!   [`Input::failed_runner_backoff`] after the latest failure ([`Plan::retries_every`]).
 //! - **Owners that are still settling count as pending runners** (a Runner that has not created
 //!   its pod yet, a StatefulSet whose status has not caught up with its spec), so pods being
 //!   created are never counted as missing, and nothing waits for them either.
@@ -103,6 +108,14 @@ pub struct PodView {
     pub unregistration_complete: bool,
     /// When the runner container terminated, if it did.
     pub finished_at: Option<SystemTime>,
+    /// The runner container's previous run ended in failure (an exit code other than 0, or an
+    /// OOM kill). A run back after it ([`PodView::runner_restarted`]) is the kubelet retrying
+    /// a runner that did not work, not one that finished a job and came back for another: it
+    /// counts as a live runner and is not retired for having restarted.
+    pub previous_run_failed: bool,
+    /// GitHub lists the runner online (idle or busy): proof that a runner of its template can
+    /// work.
+    pub online_on_github: bool,
 }
 
 impl PodView {
@@ -242,6 +255,9 @@ pub struct Input {
     /// completion is reflected ([`RELEASE_GRACE`] unless `hangar run --release-grace` says
     /// otherwise).
     pub release_grace: Duration,
+    /// How long after the latest failure a set whose runners failed, with none of its template
+    /// working, tries one fresh runner ([`crate::health::Thresholds::failed_runner_backoff`]).
+    pub failed_runner_backoff: Duration,
 }
 
 /// One thing for the driver to do.
@@ -373,6 +389,9 @@ pub struct Plan {
     /// no runner of the template works. Such owners keep their places (a fresh pod would fail
     /// the same way); a changed template, or one runner of it that works, ends the pause.
     pub paused: Option<(String, Health)>,
+    /// Set while the pause comes from runners that failed ([`Health::ends_in_failure`]): one
+    /// fresh runner is tried this long after the latest failure, while none is on its way.
+    pub retries_every: Option<Duration>,
 }
 
 /// Decides what to do with a set of runner-pod owners. Pure: same input, same plan.
@@ -390,6 +409,9 @@ pub fn plan(input: &Input) -> Plan {
     // Finished owners whose runner ended in trouble (an OOM kill): they go as finished, and
     // are reported once on their way.
     let mut finished_unhealthy: Vec<(String, Health)> = vec![];
+    // Finished owners of the desired template whose runner failed, with the time it ended:
+    // replaced at once while a runner of the template works, else held (see below).
+    let mut failed: Vec<(&OwnerView, Option<SystemTime>)> = vec![];
     let holds_finished = input.ephemeral && input.effective_time.is_some();
     for owner in &input.owners {
         if owner.deleting {
@@ -423,7 +445,7 @@ pub fn plan(input: &Input) -> Plan {
         if owner
             .pods
             .iter()
-            .any(|p| p.runner_restarted && !p.is_stopped())
+            .any(|p| p.runner_restarted && !p.previous_run_failed && !p.is_stopped())
         {
             // A runner that came back after it exited: not finished (its new run may have taken
             // a job) and not one to keep (an ephemeral runner runs one job per pod). It leaves
@@ -440,6 +462,14 @@ pub fn plan(input: &Input) -> Plan {
             }
             let finished_at = owner.pods.iter().filter_map(|p| p.finished_at).max();
             let current = owner.template_hash.as_deref() == Some(&input.desired_template_hash);
+            let failure = owner
+                .pods
+                .iter()
+                .any(|p| !p.deleting && p.health.ends_in_failure());
+            if current && failure {
+                failed.push((owner, finished_at));
+                continue;
+            }
             let demand_since = |at: SystemTime| input.effective_time.is_some_and(|e| e > at);
             let reflected = owner
                 .pods
@@ -495,6 +525,21 @@ pub fn plan(input: &Input) -> Plan {
             .iter()
             .any(|p| p.kind() == PodKind::Running && p.health == Health::Healthy)
     });
+    // Failed runners need more proof that their template works: a runner that has only just
+    // started may be about to fail the same way (a crash at start runs for a moment).
+    let template_proven = current.iter().any(|(o, _)| {
+        o.pods.iter().any(|p| {
+            p.kind() == PodKind::Running && p.health == Health::Healthy && p.online_on_github
+        })
+    });
+    // A runner of the template on its way, or created within the back-off (one that runs has
+    // not shown yet that it works: a crash at start runs for a moment): the trial of a fresh
+    // runner is not over yet.
+    let trying = current.iter().any(|(o, c)| {
+        c.pending > 0
+            || o.pods.iter().any(|p| p.kind() == PodKind::Restarted)
+            || elapsed(o.created, now) < input.failed_runner_backoff
+    });
     for (owner, c) in &mut current {
         if let Some(health) = trouble(owner).filter(|h| h.comes_with_template())
             && !template_works
@@ -517,6 +562,44 @@ pub fn plan(input: &Input) -> Plan {
         running, pending, ..
     } = plan.counts;
     let desired = input.desired;
+    // Failed runners: while a runner of the template works, they were their pods' own trouble
+    // and are replaced at once. Without one, a fresh pod would most likely fail the same way,
+    // and nothing would restart a failed pod to show otherwise: the failed runners keep the
+    // places still wanted, the set pauses, and one fresh runner is tried a back-off after the
+    // latest failure, while no other is on its way. One pod per back-off, not a hot loop.
+    failed.sort_by_key(|(_, at)| std::cmp::Reverse(*at));
+    let held_failed = if template_proven {
+        0
+    } else {
+        failed
+            .len()
+            .min(desired.saturating_sub(running + pending) as usize)
+    };
+    for (owner, _) in &failed[held_failed..] {
+        plan.actions.extend(delete(owner, DeleteReason::Completed));
+    }
+    let mut retry = false;
+    if let Some(first) = failed[..held_failed]
+        .iter()
+        .map(|(o, _)| *o)
+        .min_by_key(|o| o.created)
+    {
+        if plan.paused.is_none() {
+            plan.paused = trouble_of_failed(first).map(|h| (first.name.clone(), h.clone()));
+        }
+        plan.retries_every = Some(input.failed_runner_backoff);
+        plan.counts.unhealthy += held_failed as u32;
+        let latest = failed[..held_failed].iter().filter_map(|(_, at)| *at).max();
+        let retry_at = latest.map_or(now, |at| at + input.failed_runner_backoff);
+        if !trying && now >= retry_at {
+            // The one that failed first gives its place to the fresh runner.
+            let (oldest, _) = failed[held_failed - 1];
+            plan.actions.extend(delete(oldest, DeleteReason::Completed));
+            retry = true;
+        } else if !trying {
+            plan.recheck_at = Some(retry_at);
+        }
+    }
     // Just-finished runners keep the places still wanted, except those whose completions the
     // count absorbs: their places go to new runners at once, but they stay (holding none) until
     // their completions are reflected or the grace is over, so that the absorption still counts
@@ -532,12 +615,15 @@ pub fn plan(input: &Input) -> Plan {
     plan.recheck_at = finished[..kept]
         .iter()
         .map(|(_, at)| *at + input.release_grace)
+        .chain(plan.recheck_at)
         .min();
-    let maybe_running = running + pending + held as u32;
+    let maybe_running = running + pending + held as u32 + held_failed as u32;
 
     // Pass 2: scale the up-to-date owners.
     let mut scaled_down = false;
-    if desired > maybe_running && plan.paused.is_some() {
+    if retry {
+        plan.actions.push(Action::Create { count: 1 });
+    } else if desired > maybe_running && plan.paused.is_some() {
         // More runners of a template that cannot work would fail the same way.
     } else if desired > maybe_running {
         // Held places already stand for the finished runners whose release may be on its way;
@@ -650,6 +736,15 @@ fn counts_of(owners: &[(&OwnerView, Counts)], owner: &OwnerView) -> Counts {
         .find(|(o, _)| o.name == owner.name)
         .map(|(_, c)| *c)
         .unwrap_or_default()
+}
+
+/// The health of the first of finished `owner`'s runners that failed.
+fn trouble_of_failed(owner: &OwnerView) -> Option<&Health> {
+    owner
+        .pods
+        .iter()
+        .find(|p| p.health.ends_in_failure())
+        .map(|p| &p.health)
 }
 
 /// The health of the first of `owner`'s runners that is neither working nor on its way.

@@ -278,6 +278,12 @@ struct RunArgs {
     /// Runner container restarts in a crash loop after which the runner counts as dead.
     #[arg(long, default_value_t = 3)]
     crash_loop_restarts: u32,
+    /// How long a set whose runners failed (their container exited with a code other than 0,
+    /// or was OOM-killed), while no runner of its template works, waits after the latest
+    /// failure before it tries one fresh runner. Failed runners keep their places meanwhile,
+    /// so a runner image that fails at start costs one pod per back-off, not a stream of pods.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    failed_runner_backoff: Duration,
     /// The lowest actions/runner version GitHub accepts (GitHub's floor is 2.329.0 since
     /// September 2026, then each release within 30 days). A runner whose image tag names an
     /// older version (`…/actions-runner:2.311.0`, `…:v2.311.0-ubuntu-22.04`) is reported as
@@ -555,6 +561,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             pending: args.stuck_pod_timeout,
             node_not_ready: args.node_not_ready_timeout,
             crash_loop_restarts: args.crash_loop_restarts,
+            failed_runner_backoff: args.failed_runner_backoff,
             ..Default::default()
         },
         minimum_runner_version: args.minimum_runner_version,

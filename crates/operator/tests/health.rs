@@ -8,6 +8,7 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hangar_api::{RunnerDeployment, RunnerReplicaSet, RunnerSet};
@@ -21,8 +22,15 @@ use support::e2e::{Deployment, E2e, WAIT};
 /// How long a pod may fail to pull its image before it counts as stuck, in these tests.
 const STUCK_AFTER: Duration = Duration::from_secs(3);
 
+/// How long a set whose runners all failed waits before it tries a fresh one, in these tests.
+const FAILED_BACKOFF: Duration = Duration::from_secs(3);
+
 async fn start(prefix: &str) -> E2e {
-    E2e::start_configured(prefix, |s| s.health.pending = STUCK_AFTER).await
+    E2e::start_configured(prefix, |s| {
+        s.health.pending = STUCK_AFTER;
+        s.health.failed_runner_backoff = FAILED_BACKOFF;
+    })
+    .await
 }
 
 /// The `RunnersHealthy` condition of the deployment's newest set, with the set's
@@ -474,7 +482,9 @@ async fn an_oom_killed_runner_is_replaced_unregistered_and_reported() {
         !e.h.registered().contains(&first),
         "unregistered from GitHub"
     );
-    let notes = warning_notes(&e, "RunnersUnhealthy").await;
+    // No other runner shows that the template works, so the set held the place for the
+    // back-off (`ReplacementsPaused`) before it tried a fresh runner.
+    let notes = warning_notes(&e, "ReplacementsPaused").await;
     assert!(
         notes
             .iter()
@@ -482,5 +492,96 @@ async fn an_oom_killed_runner_is_replaced_unregistered_and_reported() {
         "{notes:?}"
     );
     assert_eq!(e.h.interrupted(), 0);
+    e.shutdown().await;
+}
+
+/// The nodesim program of a runner container that exits with code 1 at once: a runner image
+/// whose entrypoint fails before the runner can register.
+const CRASH_AT_START: (&str, &str) = ("program.nodesim.hangar.dev/runner", "crash(100ms)");
+
+/// The runner pods seen while polling for `window`, each with when it was first seen (ms
+/// from the start): how many pods the set made, and when.
+async fn pods_made_during(e: &E2e, window: Duration) -> BTreeMap<String, u128> {
+    let mut seen = BTreeMap::new();
+    let start = tokio::time::Instant::now();
+    while start.elapsed() < window {
+        for pod in e.pods().await {
+            seen.entry(pod.name_any())
+                .or_insert_with(|| start.elapsed().as_millis());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    seen
+}
+
+#[tokio::test]
+async fn a_template_whose_runner_crashes_at_start_is_retried_slowly_and_recovers() {
+    let e = start("health-crash").await;
+    let (key, program) = CRASH_AT_START;
+    e.apply(&Deployment::new("crash", 2, "crash").annotation(key, program));
+
+    let made = pods_made_during(&e, Duration::from_secs(10)).await;
+    // Two places, and one retry per back-off period at most (3 s: 10 s allow 3).
+    assert!(
+        made.len() <= 2 + 3,
+        "pod churn: {} pods in 10 s: {made:?}",
+        made.len()
+    );
+    let (condition, _) =
+        eventually_of(&e, "the set to report its failed runners", WAIT, || async {
+            set_health(&e)
+                .await
+                .filter(|(c, _)| c.status == "False" && c.reason == "RunnerFailed")
+        })
+        .await;
+    assert!(
+        condition.message.contains("exited with code 1"),
+        "{condition:?}"
+    );
+
+    // The fixed template starts working at once. (An annotation is left: server-side apply
+    // sends an emptied map as null, which the CRD's schema refuses.)
+    e.apply(&Deployment::new("crash", 2, "crash").annotation("example.com/fixed", "true"));
+    e.wait_running(2).await;
+    healthy_again(&e).await;
+    e.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_runner_set_whose_runner_crashes_at_start_is_retried_slowly() {
+    let e = start("health-setcrash").await;
+    let mut set: serde_json::Value = serde_json::from_str(&support::runner_set_manifest(
+        Some(&e.nodes),
+        "crashset",
+        2,
+        "crashset",
+        &[],
+    ))
+    .unwrap();
+    let (key, program) = CRASH_AT_START;
+    set["spec"]["template"]["metadata"] = serde_json::json!({"annotations": {key: program}});
+    e.h.apply(&set.to_string());
+    let set_health = || async {
+        let set = e.h.api::<RunnerSet>().get("crashset").await.ok()?;
+        let status = set.status?;
+        health_of(status.conditions.as_deref(), status.unhealthy_replicas)
+    };
+    let made = pods_made_during(&e, Duration::from_secs(10)).await;
+    assert!(
+        made.len() <= 2 + 3,
+        "pod churn: {} pods in 10 s: {made:?}",
+        made.len()
+    );
+    eventually_of(
+        &e,
+        "the RunnerSet to report its failed runners",
+        WAIT,
+        || async {
+            set_health()
+                .await
+                .filter(|(c, _)| c.status == "False" && c.reason == "RunnerFailed")
+        },
+    )
+    .await;
     e.shutdown().await;
 }

@@ -291,6 +291,14 @@ impl Context {
         hangar_core::health::classify(&observed, &self.settings.health, self.now())
     }
 
+    /// The runner in `pod` as owner sync sees it ([`crate::pod::observe::pod_view`]), given
+    /// whether its registration credential was taken back: with its health now and what GitHub
+    /// last said of it.
+    pub fn pod_view(&self, pod: &Pod, credential_spent: bool) -> hangar_core::owner_sync::PodView {
+        let health = self.runner_health(pod, credential_spent);
+        crate::pod::observe::pod_view(pod, credential_spent, health, self.github_state(pod))
+    }
+
     /// What GitHub last said of the runner in `pod` ([`crate::github_runners`]), asked of the
     /// scope its owner chain granted, never one the pod names.
     pub fn github_state(&self, pod: &Pod) -> hangar_core::health::GitHubState {

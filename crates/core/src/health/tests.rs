@@ -10,6 +10,7 @@ const LIMITS: Thresholds = Thresholds {
     node_not_ready: Duration::from_secs(300),
     offline: Duration::from_secs(300),
     crash_loop_restarts: 3,
+    failed_runner_backoff: Duration::from_secs(10),
 };
 
 /// Minute `m` of the test's timeline.
@@ -116,6 +117,8 @@ fn each_state_is_classified_as_the_module_says() {
         ("OOM-killed and restarting",            oom_looping.clone(),        5,  Dead(super::Dead::OomKilled)),
         ("finished",                             Observed { finished: true, last_termination: Some(Termination::Exited(0)), ..working() }, 5, Healthy),
         ("finished by an OOM kill",              Observed { finished: true, last_termination: Some(Termination::OomKilled), ..working() }, 5, Dead(super::Dead::OomKilled)),
+        ("finished with a failing exit code",    Observed { finished: true, last_termination: Some(Termination::Exited(1)), ..working() }, 5, Dead(super::Dead::Failed(1))),
+        ("finished, how unknown",                Observed { finished: true, last_termination: None, ..working() }, 5, Healthy),
         ("node NotReady within the limit",       node_down.clone(),          6,  Healthy),
         ("node NotReady past the limit",         node_down.clone(),          8,  Dead(super::Dead::NodeNotReady)),
         ("offline within the limit",             offline.clone(),            7,  Healthy),
@@ -154,6 +157,7 @@ fn reasons_are_distinct_camel_case_words() {
         Health::Stuck(Stuck::NotStarted),
         Health::Dead(Dead::OomKilled),
         Health::Dead(Dead::CrashLoop(3)),
+        Health::Dead(Dead::Failed(1)),
         Health::Dead(Dead::NodeNotReady),
         Health::Dead(Dead::Offline),
         Health::Rejected(rejection()),
@@ -241,6 +245,7 @@ fn every_trouble_is_described_and_only_template_trouble_comes_with_the_template(
         (Health::Stuck(Stuck::NotStarted), false, "not started"),
         (Health::Dead(Dead::OomKilled), true, "OOM-killed"),
         (Health::Dead(Dead::CrashLoop(4)), true, "4 restarts"),
+        (Health::Dead(Dead::Failed(3)), true, "exited with code 3"),
         (Health::Dead(Dead::NodeNotReady), false, "NotReady"),
         (Health::Dead(Dead::Offline), false, "offline"),
         (Health::Rejected(rejection()), true, "version 2.311.0 of image ghcr.io/actions/actions-runner:2.311.0 (the minimum is 2.329.0)"),

@@ -29,6 +29,8 @@ fn health() -> impl Strategy<Value = Health> {
         1 => Just(Health::Stuck(Stuck::ImagePull("ErrImagePull".into()))),
         1 => Just(Health::Dead(Dead::CrashLoop(3))),
         1 => Just(Health::Dead(Dead::NodeNotReady)),
+        1 => Just(Health::Dead(Dead::OomKilled)),
+        1 => Just(Health::Dead(Dead::Failed(1))),
     ]
 }
 
@@ -44,6 +46,8 @@ prop_compose! {
         requested in proptest::bool::weighted(0.2),
         complete in proptest::bool::weighted(0.1),
         finished in proptest::option::of(0u64..120),
+        previous_run_failed in proptest::bool::weighted(0.2),
+        online_on_github in proptest::bool::weighted(0.5),
     ) -> PodView {
         PodView {
             name: String::new(),
@@ -57,6 +61,8 @@ prop_compose! {
             unregistration_complete: complete,
             // Seconds after minute 30: now and then within the release grace of `now`.
             finished_at: finished.map(|s| t(30) + std::time::Duration::from_secs(s)),
+            previous_run_failed,
+            online_on_github,
         }
     }
 }
@@ -129,6 +135,7 @@ prop_compose! {
             reflected_completions,
             absorbed_completions,
             release_grace: RELEASE_GRACE,
+            failed_runner_backoff: crate::health::FAILED_RUNNER_BACKOFF,
         }
     }
 }

@@ -29,6 +29,8 @@ fn pod(name: &str, phase: PodPhase) -> PodView {
         unregistration_requested: false,
         unregistration_complete: false,
         finished_at: None,
+        previous_run_failed: false,
+        online_on_github: false,
     }
 }
 
@@ -63,6 +65,7 @@ fn input(desired: u32, owners: Vec<OwnerView>, now_min: u64) -> Input {
         reflected_completions: BTreeSet::new(),
         absorbed_completions: 0,
         release_grace: RELEASE_GRACE,
+        failed_runner_backoff: crate::health::FAILED_RUNNER_BACKOFF,
     }
 }
 
@@ -971,38 +974,175 @@ fn a_stateful_sets_pod_controller_follows_its_spec_status_and_namespace() {
     }
 }
 
+/// An owner whose runner ended in `health` (a failure) `ago` before `now`, its pod kept
+/// Running by a sidecar.
+fn failed(name: &str, created: u64, now: SystemTime, ago: Duration, health: Health) -> OwnerView {
+    let mut owner = troubled(name, created, PodPhase::Running, health);
+    owner.pods[0].runner_stopped = true;
+    owner.pods[0].finished_at = Some(now - ago);
+    owner
+}
+
+fn exited_1() -> Health {
+    Health::Dead(crate::health::Dead::Failed(1))
+}
+
+fn deleted(plan: &Plan) -> Vec<String> {
+    plan.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Delete { owner, .. } => Some(owner.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn created(plan: &Plan) -> u32 {
+    plan.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Create { count } => Some(*count),
+            _ => None,
+        })
+        .sum()
+}
+
+/// A runner GitHub lists online: proof that its template works.
+fn online(name: &str, created: u64) -> OwnerView {
+    let mut owner = running(name, created);
+    owner.pods[0].online_on_github = true;
+    owner
+}
+
 #[test]
-fn an_oom_killed_runner_is_deleted_as_finished_replaced_and_reported() {
-    // The runner container was OOM-killed; its docker sidecar keeps the pod Running.
-    let mut killed = troubled(
-        "killed",
-        0,
-        PodPhase::Running,
-        Health::Dead(crate::health::Dead::OomKilled),
-    );
-    killed.pods[0].runner_stopped = true;
-    let replaced = plan(&input(1, vec![killed], 1));
+fn failed_runners_of_a_template_that_does_not_work_are_retried_one_at_a_time_after_a_back_off() {
+    let now = t(5);
+    let secs = Duration::from_secs;
+    let backoff = crate::health::FAILED_RUNNER_BACKOFF;
+    let at = |now: SystemTime, owners: Vec<OwnerView>| Input {
+        now,
+        ..input(2, owners, 0)
+    };
+    // Both runners failed at start, the latest 4 s ago: both keep their places, nothing is
+    // created, and the set says why and when it looks again.
+    let owners = vec![
+        failed("a", 0, now, secs(6), exited_1()),
+        failed("b", 1, now, secs(4), exited_1()),
+    ];
+    let waiting = plan(&at(now, owners.clone()));
+    assert!(waiting.actions.is_empty(), "{waiting:?}");
+    assert_eq!(waiting.paused, Some(("a".into(), exited_1())));
+    assert_eq!(waiting.retries_every, Some(backoff));
+    assert_eq!(waiting.recheck_at, Some(now - secs(4) + backoff));
     assert_eq!(
-        replaced.actions,
-        vec![
-            Action::Delete {
-                owner: "killed".into(),
-                reason: DeleteReason::Completed,
-                pods: vec!["killed-pod".into()],
-            },
-            Action::Create { count: 1 },
-        ]
+        waiting.unhealthy,
+        vec![("a".into(), exited_1()), ("b".into(), exited_1())]
     );
-    // Told, though it goes as finished: an OOM kill is worth knowing about.
+    // The back-off over: the runner that failed first gives its place to one fresh runner.
+    let later = now + secs(7);
+    let retry = plan(&at(later, owners.clone()));
+    assert_eq!(deleted(&retry), vec!["a".to_owned()], "{retry:?}");
+    assert_eq!(created(&retry), 1, "{retry:?}");
+    // While that one is on its way, nothing else is tried, however long it takes.
+    let trying = vec![owners[1].clone(), owner_at("c", 2, PodPhase::Pending)];
+    let waiting = plan(&at(later + secs(60), trying));
+    assert!(waiting.actions.is_empty(), "{waiting:?}");
+    assert!(waiting.paused.is_some());
+    // Nor while a runner created within the back-off runs without GitHub listing it online: a
+    // runner that fails at start runs for a moment. One that has run for longer does not
+    // hold the trial up: GitHub may be slow to list it.
+    let just_created = OwnerView {
+        created: later - secs(2),
+        ..running("c", 0)
+    };
+    let waiting = plan(&at(later, vec![owners[1].clone(), just_created.clone()]));
+    assert!(waiting.actions.is_empty(), "{waiting:?}");
+    let older = OwnerView {
+        created: later - backoff,
+        ..just_created
+    };
+    let retry = plan(&at(later, vec![owners[1].clone(), older]));
+    assert_eq!(deleted(&retry), vec!["b".to_owned()], "{retry:?}");
+    assert_eq!(created(&retry), 1, "{retry:?}");
+    // A runner back after a failed run does not end the trial either (below).
+    let mut back = running("c", 2);
+    back.pods[0].runner_restarted = true;
+    back.pods[0].previous_run_failed = true;
+    let waiting = plan(&at(later + secs(60), vec![owners[1].clone(), back]));
+    assert!(waiting.actions.is_empty(), "{waiting:?}");
+    // Fewer places wanted than failed runners hold: the surplus goes at once, newest kept.
+    let fewer = plan(&Input {
+        desired: 1,
+        ..at(now, owners.clone())
+    });
+    assert_eq!(deleted(&fewer), vec!["a".to_owned()], "{fewer:?}");
+    assert_eq!(created(&fewer), 0);
+}
+
+#[test]
+fn failed_runners_are_replaced_at_once_while_a_runner_of_their_template_works() {
+    let now = t(5);
+    let secs = Duration::from_secs;
+    // An OOM kill and a failing exit beside a runner GitHub lists online: the template works,
+    // so these were the pods' own trouble.
+    let oom = Health::Dead(crate::health::Dead::OomKilled);
+    let owners = vec![
+        failed("killed", 0, now, secs(1), oom.clone()),
+        failed("crashed", 1, now, secs(1), exited_1()),
+        online("works", 2),
+    ];
+    let replaced = plan(&Input {
+        now,
+        ..input(3, owners, 0)
+    });
+    assert_eq!(
+        deleted(&replaced),
+        vec!["killed".to_owned(), "crashed".into()]
+    );
+    assert_eq!(created(&replaced), 2);
+    assert_eq!(replaced.paused, None);
+    // Told, though they go as finished: a failure is worth knowing about.
     assert_eq!(
         replaced.unhealthy,
-        vec![(
-            "killed".to_owned(),
-            Health::Dead(crate::health::Dead::OomKilled)
-        )]
+        vec![("killed".into(), oom), ("crashed".into(), exited_1())]
     );
-    // A runner that finished its job normally is not reported.
+    // A runner running but not yet seen online proves nothing: its pod may be about to fail
+    // the same way.
+    let unproven = vec![
+        failed("crashed", 1, now, secs(1), exited_1()),
+        running("starting", 2),
+    ];
+    let held = plan(&Input {
+        now,
+        ..input(2, unproven, 0)
+    });
+    assert!(deleted(&held).is_empty(), "{held:?}");
+    // A runner of an outdated template that failed goes at once: the new template may work.
+    let mut outdated = failed("old", 0, now, secs(1), exited_1());
+    outdated.template_hash = Some("h0".into());
+    let gone = plan(&Input {
+        now,
+        ..input(1, vec![outdated], 0)
+    });
+    assert_eq!(deleted(&gone), vec!["old".to_owned()]);
+    assert_eq!(created(&gone), 1);
+    // A runner that finished its job normally is neither held nor reported.
     let mut done = running("done", 0);
     done.pods[0].runner_stopped = true;
-    assert!(plan(&input(1, vec![done], 1)).unhealthy.is_empty());
+    let replaced = plan(&input(1, vec![done], 1));
+    assert!(replaced.unhealthy.is_empty());
+    assert_eq!(created(&replaced), 1);
+}
+
+#[test]
+fn a_runner_back_after_a_failed_run_counts_as_a_live_runner() {
+    // In a pod that restarts its runner, the run after a failed one is a retry, not a runner
+    // that worked and came back for a second job: it counts as running and is not retired
+    // for having restarted, so a crash at start does not churn pods.
+    let mut back = running("a", 0);
+    back.pods[0].runner_restarted = true;
+    back.pods[0].previous_run_failed = true;
+    let plan = plan(&input(1, vec![back], 1));
+    assert!(plan.actions.is_empty(), "{plan:?}");
+    assert_eq!(plan.counts.running, 1);
 }

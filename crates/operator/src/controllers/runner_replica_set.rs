@@ -34,8 +34,8 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::{
-    annotation, k8s_time, object_name, pod_phase, pod_view, registration_spent, retirement,
-    rfc3339, sets, wait_until_deleting, wait_until_stored,
+    annotation, k8s_time, object_name, pod_phase, registration_spent, retirement, rfc3339, sets,
+    wait_until_deleting, wait_until_stored,
 };
 use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
@@ -198,10 +198,7 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
                 pod_controller: PodController::None,
                 pods: pod
                     .iter()
-                    .map(|p| {
-                        let spent = registration_spent(p);
-                        pod_view(p, spent, ctx.runner_health(p, spent))
-                    })
+                    .map(|p| ctx.pod_view(p, registration_spent(p)))
                     .collect(),
             }
         })
@@ -233,6 +230,7 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         owners,
         now,
         release_grace: ctx.settings.release_grace,
+        failed_runner_backoff: ctx.settings.health.failed_runner_backoff,
         reflected_completions: known.reflected,
         absorbed_completions: known.absorbed,
     };

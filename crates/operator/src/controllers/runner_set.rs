@@ -92,8 +92,8 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::{
-    annotation, k8s_time, object_name, pod_view, registration, retirement, rfc3339,
-    runner_container_state, runner_observed, sets, wait_until_stored,
+    annotation, k8s_time, object_name, registration, retirement, rfc3339, runner_container_state,
+    runner_observed, sets, wait_until_stored,
 };
 use crate::conditions::{self, Desired};
 use crate::context::Context;
@@ -469,8 +469,7 @@ const CREDENTIAL_ENV: [&str; 2] = ["RUNNER_TOKEN", "ACTIONS_RUNNER_INPUT_JITCONF
 /// is killed by the deletion), so the StatefulSet is kept and the pod comes back (registered
 /// afresh by the pod webhook; in the fallback mode its credential was taken back, so it cannot
 /// start and counts as finished once it shows so).
-fn stateful_pod_view(pod: &Pod, credential_spent: bool, health: Health) -> PodView {
-    let mut view = pod_view(pod, credential_spent, health);
+fn stateful_pod_view(pod: &Pod, mut view: PodView) -> PodView {
     if replaced_by_its_stateful_set(pod) {
         view.phase = hangar_core::owner_sync::PodPhase::Pending;
         view.runner_stopped = false;
@@ -534,7 +533,7 @@ fn owner_view(
         ),
         pods: pods
             .iter()
-            .map(|p| stateful_pod_view(p, spent, ctx.runner_health(p, spent)))
+            .map(|p| stateful_pod_view(p, ctx.pod_view(p, spent)))
             .collect(),
     }
 }
@@ -651,6 +650,7 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
         owners,
         now,
         release_grace: ctx.settings.release_grace,
+        failed_runner_backoff: ctx.settings.health.failed_runner_backoff,
         reflected_completions: known.reflected,
         absorbed_completions: known.absorbed,
     };

@@ -121,13 +121,19 @@ fn health_of(plan: &owner_sync::Plan) -> Desired {
     if others > 0 {
         message.push_str(&format!("; {others} more unhealthy runner(s)"));
     }
-    match &plan.paused {
-        Some(_) => message.push_str(
+    match (&plan.paused, plan.retries_every) {
+        (Some(_), Some(backoff)) => message.push_str(&format!(
+            ". No runner of this template works and a new one would most likely fail the same \
+             way, so failed runners keep their places and one new runner is tried {}s after \
+             the latest failure, until the template changes or one of its runners works",
+            backoff.as_secs_f64()
+        )),
+        (Some(_), None) => message.push_str(
             ". No runner of this template works and a new one would most likely fail the same \
              way, so none is created or replaced until the template changes or one of its \
              runners works",
         ),
-        None => message.push_str(". Unhealthy runners are unregistered and replaced"),
+        (None, _) => message.push_str(". Unhealthy runners are unregistered and replaced"),
     }
     Desired::no(kind::RUNNERS_HEALTHY, health.reason(), message)
 }

@@ -348,12 +348,15 @@ pub fn health_observed(pod: &Pod, credential_spent: bool, beyond: Beyond<'_>) ->
     }
 }
 
-/// The pod as owner sync sees it, given whether its registration credential was taken back
-/// and its runner's health.
-pub fn pod_view(pod: &Pod, credential_spent: bool, health: Health) -> PodView {
+/// The pod as owner sync sees it, given whether its registration credential was taken back,
+/// its runner's health and what GitHub says about it.
+pub fn pod_view(pod: &Pod, credential_spent: bool, health: Health, github: GitHubState) -> PodView {
     use hangar_api::annotation as a;
     use hangar_core::runner_container::Run;
     let run = runner_run(pod, credential_spent);
+    let previous_run_failed = runner_status(pod)
+        .and_then(|s| s.last_state.as_ref()?.terminated.as_ref())
+        .is_some_and(|t| t.exit_code != 0 || t.reason.as_deref() == Some("OOMKilled"));
     PodView {
         name: pod.name_any(),
         phase: pod_phase(pod),
@@ -365,6 +368,8 @@ pub fn pod_view(pod: &Pod, credential_spent: bool, health: Health) -> PodView {
         unregistration_requested: annotation(pod, a::UNREGISTRATION_REQUEST_TIMESTAMP).is_some(),
         unregistration_complete: annotation(pod, a::UNREGISTRATION_COMPLETE_TIMESTAMP).is_some(),
         finished_at: run.finished_at(),
+        previous_run_failed,
+        online_on_github: matches!(github, GitHubState::Online | GitHubState::Busy),
     }
 }
 

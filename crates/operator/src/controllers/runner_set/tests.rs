@@ -353,7 +353,7 @@ fn a_runner_counts_as_finished_only_when_its_current_run_cannot_come_back() {
             policy,
             json!({"restartCount": restarts, "state": state, "lastState": last}),
         );
-        let view = stateful_pod_view(&pod, spent, Health::Healthy);
+        let view = stateful_pod_view(&pod, view_of(&pod, spent));
         let case = format!("{policy:?} restarts={restarts} {state} last={last} spent={spent}");
         assert_eq!(view.is_stopped(), finished, "{case}");
         assert_eq!(view.runner_restarted, restarted, "{case}");
@@ -429,7 +429,7 @@ fn a_pod_deleted_by_someone_else_stands_for_its_replacement() {
         .unwrap();
         let case = format!("deleting={deleting} requested={requested} terminated={terminated}");
         assert_eq!(replaced_by_its_stateful_set(&pod), replaced, "{case}");
-        let view = stateful_pod_view(&pod, false, Health::Healthy);
+        let view = stateful_pod_view(&pod, view_of(&pod, false));
         if replaced {
             // One pending runner: owner sync neither replaces nor deletes its StatefulSet.
             assert!(!view.is_stopped() && !view.deleting, "{case}");
@@ -623,4 +623,14 @@ fn claims_and_volumes_are_seen_as_volume_reuse_needs_them() {
     let mut unlabelled = pv.clone();
     unlabelled.metadata.labels = None;
     assert_eq!(volumes::volume_view(&unlabelled), None);
+}
+
+/// `pod` as owner sync sees it with a healthy runner GitHub says nothing about.
+fn view_of(pod: &Pod, spent: bool) -> PodView {
+    hangar_runtime::pod::observe::pod_view(
+        pod,
+        spent,
+        Health::Healthy,
+        hangar_core::health::GitHubState::Unknown,
+    )
 }
