@@ -863,16 +863,13 @@ impl WebhookServer {
                 in_scope && c.group.as_deref().is_some_and(|g| !g.is_empty())
             })
         };
-        let names = |groups: Vec<hangar_github::RunnerGroup>| -> HashSet<String> {
-            groups.into_iter().map(|g| g.name.to_lowercase()).collect()
-        };
         let lookup = async {
             if !origin.owner_is_user && grouped(GroupOwner::Organization, origin.owner) {
                 match github
                     .list_org_runner_groups(origin.owner, Some(origin.repository))
                     .await
                 {
-                    Ok(groups) => visible.organization = Some(names(groups)),
+                    Ok(groups) => visible.organization = Some(own_group_names(groups)),
                     Err(e) => {
                         warn!(org = origin.owner, error = %e, "cannot list runner groups; assuming visible")
                     }
@@ -886,7 +883,7 @@ impl WebhookServer {
                     .list_enterprise_runner_groups(enterprise, Some(origin.owner))
                     .await
                 {
-                    Ok(groups) => visible.enterprise = Some(names(groups)),
+                    Ok(groups) => visible.enterprise = Some(group_names(groups)),
                     Err(e) => {
                         warn!(enterprise, error = %e, "cannot list runner groups; assuming visible")
                     }
@@ -999,6 +996,19 @@ impl WebhookServer {
     fn lock_batcher(&self) -> std::sync::MutexGuard<'_, Batcher<HraKey, Queued>> {
         self.batcher.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// The names (lower case) of `groups`.
+fn group_names(groups: Vec<hangar_github::RunnerGroup>) -> HashSet<String> {
+    groups.into_iter().map(|g| g.name.to_lowercase()).collect()
+}
+
+/// The names (lower case) of an organization's own groups in its listing: GitHub lists the
+/// enterprise groups the organization inherits there too (`inherited: true`), and an
+/// organization's runners cannot be in those, so an organization-scoped target in a group of
+/// that name is not made visible by them.
+fn own_group_names(groups: Vec<hangar_github::RunnerGroup>) -> HashSet<String> {
+    group_names(groups.into_iter().filter(|g| !g.inherited).collect())
 }
 
 #[derive(Debug, Default)]

@@ -564,3 +564,21 @@ async fn queued_deliveries_wait_for_a_pod_of_their_target_unless_the_job_started
     metrics.runner_pods_created(&rd, 2);
     assert_eq!(count(&render(), metric), 1);
 }
+
+#[test]
+fn an_organizations_visible_groups_leave_out_those_it_inherits_from_its_enterprise() {
+    // GitHub's organization listing, as for `GET /orgs/{org}/actions/runner-groups`.
+    let groups: Vec<hangar_github::RunnerGroup> = serde_json::from_value(json!([
+        {"id": 1, "name": "Default", "visibility": "all", "default": true, "inherited": false},
+        {"id": 2, "name": "GPU", "visibility": "selected", "inherited": false},
+        {"id": 3, "name": "enterprise-arm", "visibility": "all", "inherited": true},
+    ]))
+    .unwrap();
+    let own = own_group_names(groups.clone());
+    assert_eq!(
+        own,
+        HashSet::from(["default".to_owned(), "gpu".to_owned()]),
+        "an organization-scoped runner is never in an inherited group"
+    );
+    assert!(group_names(groups).contains("enterprise-arm"));
+}
