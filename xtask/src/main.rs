@@ -10,6 +10,8 @@
 //!   watched live and summed up (see `demo.rs`);
 //! - `bench-cluster`, `bench-lifecycle`, `bench-pods`, `bench-webhooks`, `bench-floor`:
 //!   benchmarks writing `bench/results/`;
+//! - `bench-vs-arc`: the webhook and lifecycle benchmarks for Hangar and for ARC v0.27.6 back to
+//!   back, with their ratios in `bench/results/vs-arc.json` (see `vs_arc.rs`);
 //! - `fuzz`: generated hostile input against the webhook, admission and CRD paths, counts in
 //!   `bench/results/fuzz.json`;
 //! - `test`: the README's test command — lint, then the whole test suite against a control plane
@@ -25,6 +27,7 @@ use hangar_testkit::control_plane::{ControlPlane, StartOptions};
 use hangar_testkit::{Binaries, ETCD_VERSION, KUBERNETES_VERSION};
 
 mod demo;
+mod vs_arc;
 
 #[derive(Debug, Parser)]
 #[command(name = "cargo xtask", about = "Hangar developer commands")]
@@ -102,6 +105,20 @@ enum Cmd {
         /// Arguments for the benchmark.
         #[arg(last = true)]
         args: Vec<String>,
+    },
+    /// Build release binaries (and ARC v0.27.6, cached) and run bench-webhooks (webhook- and
+    /// pull-driven, at each rate) and bench-lifecycle's idle cycle for Hangar and for ARC, back
+    /// to back on the same stack; writes bench/results/vs-arc.json with Hangar ÷ ARC ratios.
+    BenchVsArc {
+        /// Job rates per second, comma-separated.
+        #[arg(long, value_delimiter = ',', default_values_t = [2.0, 5.0, 10.0])]
+        rates: Vec<f64>,
+        /// Seconds of load at each rate.
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+        /// Idle runners of the 0 → N → 0 cycle.
+        #[arg(long, default_value_t = 20)]
+        runners: usize,
     },
     /// Chaos run: the local stack (private control plane, ghsim, nodesim, two `hangar run`
     /// replicas with leader election and webhook servers) under a seeded schedule of faults,
@@ -279,6 +296,20 @@ async fn run(cmd: Cmd) -> Result<ExitCode> {
         Cmd::BenchWebhooks { args } => {
             build_binaries()?;
             release_example("hangar", "bench-webhooks", &["--bin", "hangar"], &args)
+        }
+        Cmd::BenchVsArc {
+            rates,
+            seconds,
+            runners,
+        } => {
+            build_binaries()?;
+            arc_build()?;
+            let plan = vs_arc::Plan {
+                rates,
+                seconds,
+                runners,
+            };
+            vs_arc::run(&workspace_root(), &plan)
         }
         Cmd::Chaos { profile, args } => {
             build_binaries()?;

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
-use common::{CONTROLLER_PAT, Controller, NAMESPACE, World};
+use common::{CONTROLLER_PAT, Controller, NAMESPACE, Running, World};
 use futures::StreamExt;
 use ghsim::world::{JobStatus, SubmitJobs};
 use hangar_api::{Runner, RunnerDeployment};
@@ -59,7 +59,8 @@ struct Args {
     /// Where to write the results (relative paths are from the workspace root).
     #[arg(long, default_value = "bench/results/lifecycle.json")]
     out: PathBuf,
-    /// Registration modes to run, comma-separated.
+    /// Registration modes to run, comma-separated; `arc` runs ARC v0.27.6's manager instead
+    /// of Hangar (registration tokens, ARC's CRDs), for `cargo xtask bench-vs-arc`.
     #[arg(long, value_enum, value_delimiter = ',', default_values = ["token", "jit"])]
     modes: Vec<Mode>,
     /// Scenarios to run in each mode, comma-separated.
@@ -74,6 +75,7 @@ const LIMIT: Duration = Duration::from_secs(600);
 enum Mode {
     Token,
     Jit,
+    Arc,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, clap::ValueEnum)]
@@ -189,15 +191,40 @@ async fn run_on(
     mode: Mode,
     scenario: Scenario,
 ) -> anyhow::Result<RunReport> {
+    let crds = match mode {
+        Mode::Arc => hangar_testkit::arc::crds()?,
+        Mode::Token | Mode::Jit => hangar_api::crds(),
+    };
     let World {
         client,
         github,
         nodes,
         ..
-    } = World::start(kubeconfig, args.nodes).await?;
+    } = World::start_with_crds(kubeconfig, args.nodes, &crds).await?;
 
     let lists_before = apiserver_lists(&client).await?;
-    let mut controller = Controller::spawn(hangar, kubeconfig, github.url.as_str(), mode)?;
+    let mut controller = match mode {
+        Mode::Arc => Running::Arc(common::spawn_arc(
+            &hangar_testkit::arc::ArcBinaries::ensure()?,
+            kubeconfig,
+            github.url.as_str(),
+            std::net::SocketAddr::from((
+                [127, 0, 0, 1],
+                hangar_testkit::control_plane::free_port()?,
+            )),
+            "unused: no webhooks in this benchmark",
+            &kubeconfig
+                .parent()
+                .context("no cluster directory")?
+                .join("arc"),
+        )?),
+        Mode::Token | Mode::Jit => Running::Hangar(Controller::spawn(
+            hangar,
+            kubeconfig,
+            github.url.as_str(),
+            mode,
+        )?),
+    };
     let outcome = scenario_steps(&client, &github, &nodes, args, scenario).await;
     let (peak_rss_mib, cpu_seconds) = controller.stop()?;
     let lists_after = apiserver_lists(&client).await?;

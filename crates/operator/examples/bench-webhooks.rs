@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
 use clap::Parser;
-use common::{CONTROLLER_PAT, Controller, NAMESPACE, World};
+use common::{CONTROLLER_PAT, Controller, NAMESPACE, Running, World};
 use futures::StreamExt;
 use ghsim::webhooks::{ContentType, NewHook};
 use ghsim::world::{Job, JobStatus, SubmitJobs};
@@ -81,6 +81,11 @@ struct Args {
     /// deliveries still arrive and are answered "ignored".
     #[arg(long)]
     pull: bool,
+    /// The controller measured: `hangar`, or ARC's legacy manager and `github-webhook-server`
+    /// (built into the cache on first use, `cargo xtask arc build`), given ARC's CRDs and the
+    /// same manifests, load and stack.
+    #[arg(long, value_enum, default_value_t = Measured::Hangar)]
+    controller: Measured,
     /// The `hangar` binary to run (default: next to this example's directory).
     #[arg(long)]
     hangar: Option<PathBuf>,
@@ -102,14 +107,20 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     args.load.check()?;
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let hangar = common::hangar_binary(args.hangar.as_deref(), "bench-webhooks")?;
+    let program = match args.controller {
+        Measured::Hangar => Program::Hangar(common::hangar_binary(
+            args.hangar.as_deref(),
+            "bench-webhooks",
+        )?),
+        Measured::Arc => Program::Arc(hangar_testkit::arc::ArcBinaries::ensure()?),
+    };
 
     let dir = root.join("target/bench-webhooks");
     let cluster = dir.join("cluster");
     let mut options = StartOptions::new(&cluster, hangar_testkit::Binaries::configured());
     options.tie_to_pid = Some(std::process::id());
     let plane = ControlPlane::start(options).await?;
-    let observed = run_on(plane.kubeconfig(), &hangar, &args).await;
+    let observed = run_on(plane.kubeconfig(), &program, &args, &dir).await;
     ControlPlane::stop(&cluster)?;
     let observed = observed?;
 
@@ -181,34 +192,53 @@ struct Usage {
     controller_peak_rss_mib: f64,
 }
 
-async fn run_on(kubeconfig: &Path, hangar: &Path, args: &Args) -> anyhow::Result<Observed> {
+async fn run_on(
+    kubeconfig: &Path,
+    program: &Program,
+    args: &Args,
+    dir: &Path,
+) -> anyhow::Result<Observed> {
+    let crds = match program {
+        Program::Hangar(_) => hangar_api::crds(),
+        Program::Arc(_) => hangar_testkit::arc::crds()?,
+    };
     let World {
         client,
         github,
         nodes,
         ..
-    } = World::start(kubeconfig, args.load.nodes).await?;
+    } = World::start_with_crds(kubeconfig, args.load.nodes, &crds).await?;
 
     let webhook_addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
     let metrics_addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
     let proxy = Proxy::start(webhook_addr).await?;
-    let mut controller = Controller::spawn(
-        hangar,
-        kubeconfig,
-        github.url.as_str(),
-        webhook_addr,
-        metrics_addr,
-    )?;
+    let mut controller = match program {
+        Program::Hangar(hangar) => Running::Hangar(Controller::spawn(
+            hangar,
+            kubeconfig,
+            github.url.as_str(),
+            webhook_addr,
+            metrics_addr,
+        )?),
+        Program::Arc(binaries) => Running::Arc(common::spawn_arc(
+            binaries,
+            kubeconfig,
+            github.url.as_str(),
+            webhook_addr,
+            WEBHOOK_SECRET,
+            &dir.join("arc"),
+        )?),
+    };
     // Watching before anything can create a pod, so no pod is first seen in an initial list.
     let (pods, pod_watch) = watch_pods(client.clone());
     let (registered, registrations) = poll_registrations(github.sim.clone());
     set_up(&client, &github, &nodes, &proxy, args, webhook_addr).await?;
 
     let requests_before = common::apiserver_requests(&client).await?;
-    let before = CpuSnapshot::take(controller.pid())?;
+    let before = CpuSnapshot::take(&controller.pids())?;
     let t0 = Timestamp::now();
     let ids = queue_jobs(&github.sim, args, &pods).await?;
-    let after = CpuSnapshot::take(controller.pid())?;
+    let after = CpuSnapshot::take(&controller.pids())?;
     let queueing = after.at - before.at;
     let drain_started = Instant::now();
     let drained = drain(&github.sim, &ids, &pods).await;
@@ -222,7 +252,10 @@ async fn run_on(kubeconfig: &Path, hangar: &Path, args: &Args) -> anyhow::Result
             .all(|d| d.dropped || !d.attempts.is_empty())
     })
     .await;
-    let hangar_metrics = scrape_metrics(metrics_addr).await;
+    let hangar_metrics = match controller {
+        Running::Hangar(_) => scrape_metrics(metrics_addr).await,
+        Running::Arc(_) => BTreeMap::new(),
+    };
     let requests_after = common::apiserver_requests(&client).await?;
     let (apiserver_reads, apiserver_writes) = requests_after
         .into_iter()
@@ -563,17 +596,21 @@ async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
 struct CpuSnapshot {
     at: Instant,
     machine: common::MachineCpu,
-    /// CPU seconds of the controller and of this process.
+    /// CPU seconds of the controller's processes and of this process.
     controller: f64,
     bench: f64,
 }
 
 impl CpuSnapshot {
-    fn take(controller: u32) -> anyhow::Result<Self> {
+    fn take(controller: &[u32]) -> anyhow::Result<Self> {
+        let mut cpu = 0.0;
+        for pid in controller {
+            cpu += process_cpu_seconds(&pid.to_string())?;
+        }
         Ok(Self {
             at: Instant::now(),
             machine: common::MachineCpu::read()?,
-            controller: process_cpu_seconds(&controller.to_string())?,
+            controller: cpu,
             bench: process_cpu_seconds("self")?,
         })
     }
@@ -602,6 +639,20 @@ fn process_cpu_seconds(pid: &str) -> anyhow::Result<f64> {
     let ticks = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
     // USER_HZ is 100 on Linux.
     Ok(ticks / 100.0)
+}
+
+/// Which controller a run measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Measured {
+    Hangar,
+    Arc,
+}
+
+/// What runs for [`Measured`].
+enum Program {
+    Hangar(PathBuf),
+    Arc(hangar_testkit::arc::ArcBinaries),
 }
 
 /// Starting the `hangar run` child process, with its webhook server.

@@ -13,10 +13,18 @@
 //! `$HANGAR_CACHE_DIR` (default `~/.cache/hangar`)`/arc/<version>/`, built on first use
 //! ([`ArcBinaries::ensure`], a few minutes on 2 cores). `HANGAR_ARC_BIN_DIR` points at a ready
 //! directory instead (no build). Hangar never runs ARC; only tests and benchmarks do.
+//!
+//! [`ArcProcesses`] runs the two programs against a control plane and a GitHub (ghsim) the way
+//! ARC's chart would, minus the cluster: its webhook server gets a throw-away serving
+//! certificate (the manager refuses to start without one), its CRDs come from [`crds`].
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Instant;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 use crate::binaries::{BinariesError, cache_root, go, run};
 
@@ -106,6 +114,172 @@ impl ArcBinaries {
     /// they are too large for client-side apply's last-applied annotation.
     pub fn crds_dir() -> Result<PathBuf, BinariesError> {
         Ok(module_dir()?.join("config").join("crd").join("bases"))
+    }
+}
+
+/// ARC's CRDs of this release, parsed: every file of [`ArcBinaries::crds_dir`], the scale-set
+/// kinds (`actions.github.com`) included, since the manager also runs their controllers and
+/// does not start without them. Apply them server-side.
+pub fn crds() -> Result<Vec<CustomResourceDefinition>, BinariesError> {
+    let dir = ArcBinaries::crds_dir()?;
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| BinariesError::Io { path, source }
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(io(&dir))?
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(path).map_err(io(path))?;
+            serde_yaml::from_str(&text).map_err(|e| BinariesError::Build {
+                what: format!("ARC's CRD {}", path.display()),
+                detail: e.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// What ARC's two programs are pointed at.
+#[derive(Clone, Debug)]
+pub struct ArcConfig {
+    /// The admin kubeconfig of the control plane.
+    pub kubeconfig: PathBuf,
+    /// GitHub's base URL (ghsim), for the API and for the runners.
+    pub github_url: String,
+    /// The personal access token ARC uses.
+    pub github_token: String,
+    /// The secret ghsim signs webhook deliveries with.
+    pub webhook_secret: String,
+    /// The one namespace ARC watches.
+    pub namespace: String,
+    /// Where `github-webhook-server` takes deliveries.
+    pub webhook_addr: SocketAddr,
+    /// The manager's and the webhook server's metrics endpoints.
+    pub manager_metrics_addr: SocketAddr,
+    /// See `manager_metrics_addr`.
+    pub webhook_metrics_addr: SocketAddr,
+    /// The port of the manager's admission webhook server (not registered with the apiserver).
+    pub admission_port: u16,
+    /// `--sync-period` of both programs (ARC's default is 1 minute).
+    pub sync_period: std::time::Duration,
+    /// A scratch directory: the serving certificate and the programs' logs.
+    pub dir: PathBuf,
+}
+
+/// ARC's manager and `github-webhook-server`, running; both are killed when dropped.
+#[derive(Debug)]
+pub struct ArcProcesses {
+    /// The controller manager.
+    pub manager: Child,
+    /// The webhook autoscaler.
+    pub webhook_server: Child,
+}
+
+impl ArcProcesses {
+    /// Starts both programs of `binaries` with `config`; their output goes to `manager.log` and
+    /// `github-webhook-server.log` in `config.dir`.
+    pub fn spawn(binaries: &ArcBinaries, config: &ArcConfig) -> Result<Self, BinariesError> {
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| BinariesError::Io { path, source }
+        };
+        // controller-runtime reads `<TMPDIR>/k8s-webhook-server/serving-certs/tls.{crt,key}`.
+        let certs = config.dir.join("k8s-webhook-server").join("serving-certs");
+        std::fs::create_dir_all(&certs).map_err(io(&certs))?;
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()])
+            .map_err(|e| BinariesError::Build {
+                what: "ARC's serving certificate".into(),
+                detail: e.to_string(),
+            })?;
+        for (file, pem) in [
+            ("tls.crt", cert.cert.pem()),
+            ("tls.key", cert.signing_key.serialize_pem()),
+        ] {
+            let path = certs.join(file);
+            std::fs::write(&path, pem).map_err(io(&path))?;
+        }
+        let log = |name: &str| {
+            let path = config.dir.join(format!("{name}.log"));
+            std::fs::File::create(&path).map_err(io(&path))
+        };
+        let sync = format!("{}s", config.sync_period.as_secs().max(1));
+        let spawn = |program: PathBuf, args: Vec<String>, name: &str| {
+            let out = log(name)?;
+            let err = out.try_clone().map_err(io(&config.dir))?;
+            Command::new(&program)
+                .args(args)
+                .env("KUBECONFIG", &config.kubeconfig)
+                .env("TMPDIR", &config.dir)
+                .stdin(Stdio::null())
+                .stdout(out)
+                .stderr(err)
+                .spawn()
+                .map_err(io(&program))
+        };
+        let manager = spawn(
+            binaries.manager(),
+            vec![
+                format!("--github-url={}", config.github_url),
+                format!("--runner-github-url={}", config.github_url),
+                format!("--github-token={}", config.github_token),
+                format!("--watch-namespace={}", config.namespace),
+                format!("--metrics-addr={}", config.manager_metrics_addr),
+                format!("--port={}", config.admission_port),
+                format!("--sync-period={sync}"),
+                "--log-level=info".into(),
+            ],
+            "manager",
+        )?;
+        let webhook_server = spawn(
+            binaries.webhook_server(),
+            vec![
+                format!("--github-url={}", config.github_url),
+                format!("--github-token={}", config.github_token),
+                format!("--github-webhook-secret-token={}", config.webhook_secret),
+                format!("--watch-namespace={}", config.namespace),
+                format!("--webhook-addr={}", config.webhook_addr),
+                format!("--metrics-addr={}", config.webhook_metrics_addr),
+                "--log-level=info".into(),
+            ],
+            "github-webhook-server",
+        );
+        let webhook_server = match webhook_server {
+            Ok(child) => child,
+            Err(e) => {
+                let mut manager = manager;
+                let _ = manager.kill();
+                let _ = manager.wait();
+                return Err(e);
+            }
+        };
+        Ok(Self {
+            manager,
+            webhook_server,
+        })
+    }
+
+    /// The process IDs, manager first.
+    pub fn pids(&self) -> [u32; 2] {
+        [self.manager.id(), self.webhook_server.id()]
+    }
+
+    /// Stops both (SIGKILL: what a node loss or `kubectl delete --force` does to ARC).
+    pub fn kill(&mut self) {
+        for child in [&mut self.manager, &mut self.webhook_server] {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for ArcProcesses {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 

@@ -424,8 +424,16 @@ pub fn summarize(args: &Args, o: &Observed) -> (Report, Vec<JobRecord>) {
                 "ephemeral RunnerDeployment from 0; HRA minReplicas 0, scaleUpTriggers \
                  workflowJob (30m), scale-down delay as --scale-down-delay-seconds"
             },
-            controller: "hangar run --webhook-addr (release build), webhook secret, default \
-                         --webhook-batch-interval 250ms and GitHub client cache",
+            controller: match args.controller {
+                crate::Measured::Hangar => {
+                    "hangar run --webhook-addr (release build), webhook secret, default \
+                     --webhook-batch-interval 250ms and GitHub client cache"
+                }
+                crate::Measured::Arc => {
+                    "actions-runner-controller v0.27.6: manager (--sync-period 1m, its chart's \
+                     default) and github-webhook-server, webhook secret, ARC's CRDs"
+                }
+            },
         },
         clocks: BTreeMap::from([
             ("latency_seconds", WALL_CLOCK),

@@ -21,7 +21,8 @@ pub const RUNNER_PAT: &str = "ghp_bench_runner";
 /// The namespace every benchmark works in.
 pub const NAMESPACE: &str = "bench";
 
-/// A fresh control plane made ready for a benchmark: the CRDs, the [`NAMESPACE`], ghsim with
+/// A fresh control plane made ready for a benchmark: the CRDs (Hangar's, or ARC's when ARC is
+/// measured), the [`NAMESPACE`], ghsim with
 /// organization `octo` and repository `octo/app`, and `nodes` simulated nodes whose runners
 /// remove themselves with [`RUNNER_PAT`].
 pub struct World {
@@ -37,10 +38,20 @@ pub struct World {
 }
 
 impl World {
-    /// Sets the world up on the control plane of `kubeconfig`.
+    /// Sets the world up on the control plane of `kubeconfig`, with Hangar's CRDs.
+    #[allow(dead_code)] // bench-webhooks chooses the CRDs itself
     pub async fn start(kubeconfig: &Path, nodes: usize) -> anyhow::Result<Self> {
+        Self::start_with_crds(kubeconfig, nodes, &hangar_api::crds()).await
+    }
+
+    /// [`World::start`] with `crds` instead of Hangar's.
+    pub async fn start_with_crds(
+        kubeconfig: &Path,
+        nodes: usize,
+        crds: &[k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition],
+    ) -> anyhow::Result<Self> {
         let client = hangar_testkit::control_plane::admin_client(kubeconfig).await?;
-        hangar_testkit::crds::apply_and_wait(&client, &hangar_api::crds())
+        hangar_testkit::crds::apply_and_wait(&client, crds)
             .await
             .map_err(anyhow::Error::msg)?;
         let ns = Namespace {
@@ -183,6 +194,77 @@ impl Drop for Controller {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// ARC's `--sync-period` in the benchmarks: its chart's default (`syncPeriod: 1m`). It paces
+/// ARC's pull-based metrics as `hangar run --sync-period` paces Hangar's.
+pub const ARC_SYNC_PERIOD: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Starts ARC's manager and `github-webhook-server` on the control plane of `kubeconfig`,
+/// watching [`NAMESPACE`] with [`CONTROLLER_PAT`] against `github`; their logs, certificate and
+/// scratch files go to `dir`.
+#[allow(dead_code)] // only the benchmarks that compare with ARC start it
+pub fn spawn_arc(
+    binaries: &hangar_testkit::arc::ArcBinaries,
+    kubeconfig: &Path,
+    github: &str,
+    webhook_addr: std::net::SocketAddr,
+    webhook_secret: &str,
+    dir: &Path,
+) -> anyhow::Result<hangar_testkit::arc::ArcProcesses> {
+    use hangar_testkit::control_plane::free_port;
+    std::fs::create_dir_all(dir)?;
+    let loopback = |port| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let config = hangar_testkit::arc::ArcConfig {
+        kubeconfig: kubeconfig.to_owned(),
+        github_url: github.to_owned(),
+        github_token: CONTROLLER_PAT.to_owned(),
+        webhook_secret: webhook_secret.to_owned(),
+        namespace: NAMESPACE.to_owned(),
+        webhook_addr,
+        manager_metrics_addr: loopback(free_port()?),
+        webhook_metrics_addr: loopback(free_port()?),
+        admission_port: free_port()?,
+        sync_period: ARC_SYNC_PERIOD,
+        dir: dir.to_owned(),
+    };
+    Ok(hangar_testkit::arc::ArcProcesses::spawn(binaries, &config)?)
+}
+
+/// The measured controller's processes: `hangar run`, or ARC's two programs.
+#[allow(dead_code)] // chaos runs its replicas itself
+pub enum Running {
+    Hangar(Controller),
+    Arc(hangar_testkit::arc::ArcProcesses),
+}
+
+#[allow(dead_code)] // chaos runs its replicas itself
+impl Running {
+    /// The process IDs.
+    pub fn pids(&self) -> Vec<u32> {
+        match self {
+            Running::Hangar(c) => vec![c.child.id()],
+            Running::Arc(arc) => arc.pids().to_vec(),
+        }
+    }
+
+    /// Peak RSS (MiB; for ARC summed over its two processes, an upper bound of their peak
+    /// together) and CPU seconds, then stops them.
+    pub fn stop(&mut self) -> anyhow::Result<(f64, f64)> {
+        match self {
+            Running::Hangar(c) => c.stop(),
+            Running::Arc(arc) => {
+                let (mut rss, mut cpu) = (0.0, 0.0);
+                for pid in arc.pids() {
+                    let (r, c) = peak_rss_and_cpu(pid)?;
+                    rss += r;
+                    cpu += c;
+                }
+                arc.kill();
+                Ok((rss, cpu))
+            }
+        }
     }
 }
 
