@@ -119,6 +119,10 @@ enum Cmd {
         /// Idle runners of the 0 → N → 0 cycle.
         #[arg(long, default_value_t = 20)]
         runners: usize,
+        /// Run nothing; compose bench/results/vs-arc.json from the files the last runs left in
+        /// bench/results/vs-arc/.
+        #[arg(long)]
+        compose_only: bool,
     },
     /// Chaos run: the local stack (private control plane, ghsim, nodesim, two `hangar run`
     /// replicas with leader election and webhook servers) under a seeded schedule of faults,
@@ -301,13 +305,17 @@ async fn run(cmd: Cmd) -> Result<ExitCode> {
             rates,
             seconds,
             runners,
+            compose_only,
         } => {
-            build_binaries()?;
-            arc_build()?;
+            if !compose_only {
+                build_binaries()?;
+                arc_build()?;
+            }
             let plan = vs_arc::Plan {
                 rates,
                 seconds,
                 runners,
+                compose_only,
             };
             vs_arc::run(&workspace_root(), &plan)
         }
