@@ -122,10 +122,6 @@ impl ArcBinaries {
 /// does not start without them. Apply them server-side.
 pub fn crds() -> Result<Vec<CustomResourceDefinition>, BinariesError> {
     let dir = ArcBinaries::crds_dir()?;
-    let io = |path: &Path| {
-        let path = path.to_owned();
-        move |source| BinariesError::Io { path, source }
-    };
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map_err(io(&dir))?
         .filter_map(|e| Some(e.ok()?.path()))
@@ -142,6 +138,12 @@ pub fn crds() -> Result<Vec<CustomResourceDefinition>, BinariesError> {
             })
         })
         .collect()
+}
+
+/// Turns an I/O error at `path` into a [`BinariesError`].
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BinariesError {
+    let path = path.to_owned();
+    move |source| BinariesError::Io { path, source }
 }
 
 /// What ARC's two programs are pointed at.
@@ -184,10 +186,6 @@ impl ArcProcesses {
     /// Starts both programs of `binaries` with `config`; their output goes to `manager.log` and
     /// `github-webhook-server.log` in `config.dir`.
     pub fn spawn(binaries: &ArcBinaries, config: &ArcConfig) -> Result<Self, BinariesError> {
-        let io = |path: &Path| {
-            let path = path.to_owned();
-            move |source| BinariesError::Io { path, source }
-        };
         // controller-runtime reads `<TMPDIR>/k8s-webhook-server/serving-certs/tls.{crt,key}`.
         let certs = config.dir.join("k8s-webhook-server").join("serving-certs");
         std::fs::create_dir_all(&certs).map_err(io(&certs))?;
