@@ -532,14 +532,16 @@ pub fn plan(input: &Input) -> Plan {
             p.kind() == PodKind::Running && p.health == Health::Healthy && p.online_on_github
         })
     });
-    // A runner of the template on its way, or created within the back-off (one that runs has
-    // not shown yet that it works: a crash at start runs for a moment): the trial of a fresh
-    // runner is not over yet.
-    let trying = current.iter().any(|(o, c)| {
-        c.pending > 0
-            || o.pods.iter().any(|p| p.kind() == PodKind::Restarted)
-            || elapsed(o.created, now) < input.failed_runner_backoff
-    });
+    // A runner of the template on its way: the trial of a fresh runner is not over yet. Nor is
+    // it while one was created within the back-off (one that runs has not shown yet that it
+    // works: a crash at start runs for a moment), until the back-off has passed for it.
+    let on_its_way = current
+        .iter()
+        .any(|(o, c)| c.pending > 0 || o.pods.iter().any(|p| p.kind() == PodKind::Restarted));
+    let youngest_tried_until = current
+        .iter()
+        .map(|(o, _)| o.created + input.failed_runner_backoff)
+        .max();
     for (owner, c) in &mut current {
         if let Some(health) = trouble(owner).filter(|h| h.comes_with_template())
             && !template_works
@@ -590,13 +592,18 @@ pub fn plan(input: &Input) -> Plan {
         plan.retries_every = Some(input.failed_runner_backoff);
         plan.counts.unhealthy += held_failed as u32;
         let latest = failed[..held_failed].iter().filter_map(|(_, at)| *at).max();
-        let retry_at = latest.map_or(now, |at| at + input.failed_runner_backoff);
-        if !trying && now >= retry_at {
+        let retry_at = latest
+            .map(|at| at + input.failed_runner_backoff)
+            .into_iter()
+            .chain(youngest_tried_until)
+            .max()
+            .unwrap_or(now);
+        if !on_its_way && now >= retry_at {
             // The one that failed first gives its place to the fresh runner.
             let (oldest, _) = failed[held_failed - 1];
             plan.actions.extend(delete(oldest, DeleteReason::Completed));
             retry = true;
-        } else if !trying {
+        } else if !on_its_way {
             plan.recheck_at = Some(retry_at);
         }
     }

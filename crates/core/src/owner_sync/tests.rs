@@ -1057,6 +1057,8 @@ fn failed_runners_of_a_template_that_does_not_work_are_retried_one_at_a_time_aft
     };
     let waiting = plan(&at(later, vec![owners[1].clone(), just_created.clone()]));
     assert!(waiting.actions.is_empty(), "{waiting:?}");
+    // ... and looks again once the back-off has passed for it too.
+    assert_eq!(waiting.recheck_at, Some(later - secs(2) + backoff));
     let older = OwnerView {
         created: later - backoff,
         ..just_created
