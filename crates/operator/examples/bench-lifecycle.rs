@@ -24,12 +24,11 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
-use common::{CONTROLLER_PAT, Controller, NAMESPACE, Running, World};
+use common::{Controller, NAMESPACE, Running, World};
 use futures::StreamExt;
 use ghsim::world::{JobStatus, SubmitJobs};
 use hangar_api::{Runner, RunnerDeployment};
@@ -451,26 +450,8 @@ async fn apiserver_lists(client: &Client) -> anyhow::Result<BTreeMap<String, u64
 
 impl Controller {
     fn spawn(hangar: &Path, kubeconfig: &Path, github: &str, mode: Mode) -> anyhow::Result<Self> {
-        let mut cmd = Command::new(hangar);
-        cmd.args([
-            "run",
-            "--github-url",
-            github,
-            "--github-api-url",
-            github,
-            "--watch-namespace",
-            NAMESPACE,
-            "--metrics-addr",
-            "0",
-            "--health-probe-bind-address",
-            "0",
-        ])
-        .env("KUBECONFIG", kubeconfig)
-        .env("GITHUB_TOKEN", CONTROLLER_PAT)
-        .env(
-            "RUST_LOG",
-            std::env::var("HANGAR_LOG").unwrap_or_else(|_| "warn".to_owned()),
-        );
+        let mut cmd = common::hangar_run(hangar, kubeconfig, github);
+        cmd.args(["--metrics-addr", "0", "--health-probe-bind-address", "0"]);
         if mode == Mode::Jit {
             cmd.arg("--jit");
         }

@@ -37,13 +37,12 @@ mod report;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
 use clap::Parser;
-use common::{CONTROLLER_PAT, Controller, NAMESPACE, Running, World};
+use common::{Controller, NAMESPACE, Running, World};
 use futures::StreamExt;
 use ghsim::webhooks::{ContentType, NewHook};
 use ghsim::world::{Job, JobStatus, SubmitJobs};
@@ -665,15 +664,8 @@ impl Controller {
         metrics_addr: SocketAddr,
     ) -> anyhow::Result<Self> {
         let (webhook, metrics) = (webhook_addr.to_string(), metrics_addr.to_string());
-        let child = Command::new(hangar)
+        let child = common::hangar_run(hangar, kubeconfig, github)
             .args([
-                "run",
-                "--github-url",
-                github,
-                "--github-api-url",
-                github,
-                "--watch-namespace",
-                NAMESPACE,
                 "--webhook-addr",
                 webhook.as_str(),
                 "--metrics-addr",
@@ -681,13 +673,7 @@ impl Controller {
                 "--health-probe-bind-address",
                 "0",
             ])
-            .env("KUBECONFIG", kubeconfig)
-            .env("GITHUB_TOKEN", CONTROLLER_PAT)
             .env("GITHUB_WEBHOOK_SECRET_TOKEN", WEBHOOK_SECRET)
-            .env(
-                "RUST_LOG",
-                std::env::var("HANGAR_LOG").unwrap_or_else(|_| "warn".to_owned()),
-            )
             .spawn()
             .with_context(|| format!("failed to start {}", hangar.display()))?;
         Ok(Self { child })

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use common::{CONTROLLER_PAT, NAMESPACE, World};
+use common::{NAMESPACE, World};
 use ghsim::world::{JobStatus, SubmitJobs};
 use hangar_testkit::control_plane::{ControlPlane, StartOptions};
 use k8s_openapi::api::core::v1::Pod;
@@ -119,22 +119,8 @@ async fn run(
     snapshot(&client, &github.sim, "after the CRD swap").await?;
 
     let log = std::fs::File::create(dir.join("hangar.log"))?;
-    let mut hangar = std::process::Command::new(hangar)
-        .args([
-            "run",
-            "--github-url",
-            github.url.as_str(),
-            "--github-api-url",
-            github.url.as_str(),
-            "--watch-namespace",
-            NAMESPACE,
-            "--metrics-addr",
-            "0",
-            "--health-probe-bind-address",
-            "0",
-        ])
-        .env("KUBECONFIG", kubeconfig)
-        .env("GITHUB_TOKEN", CONTROLLER_PAT)
+    let mut hangar = common::hangar_run(hangar, kubeconfig, github.url.as_str())
+        .args(["--metrics-addr", "0", "--health-probe-bind-address", "0"])
         .env("RUST_LOG", "info")
         .stdout(log.try_clone()?)
         .stderr(log)

@@ -232,6 +232,30 @@ pub fn spawn_arc(
     Ok(hangar_testkit::arc::ArcProcesses::spawn(binaries, &config)?)
 }
 
+/// `hangar run` against the control plane of `kubeconfig` and ghsim at `github`, watching
+/// [`NAMESPACE`] with [`CONTROLLER_PAT`], logging at `$HANGAR_LOG` (default `warn`): each
+/// benchmark adds the flags of its own.
+#[allow(dead_code)] // chaos runs its replicas itself
+pub fn hangar_run(hangar: &Path, kubeconfig: &Path, github: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new(hangar);
+    cmd.args([
+        "run",
+        "--github-url",
+        github,
+        "--github-api-url",
+        github,
+        "--watch-namespace",
+        NAMESPACE,
+    ])
+    .env("KUBECONFIG", kubeconfig)
+    .env("GITHUB_TOKEN", CONTROLLER_PAT)
+    .env(
+        "RUST_LOG",
+        std::env::var("HANGAR_LOG").unwrap_or_else(|_| "warn".to_owned()),
+    );
+    cmd
+}
+
 /// The measured controller's processes: `hangar run`, or ARC's two programs.
 #[allow(dead_code)] // chaos runs its replicas itself
 pub enum Running {
