@@ -1,14 +1,18 @@
 //! The webhook sender: the background task that posts queued deliveries, signed, applying
 //! the delivery faults, and records each attempt in the delivery log.
 //!
+//! Deliveries start in event order; at most `webhook_concurrency` are on their way at once
+//! (1 by default: each waits for the answer to the one before).
+//!
 //! Started once per simulator by [`start`] (called by [`crate::serve`]), together with the
 //! ticker that applies due timers. What a delivery looks like on the wire is described in
 //! [`crate::webhooks`].
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use hangar_github::webhook::sign;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
 
 use crate::render::ts;
@@ -21,13 +25,23 @@ pub(crate) fn start(sim: &Sim) -> Vec<JoinHandle<()>> {
     let Some(rx) = sim.take_outgoing() else {
         return Vec::new();
     };
-    let sender = tokio::spawn(run_worker(sim.clone(), rx, sim.webhook_timeout()));
+    let sender = tokio::spawn(run_worker(
+        sim.clone(),
+        rx,
+        sim.webhook_timeout(),
+        sim.webhook_concurrency(),
+    ));
     let ticker = tokio::spawn(sim.clone().run_ticker());
     vec![sender, ticker]
 }
 
 /// Sends deliveries until the channel closes.
-async fn run_worker(sim: Sim, mut rx: mpsc::UnboundedReceiver<Outgoing>, timeout: Duration) {
+async fn run_worker(
+    sim: Sim,
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
+    timeout: Duration,
+    concurrency: usize,
+) {
     let http = match hangar_github::client::http_builder().and_then(|b| {
         b.timeout(timeout)
             .build()
@@ -41,6 +55,11 @@ async fn run_worker(sim: Sim, mut rx: mpsc::UnboundedReceiver<Outgoing>, timeout
             return;
         }
     };
+    let sender = Sender {
+        sim: sim.clone(),
+        http: http.clone(),
+        in_flight: Arc::new(Semaphore::new(concurrency)),
+    };
     let mut held: Option<Outgoing> = None;
     loop {
         let next = if held.is_some() {
@@ -49,7 +68,7 @@ async fn run_worker(sim: Sim, mut rx: mpsc::UnboundedReceiver<Outgoing>, timeout
                 Ok(next) => next,
                 Err(_) => {
                     if let Some(out) = held.take() {
-                        send(&sim, &http, out, false).await;
+                        sender.start(out, false).await;
                     }
                     continue;
                 }
@@ -59,12 +78,12 @@ async fn run_worker(sim: Sim, mut rx: mpsc::UnboundedReceiver<Outgoing>, timeout
         };
         let Some(out) = next else {
             if let Some(out) = held.take() {
-                send(&sim, &http, out, false).await;
+                sender.start(out, false).await;
             }
             return;
         };
         if out.redelivery {
-            send(&sim, &http, out, false).await;
+            sender.start(out, false).await;
             continue;
         }
         let faults = sim.faults();
@@ -101,10 +120,7 @@ async fn run_worker(sim: Sim, mut rx: mpsc::UnboundedReceiver<Outgoing>, timeout
             continue;
         }
         if delay.is_zero() {
-            send(&sim, &http, out.clone(), false).await;
-            if duplicate {
-                send(&sim, &http, out, true).await;
-            }
+            sender.start(out, duplicate).await;
         } else {
             let (sim2, http2) = (sim.clone(), http.clone());
             tokio::spawn(async move {
@@ -116,8 +132,34 @@ async fn run_worker(sim: Sim, mut rx: mpsc::UnboundedReceiver<Outgoing>, timeout
             });
         }
         if let Some(previous) = held.take() {
-            send(&sim, &http, previous, false).await;
+            sender.start(previous, false).await;
         }
+    }
+}
+
+/// Starts deliveries in the order they are handed over, with at most as many on their way as
+/// `in_flight` has permits.
+struct Sender {
+    sim: Sim,
+    http: reqwest::Client,
+    in_flight: Arc<Semaphore>,
+}
+
+impl Sender {
+    /// Waits for a free place, then sends `out` (and, when `duplicate`, once more after its
+    /// answer) in the background.
+    async fn start(&self, out: Outgoing, duplicate: bool) {
+        let Ok(place) = self.in_flight.clone().acquire_owned().await else {
+            return;
+        };
+        let (sim, http) = (self.sim.clone(), self.http.clone());
+        tokio::spawn(async move {
+            send(&sim, &http, out.clone(), false).await;
+            if duplicate {
+                send(&sim, &http, out, true).await;
+            }
+            drop(place);
+        });
     }
 }
 

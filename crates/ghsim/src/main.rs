@@ -85,6 +85,10 @@ struct ServeArgs {
     /// Maximum random extra delay of webhook deliveries, ms.
     #[arg(long, default_value_t = 0)]
     webhook_max_delay_ms: u64,
+    /// Webhook deliveries on their way at once. GitHub sends concurrently, in no promised
+    /// order; 1 sends one at a time in event order.
+    #[arg(long, default_value_t = 1)]
+    webhook_concurrency: usize,
     /// Fail a queued job at once when no runner, online or offline, could take it (GitHub
     /// before late 2021 and older GitHub Enterprise Server releases).
     #[arg(long)]
@@ -178,6 +182,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let sim = Sim::new(SimConfig {
         world,
         faults,
+        webhook_concurrency: args.webhook_concurrency,
         ..SimConfig::default()
     });
     sim.update(|w, _| -> anyhow::Result<()> {

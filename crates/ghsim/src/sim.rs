@@ -30,6 +30,11 @@ pub struct SimConfig {
     pub tick_interval: Duration,
     /// Webhook delivery timeout (GitHub: 10 s).
     pub webhook_timeout: Duration,
+    /// How many deliveries may be on their way at once. GitHub sends concurrently and does
+    /// not promise an order; 1 (the default) sends one at a time in event order, which keeps
+    /// tests that read the order deterministic. Benchmarks set more, so that a receiver's
+    /// answer time does not become the delivery rate.
+    pub webhook_concurrency: usize,
 }
 
 impl Default for SimConfig {
@@ -40,6 +45,7 @@ impl Default for SimConfig {
             clock: Arc::new(SystemClock),
             tick_interval: Duration::from_secs(1),
             webhook_timeout: Duration::from_secs(10),
+            webhook_concurrency: 1,
         }
     }
 }
@@ -61,6 +67,7 @@ struct Inner {
     outgoing_rx: Mutex<Option<mpsc::UnboundedReceiver<Outgoing>>>,
     tick_interval: Duration,
     webhook_timeout: Duration,
+    webhook_concurrency: usize,
 }
 
 impl std::fmt::Debug for Sim {
@@ -90,6 +97,7 @@ impl Sim {
                 outgoing_rx: Mutex::new(Some(rx)),
                 tick_interval: config.tick_interval,
                 webhook_timeout: config.webhook_timeout,
+                webhook_concurrency: config.webhook_concurrency.max(1),
             }),
         }
     }
@@ -287,6 +295,10 @@ impl Sim {
     /// How long a webhook delivery may take.
     pub(crate) fn webhook_timeout(&self) -> Duration {
         self.inner.webhook_timeout
+    }
+
+    pub(crate) fn webhook_concurrency(&self) -> usize {
+        self.inner.webhook_concurrency
     }
 
     /// Applies due timers every tick interval (real time), forever.

@@ -6,9 +6,11 @@
 //! GitHub-Hookshot/…` and, when the hook has a secret, `X-Hub-Signature-256` over the body as
 //! sent (JSON, or the url-encoded `payload=` form). A non-2xx answer or no answer within the
 //! timeout (10 s) is a failed delivery; failed deliveries are **not** retried automatically,
-//! only redelivered on request. Deliveries go out one at a time in event order unless faults
-//! drop, duplicate, delay or reorder them, or redeliver them later (the `webhook_redelivery_*`
-//! faults: what a user's or a script's "redeliver" does, same GUID).
+//! only redelivered on request. Deliveries start in event order, by default one at a time
+//! (`SimConfig::webhook_concurrency` lets several be on their way, as GitHub's are, so they may
+//! arrive out of order), unless faults drop, duplicate, delay or reorder them, or redeliver
+//! them later (the `webhook_redelivery_*` faults: what a user's or a script's "redeliver"
+//! does, same GUID).
 
 use std::sync::Arc;
 

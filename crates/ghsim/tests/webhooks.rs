@@ -1,4 +1,4 @@
-//! Webhook deliveries: signed, typed, in order; faults; redelivery.
+//! Webhook deliveries: signed, typed, in order (or several at once when allowed); faults; redelivery.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -474,5 +474,78 @@ async fn hooks_made_through_the_rest_api_get_their_repositorys_events_until_dele
             .await
             .is_err(),
         "a deleted hook gets nothing"
+    );
+}
+
+/// A receiver that answers each request after `answer_after` and records the most requests it
+/// held at once; returns its URL, that peak and the number answered.
+async fn slow_receiver(
+    answer_after: Duration,
+) -> (
+    String,
+    Arc<std::sync::atomic::AtomicUsize>,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (now, peak, answered) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let (p, a) = (peak.clone(), answered.clone());
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move || {
+            let (now, peak, answered) = (now.clone(), p.clone(), a.clone());
+            async move {
+                let held = now.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(held, Ordering::SeqCst);
+                tokio::time::sleep(answer_after).await;
+                now.fetch_sub(1, Ordering::SeqCst);
+                answered.fetch_add(1, Ordering::SeqCst);
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, peak, answered)
+}
+
+/// Sends the ping and 8 `queued` deliveries to a receiver that answers each after 300 ms, and
+/// returns the most it held at once.
+async fn peak_in_flight(concurrency: usize) -> usize {
+    use std::sync::atomic::Ordering;
+    let sim = Sim::new(SimConfig {
+        clock: Arc::new(ManualClock::at_epoch_2026()),
+        webhook_concurrency: concurrency,
+        ..SimConfig::default()
+    });
+    sim.update(|w, _| {
+        w.add_org("acme", Some("big"));
+        w.add_repo("acme", "app", true);
+    });
+    let gh = ghsim::spawn(sim).await.unwrap();
+    let (url, peak, answered) = slow_receiver(Duration::from_millis(300)).await;
+    gh.sim.add_hook(hook(&url, ContentType::Json));
+    submit(&gh.sim, 8);
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while answered.load(Ordering::SeqCst) < 9 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("all 9 deliveries answered within 10 s");
+    peak.load(Ordering::SeqCst)
+}
+
+#[tokio::test]
+async fn deliveries_go_one_at_a_time_unless_more_may_be_on_their_way() {
+    assert_eq!(peak_in_flight(1).await, 1, "one at a time by default");
+    let peak = peak_in_flight(4).await;
+    assert!(
+        (2..=4).contains(&peak),
+        "with 4 allowed, a slow receiver holds several at once but never more than 4: {peak}"
     );
 }

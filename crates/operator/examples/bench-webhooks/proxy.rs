@@ -33,7 +33,7 @@ pub struct Proxied {
 
 /// A recording reverse proxy between ghsim's webhook sender and hangar's webhook server.
 /// Deliveries pass unchanged (headers but hop-by-hop ones, body, so the signature holds);
-/// ghsim sends one at a time, so this adds one loopback hop and nothing else.
+/// each request is forwarded as it arrives, so this adds one loopback hop and nothing else.
 #[derive(Debug)]
 pub struct Proxy {
     url: String,

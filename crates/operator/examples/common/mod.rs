@@ -37,6 +37,11 @@ pub struct World {
     pub runner_faults: RunnerFaults,
 }
 
+/// How many of a hook's deliveries ghsim lets be on their way at once. GitHub sends
+/// concurrently; one at a time, a receiver that answers once a delivery is durably recorded
+/// (a write batch, a quarter of a second) would cap the delivery rate at 4 a second.
+pub const DELIVERIES_IN_FLIGHT: usize = 32;
+
 impl World {
     /// Sets the world up on the control plane of `kubeconfig`, with Hangar's CRDs.
     #[allow(dead_code)] // bench-webhooks chooses the CRDs itself
@@ -65,7 +70,10 @@ impl World {
             .create(&PostParams::default(), &ns)
             .await?;
 
-        let sim = ghsim::Sim::new(ghsim::SimConfig::default());
+        let sim = ghsim::Sim::new(ghsim::SimConfig {
+            webhook_concurrency: DELIVERIES_IN_FLIGHT,
+            ..ghsim::SimConfig::default()
+        });
         sim.update(|w, _| {
             w.add_pat(CONTROLLER_PAT, "controller");
             w.add_pat(RUNNER_PAT, "runner");
