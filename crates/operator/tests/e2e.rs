@@ -975,3 +975,98 @@ async fn a_runner_set_and_a_standalone_replica_set_at_zero_keep_a_registration_o
     .await;
     e.shutdown().await;
 }
+
+/// Two controllers, each watching its own namespace (`hangar run --watch-namespace`), on one
+/// GitHub repository with one credential: each job runs on a runner of the deployment whose
+/// labels it asked for, each controller's leaked-registration sweep removes its own leak and
+/// leaves the other's idle runners alone (their deployments have different names, as the
+/// README asks of installations that share a scope), and scaling one to zero retires only its
+/// runners.
+#[tokio::test]
+async fn two_controllers_each_watching_a_namespace_share_a_repository_without_touching_each_other()
+{
+    let fast_sweep = |s: &mut hangar::context::Settings| {
+        s.leaked_registration_sweep = Duration::from_secs(1);
+    };
+    let a = E2e::start_configured("multi-a", fast_sweep).await;
+    let b = a.beside("multi-b", fast_sweep).await;
+    a.apply(&Deployment::new("team-a", 2, "team-a"));
+    b.apply(&Deployment::new("team-b", 2, "team-b"));
+    a.wait_running(2).await;
+    b.wait_running(2).await;
+
+    let jobs_a = a.submit(2, "team-a", Duration::from_secs(1), false);
+    let jobs_b = b.submit(2, "team-b", Duration::from_secs(1), false);
+    eventually_of(&a, "every job of both teams done", WAIT, || async {
+        (a.all_succeeded(&jobs_a) && a.all_succeeded(&jobs_b)).then_some(())
+    })
+    .await;
+    let ran_on: Vec<(u64, String)> = a.h.sim.read(|w, _| {
+        jobs_a
+            .iter()
+            .chain(&jobs_b)
+            .map(|id| (*id, w.jobs[id].runner_name.clone().unwrap_or_default()))
+            .collect()
+    });
+    for (id, runner) in &ran_on {
+        let team = if jobs_a.contains(id) {
+            "team-a-"
+        } else {
+            "team-b-"
+        };
+        assert!(runner.starts_with(team), "job {id} ran on {runner}");
+    }
+    let runners_a = a.wait_running(2).await;
+    let runners_b = b.wait_running(2).await;
+
+    // A leak of team-a's naming, which only controller A knows: its sweep must take it, and
+    // neither sweep may take the four idle runners, however long they look at them.
+    let set_a = a.replica_sets().await[0].name_any();
+    let leak = format!("{set_a}-lzk2d"); // the apiserver's generateName alphabet
+    let request = hangar_github::JitConfigRequest {
+        name: leak.clone(),
+        runner_group_id: 1,
+        labels: hangar_core::autoscaler::labels::jit_runner_labels(&["team-a".to_owned()], None),
+        work_folder: None,
+    };
+    a.h.github
+        .generate_jit_config(&hangar_github::Scope::repo("octo", "app"), &request)
+        .await
+        .unwrap();
+    eventually_of(
+        &a,
+        "controller A's sweep to remove its leak",
+        WAIT,
+        || async {
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            a.h.clock.advance(Duration::from_secs(10 * 60));
+            b.h.clock.advance(Duration::from_secs(10 * 60));
+            (!a.h.registered().contains(&leak)).then_some(())
+        },
+    )
+    .await;
+    let idle: BTreeSet<String> = runners_a.union(&runners_b).cloned().collect();
+    assert_eq!(a.h.online(), idle, "{}", a.h.describe_github_runners());
+
+    a.apply(&Deployment::new("team-a", 0, "team-a"));
+    eventually_of(&a, "team-a's runners gone", WAIT, || async {
+        let gone = a.runners().await.is_empty()
+            && a.pods().await.is_empty()
+            && a.h.registered().is_disjoint(&runners_a);
+        gone.then_some(())
+    })
+    .await;
+    assert_eq!(
+        b.wait_running(2).await,
+        runners_b,
+        "team-b's runners stay as they were"
+    );
+    assert_eq!(
+        a.h.registered(),
+        runners_b,
+        "{}",
+        a.h.describe_github_runners()
+    );
+    b.shutdown().await;
+    a.shutdown().await;
+}

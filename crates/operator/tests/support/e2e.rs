@@ -46,6 +46,23 @@ impl E2e {
         }
     }
 
+    /// Another namespace with controllers and nodes of its own (a second `hangar run
+    /// --watch-namespace`) on this one's GitHub, with settings adjusted by `configure`; this
+    /// one must outlive it.
+    pub async fn beside(
+        &self,
+        prefix: &str,
+        configure: impl FnOnce(&mut hangar::context::Settings),
+    ) -> Self {
+        let h = self.h.beside(prefix, super::uncached(), configure).await;
+        let (nodes, runner_faults) = h.start_nodes_with_faults("e2e", prefix).await;
+        Self {
+            h,
+            nodes,
+            runner_faults,
+        }
+    }
+
     /// Applies RunnerDeployment `rd`, placed on this test's nodes.
     pub fn apply(&self, rd: &Deployment) {
         self.h.apply(&rd.render(&self.nodes));

@@ -115,11 +115,6 @@ impl Harness {
         configure: impl FnOnce(&mut Settings),
         webhook: Option<hangar::webhook_server::WebhookConfig>,
     ) -> (Self, Option<String>) {
-        let cluster = TestCluster::get();
-        let client = cluster.client().await;
-        crds::install(&client).await;
-        let ns = TestNamespace::create(cluster, prefix).await;
-
         let sim = ghsim::Sim::new(ghsim::SimConfig::default());
         sim.update(|w, _| {
             w.add_pat(TOKEN, "test");
@@ -134,6 +129,46 @@ impl Harness {
                 let _ = ghsim::serve(listener, sim, std::future::pending()).await;
             }
         });
+        Self::on_github(
+            prefix,
+            options,
+            configure,
+            webhook,
+            (sim, url, Some(server)),
+        )
+        .await
+    }
+
+    /// A second namespace with controllers of their own, as a second `hangar run
+    /// --watch-namespace` would run, on this harness's GitHub (same simulator, organization,
+    /// repository and token), with settings adjusted by `configure`. This harness keeps the
+    /// simulator running, so it must outlive the one returned.
+    pub async fn beside(
+        &self,
+        prefix: &str,
+        options: ClientOptions,
+        configure: impl FnOnce(&mut Settings),
+    ) -> Self {
+        let github = (self.sim.clone(), self.url.clone(), None);
+        Self::on_github(prefix, options, configure, None, github)
+            .await
+            .0
+    }
+
+    /// A fresh namespace and the manager for it on `github`: the simulator, its URL and, when
+    /// this harness started it, the task serving it.
+    async fn on_github(
+        prefix: &str,
+        options: ClientOptions,
+        configure: impl FnOnce(&mut Settings),
+        webhook: Option<hangar::webhook_server::WebhookConfig>,
+        github: (ghsim::Sim, String, Option<tokio::task::JoinHandle<()>>),
+    ) -> (Self, Option<String>) {
+        let (sim, url, server) = github;
+        let cluster = TestCluster::get();
+        let client = cluster.client().await;
+        crds::install(&client).await;
+        let ns = TestNamespace::create(cluster, prefix).await;
         let endpoint = Endpoint::custom(&url, &url).unwrap();
         // Per-resource credentials (githubAPICredentialsFrom) get their clients from the same
         // registry, with the same options.
@@ -174,7 +209,7 @@ impl Harness {
             github,
             url,
             clock,
-            tasks: vec![server, controllers],
+            tasks: server.into_iter().chain([controllers]).collect(),
         };
         (harness, webhook_url)
     }
