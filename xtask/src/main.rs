@@ -10,6 +10,8 @@
 //!   watched live and summed up (see `demo.rs`);
 //! - `bench-cluster`, `bench-lifecycle`, `bench-pods`, `bench-webhooks`, `bench-floor`:
 //!   benchmarks writing `bench/results/`;
+//! - `bench-knee`: `bench-floor` and `bench-webhooks` at a sweep of rates, the knee of each and
+//!   Hangar's writes per job over the floor's in `bench/results/knee.json` (see `knee.rs`);
 //! - `bench-vs-arc`: the webhook and lifecycle benchmarks for Hangar and for ARC v0.27.6 back to
 //!   back, with their ratios in `bench/results/vs-arc.json` (see `vs_arc.rs`);
 //! - `fuzz`: generated hostile input against the webhook, admission and CRD paths, counts in
@@ -27,6 +29,8 @@ use hangar_testkit::control_plane::{ControlPlane, StartOptions};
 use hangar_testkit::{Binaries, ETCD_VERSION, KUBERNETES_VERSION};
 
 mod demo;
+mod knee;
+mod results;
 mod vs_arc;
 
 #[derive(Debug, Parser)]
@@ -121,6 +125,22 @@ enum Cmd {
         runners: usize,
         /// Run nothing; compose bench/results/vs-arc.json from the files the last runs left in
         /// bench/results/vs-arc/.
+        #[arg(long)]
+        compose_only: bool,
+    },
+    /// Build release binaries and run bench-floor and bench-webhooks at each rate, back to back
+    /// on the same stack; writes bench/results/knee.json: each one's job → pod p99 by rate,
+    /// its knee (the highest rate with p99 ≤ 1 s), and Hangar's apiserver writes per job over
+    /// the floor's, by request.
+    BenchKnee {
+        /// Job rates per second, comma-separated.
+        #[arg(long, value_delimiter = ',', default_values_t = [4.0, 6.0, 8.0, 10.0, 12.0, 15.0])]
+        rates: Vec<f64>,
+        /// Seconds of load at each rate.
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+        /// Run nothing; compose bench/results/knee.json from the files the last runs left in
+        /// bench/results/knee/.
         #[arg(long)]
         compose_only: bool,
     },
@@ -318,6 +338,21 @@ async fn run(cmd: Cmd) -> Result<ExitCode> {
                 compose_only,
             };
             vs_arc::run(&workspace_root(), &plan)
+        }
+        Cmd::BenchKnee {
+            rates,
+            seconds,
+            compose_only,
+        } => {
+            if !compose_only {
+                build_binaries()?;
+            }
+            let plan = knee::Plan {
+                rates,
+                seconds,
+                compose_only,
+            };
+            knee::run(&workspace_root(), &plan)
         }
         Cmd::Chaos { profile, args } => {
             build_binaries()?;

@@ -22,6 +22,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
+use crate::results::{read, run_to_file, with_status};
+
 /// The controllers, in the order they run at each step.
 const CONTROLLERS: [&str; 2] = ["hangar", "arc"];
 
@@ -61,25 +63,18 @@ pub fn run(root: &Path, plan: &Plan) -> Result<ExitCode> {
                 if mode == "pull" {
                     args.push("--pull".to_owned());
                 }
-                let mut status = ExitCode::SUCCESS;
-                if !plan.compose_only {
-                    let _ = std::fs::remove_file(&file);
-                    status = ExitCode::FAILURE;
-                }
-                // A run that ends before it measured anything (its set-up timed out on a busy
-                // machine) is tried once more; one that measured keeps its figures.
-                let attempts = if plan.compose_only { 0 } else { 2 };
-                for _ in 0..attempts {
-                    status = super::release_example(
-                        "hangar",
-                        "bench-webhooks",
-                        &["--bin", "hangar"],
-                        &args,
-                    )?;
-                    if file.is_file() {
-                        break;
-                    }
-                }
+                let status = if plan.compose_only {
+                    ExitCode::SUCCESS
+                } else {
+                    run_to_file(&file, || {
+                        super::release_example(
+                            "hangar",
+                            "bench-webhooks",
+                            &["--bin", "hangar"],
+                            &args,
+                        )
+                    })?
+                };
                 let figures = read(&file).map_or_else(
                     |e| json!({"error": format!("{e:#}")}),
                     |report| steady_figures(&report),
@@ -101,22 +96,19 @@ pub fn run(root: &Path, plan: &Plan) -> Result<ExitCode> {
     let status = if plan.compose_only {
         ExitCode::SUCCESS
     } else {
-        let _ = std::fs::remove_file(&file);
-        super::release_example(
-            "hangar",
-            "bench-lifecycle",
-            &["--bin", "hangar"],
-            &[
-                "--modes".to_owned(),
-                "token,arc".to_owned(),
-                "--scenarios".to_owned(),
-                "idle".to_owned(),
-                "--runners".to_owned(),
-                plan.runners.to_string(),
-                "--out".to_owned(),
-                file.display().to_string(),
-            ],
-        )?
+        let args = [
+            "--modes".to_owned(),
+            "token,arc".to_owned(),
+            "--scenarios".to_owned(),
+            "idle".to_owned(),
+            "--runners".to_owned(),
+            plan.runners.to_string(),
+            "--out".to_owned(),
+            file.display().to_string(),
+        ];
+        run_to_file(&file, || {
+            super::release_example("hangar", "bench-lifecycle", &["--bin", "hangar"], &args)
+        })?
     };
     let idle = read(&file).map_or_else(
         |e| json!({"error": format!("{e:#}")}),
@@ -149,22 +141,12 @@ pub fn run(root: &Path, plan: &Plan) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn read(file: &Path) -> Result<Value> {
-    let text =
-        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("parsing {}", file.display()))
-}
-
-fn with_status(mut figures: Value, status: ExitCode) -> Value {
-    figures["run_succeeded"] = json!(status == ExitCode::SUCCESS);
-    figures
-}
-
 /// The figures the comparison keeps from one `bench-webhooks` report. Latency is GitHub's queue
 /// time (job created → a runner picked it up): what a user waits. The report's figures from
-/// the `queued` delivery are not used: ghsim sends a hook's deliveries one at a time, so a
-/// controller that answers slower than deliveries arrive receives them late (the sender lag,
-/// kept as a figure of its own), and a job may start before its delivery arrives.
+/// the `queued` delivery are not used: a job may start before its delivery arrives (on a runner
+/// made for an earlier delivery), and a controller that answers slowly receives deliveries late
+/// once ghsim's deliveries in flight are all waiting on it (the sender lag, kept as a figure of
+/// its own).
 fn steady_figures(r: &Value) -> Value {
     let jobs = r["jobs"]["queued"].as_f64().unwrap_or(0.0).max(1.0);
     let waited = &r["latency_seconds"]["job_queued_to_started"];

@@ -134,6 +134,9 @@ struct Latencies {
     delivery_to_job_assigned: Latency,
     delivery_to_job_started: Latency,
     delivery_to_pod_created_first_in_first_out: Latency,
+    /// The end points of `bench-floor`'s `job_to_pod_seen`: a job's instant to a pod for it,
+    /// sender lag and webhook server included. The knee sweep reads its p99.
+    job_queued_to_pod_created_first_in_first_out: Latency,
     job_queued_to_delivery: Latency,
     job_queued_to_started: Latency,
 }
@@ -147,8 +150,8 @@ struct WebhookServer {
     /// Answers by `event/action status` (`none` = no answer).
     answers: BTreeMap<String, usize>,
     /// 2xx answers per second from the first delivery's arrival to the last answer. ghsim,
-    /// like GitHub per hook, sends one delivery at a time, so this is the offered load unless
-    /// the server is the bottleneck.
+    /// like GitHub, has several deliveries on their way at once (`DELIVERIES_IN_FLIGHT`), so
+    /// this is the offered load unless the server is the bottleneck.
     answered_2xx_per_second: f64,
     /// 2xx answers completed while jobs were being queued, per second of that time.
     answered_2xx_per_second_while_queueing: f64,
@@ -333,6 +336,13 @@ pub fn summarize(args: &Args, o: &Observed) -> (Report, Vec<JobRecord>) {
         .zip(&pods_seen)
         .map(|(d, p)| secs(*d, *p))
         .collect();
+    let mut queued: Vec<Timestamp> = o.jobs.iter().map(|j| j.created_at).collect();
+    queued.sort();
+    let queued_fifo = queued
+        .iter()
+        .zip(&pods_seen)
+        .map(|(q, p)| secs(*q, *p))
+        .collect();
     let watch_lag = o
         .pods
         .values()
@@ -369,6 +379,12 @@ pub fn summarize(args: &Args, o: &Observed) -> (Report, Vec<JobRecord>) {
             "n-th runner pod seen by the watch (whichever job it ran)",
             WALL_CLOCK,
             fifo,
+        ),
+        job_queued_to_pod_created_first_in_first_out: Latency::of(
+            "n-th job queued in ghsim (created_at)",
+            "n-th runner pod seen by the watch (whichever job it ran)",
+            WALL_CLOCK,
+            queued_fifo,
         ),
         job_queued_to_delivery: Latency::of(
             "job queued in ghsim (created_at)",
