@@ -29,6 +29,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::Controller;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
@@ -114,6 +115,24 @@ pub fn desired_set(rd: &RunnerDeployment, common_labels: &[String]) -> RunnerRep
     set
 }
 
+/// Whether `set` already has everything that applying `desired` sets: the same spec (replicas,
+/// effective time, selector, template), its labels and its controller reference.
+fn already_applied(set: &RunnerReplicaSet, desired: &RunnerReplicaSet) -> bool {
+    let same_spec =
+        serde_json::to_value(&set.spec).ok() == serde_json::to_value(&desired.spec).ok();
+    let labels = set.labels();
+    let labelled = desired
+        .labels()
+        .iter()
+        .all(|(key, value)| labels.get(key) == Some(value));
+    let owned = desired.owner_references().iter().all(|want| {
+        set.owner_references()
+            .iter()
+            .any(|have| have.uid == want.uid && have.controller == want.controller)
+    });
+    same_spec && labelled && owned
+}
+
 /// How the deployment's runners register: as its newest set's template says.
 fn placeholder_template(desired: &RunnerReplicaSet) -> super::placeholder::Template<'_> {
     super::placeholder::Template {
@@ -148,18 +167,29 @@ pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<A
     let replicas = desired.spec.replicas.unwrap_or(1);
 
     // Server-side apply is idempotent: same template, same set; changed replicas or effective
-    // time are updated in place.
-    let newest = api
-        .patch(
-            &desired_name,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&desired),
-        )
-        .await
-        .map_err(kube_err(
-            "apply runnerreplicaset",
-            format!("{ns}/{desired_name}"),
-        ))?;
+    // time are updated in place. An apply that changes nothing still costs the apiserver a
+    // request, and every status change of the set wakes this reconcile, so the cached set is
+    // trusted when it already says what the apply would (a stale cache only delays the apply
+    // to the watch event that brings the change).
+    let cached = ctx
+        .stores
+        .replica_sets
+        .get(&ObjectRef::new(&desired_name).within(&ns));
+    let newest = match cached {
+        Some(set) if already_applied(&set, &desired) => set,
+        _ => Arc::new(
+            api.patch(
+                &desired_name,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&desired),
+            )
+            .await
+            .map_err(kube_err(
+                "apply runnerreplicaset",
+                format!("{ns}/{desired_name}"),
+            ))?,
+        ),
+    };
 
     let sets: Vec<Arc<RunnerReplicaSet>> = ctx
         .stores
@@ -447,6 +477,49 @@ mod tests {
             conditions: Some(conditions::merge(&[], &wanted, None, now)),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_set_that_already_says_what_the_apply_would_is_not_applied_again() {
+        let mut rd = RunnerDeployment::new("ci", Default::default());
+        rd.metadata.namespace = Some("ns".into());
+        rd.metadata.uid = Some("uid-1".into());
+        rd.spec.replicas = Some(3);
+        rd.spec.effective_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-11-28T10:00:00Z".parse().unwrap(),
+        ));
+        let desired = desired_set(&rd, &[]);
+        let mut stored = desired.clone();
+        stored.metadata.resource_version = Some("42".into());
+        stored
+            .labels_mut()
+            .insert("added-by".into(), "someone-else".into());
+        stored.status = Some(RunnerReplicaSetStatus {
+            replicas: Some(2),
+            ..Default::default()
+        });
+        assert!(
+            already_applied(&stored, &desired),
+            "status and extra labels do not count"
+        );
+
+        let mut scaled = stored.clone();
+        scaled.spec.replicas = Some(2);
+        assert!(!already_applied(&scaled, &desired), "replicas differ");
+        let mut stale = stored.clone();
+        stale.spec.effective_time = None;
+        assert!(!already_applied(&stale, &desired), "effective time differs");
+        let mut relabelled = stored.clone();
+        relabelled
+            .labels_mut()
+            .insert(label::RUNNER_TEMPLATE_HASH.into(), "other".into());
+        assert!(!already_applied(&relabelled, &desired), "a label differs");
+        let mut orphan = stored;
+        orphan.metadata.owner_references = None;
+        assert!(
+            !already_applied(&orphan, &desired),
+            "not owned by the deployment"
+        );
     }
 
     #[test]
