@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
-use crate::results::{read, run_to_file, with_status};
+use crate::results::{rates_arg, read, run_to_file, with_status, write};
 
 /// A rate is under the knee while job → pod p99 stays at or below this many seconds.
 pub const P99_LIMIT_SECONDS: f64 = 1.0;
@@ -112,7 +112,7 @@ pub fn run(root: &Path, plan: &Plan) -> Result<ExitCode> {
         ),
         "reproduce": format!(
             "cargo xtask bench-knee --rates {} --seconds {}",
-            rates.iter().map(f64::to_string).collect::<Vec<_>>().join(","),
+            rates_arg(&rates),
             plan.seconds
         ),
         "p99_limit_seconds": P99_LIMIT_SECONDS,
@@ -120,11 +120,7 @@ pub fn run(root: &Path, plan: &Plan) -> Result<ExitCode> {
         "hangar_knee_over_floor_knee": ratio,
         "sweep": points,
     });
-    let out = root.join("bench/results/knee.json");
-    std::fs::write(&out, serde_json::to_string_pretty(&report)? + "\n")
-        .with_context(|| format!("writing {}", out.display()))?;
-    println!("{}", table(&report));
-    println!("wrote {}", out.display());
+    write(root, "bench/results/knee.json", &report, &table(&report))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,7 +1,7 @@
 //! Reading back the results files that benchmark runs wrote, for commands that compose several
 //! runs into one file (`bench-vs-arc`, `bench-knee`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
@@ -12,6 +12,25 @@ pub fn read(file: &Path) -> Result<Value> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     serde_json::from_str(&text).with_context(|| format!("parsing {}", file.display()))
+}
+
+/// Writes `report` as pretty JSON to `relative` under `root` and prints its table; returns where.
+pub fn write(root: &Path, relative: &str, report: &Value, table: &str) -> Result<PathBuf> {
+    let out = root.join(relative);
+    std::fs::write(&out, serde_json::to_string_pretty(report)? + "\n")
+        .with_context(|| format!("writing {}", out.display()))?;
+    println!("{table}");
+    println!("wrote {}", out.display());
+    Ok(out)
+}
+
+/// Rates as a command line takes them: `2,5,10`.
+pub fn rates_arg(rates: &[f64]) -> String {
+    rates
+        .iter()
+        .map(f64::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// `figures` with `run_succeeded`: whether the run that measured them exited 0.

@@ -22,7 +22,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
-use crate::results::{read, run_to_file, with_status};
+use crate::results::{rates_arg, read, run_to_file, with_status, write};
 
 /// The controllers, in the order they run at each step.
 const CONTROLLERS: [&str; 2] = ["hangar", "arc"];
@@ -126,18 +126,14 @@ pub fn run(root: &Path, plan: &Plan) -> Result<ExitCode> {
                 Ratios are Hangar / ARC: below 1 is better for Hangar on every figure.",
         "reproduce": format!(
             "cargo xtask bench-vs-arc -- --rates {} --seconds {} --runners {}",
-            plan.rates.iter().map(f64::to_string).collect::<Vec<_>>().join(","),
+            rates_arg(&plan.rates),
             plan.seconds,
             plan.runners
         ),
         "steady_load": steady,
         "idle_cycle": idle,
     });
-    let out = root.join("bench/results/vs-arc.json");
-    std::fs::write(&out, serde_json::to_string_pretty(&report)? + "\n")
-        .with_context(|| format!("writing {}", out.display()))?;
-    println!("{}", table(&report));
-    println!("wrote {}", out.display());
+    write(root, "bench/results/vs-arc.json", &report, &table(&report))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,5 +1,5 @@
-//! Benchmark: a RunnerDeployment scaled 0 → N → 0 on the local stack, in token and JIT
-//! registration modes. Run it with `cargo xtask bench-lifecycle` (which builds the release
+//! Benchmark: a RunnerDeployment (or, with `--kind set`, a RunnerSet) scaled 0 → N → 0 on the
+//! local stack, in token and JIT registration modes. Run it with `cargo xtask bench-lifecycle` (which builds the release
 //! `hangar` binary first); results go to `bench/results/lifecycle.json`.
 //!
 //! Every run gets a private control plane (so the apiserver's request counters are Hangar's
@@ -14,6 +14,12 @@
 //! - `growth`: as `idle`, but from N/4 registered runners that are all newer than the
 //!   deployment's `effectiveTime` (as after a webhook scale-up), timed from the scale to N.
 //!   ARC creates nothing for ten minutes there; the time to N should match `idle`'s from 0.
+//!
+//! With `--hold-seconds S`, the pool stays at N registered idle runners for S seconds before the
+//! scale to 0, and the run reports what keeping it costs, per minute of the hold: apiserver
+//! requests by verb and resource (every component's), the controller's GitHub calls and their
+//! rate-limit cost, and its CPU; and its peak RSS at the end of the hold. That is the scale
+//! benchmark: `--runners 1000 --nodes 10 --scenarios idle --hold-seconds 600`.
 //!
 //! Reported per run: seconds to all registered (in ghsim, online) and to all gone, the
 //! controller's GitHub API calls (ghsim's accounting, by endpoint) per runner, the
@@ -31,7 +37,7 @@ use clap::Parser;
 use common::{Controller, NAMESPACE, Running, World};
 use futures::StreamExt;
 use ghsim::world::{JobStatus, SubmitJobs};
-use hangar_api::{Runner, RunnerDeployment};
+use hangar_api::{Runner, RunnerDeployment, RunnerSet};
 use hangar_testkit::control_plane::{ControlPlane, StartOptions};
 use hangar_testkit::eventually;
 use k8s_openapi::api::core::v1::Pod;
@@ -65,6 +71,21 @@ struct Args {
     /// Scenarios to run in each mode, comma-separated.
     #[arg(long, value_enum, value_delimiter = ',', default_values = ["jobs", "idle", "growth"])]
     scenarios: Vec<Scenario>,
+    /// What is scaled: a RunnerDeployment, or a RunnerSet (`idle` only; one StatefulSet per
+    /// runner, as ARC's RunnerSets have since 0.22).
+    #[arg(long, value_enum, default_value_t = Kind::Deployment)]
+    kind: Kind,
+    /// Seconds the N registered runners are kept before the scale to 0 (`idle` and `growth`),
+    /// measuring what keeping the pool costs.
+    #[arg(long, default_value_t = 0)]
+    hold_seconds: u64,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+enum Kind {
+    Deployment,
+    Set,
 }
 
 const LIMIT: Duration = Duration::from_secs(600);
@@ -88,6 +109,7 @@ enum Scenario {
 #[derive(Debug, Serialize)]
 struct Report<'a> {
     benchmark: &'static str,
+    kind: Kind,
     runners: usize,
     nodes: usize,
     machine_cpus: usize,
@@ -119,6 +141,28 @@ struct RunReport {
     apiserver_lists: BTreeMap<String, u64>,
     controller_peak_rss_mib: f64,
     controller_cpu_seconds: f64,
+    /// With `--hold-seconds`: what keeping the N idle runners cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hold: Option<Hold>,
+}
+
+/// The cost of keeping N registered idle runners, measured over the hold.
+#[derive(Debug, Serialize)]
+struct Hold {
+    seconds: f64,
+    /// The controller's GitHub REST calls per minute (ghsim's accounting).
+    github_calls_per_minute: f64,
+    /// Of those, charged to the primary rate-limit budget per minute (304s are free).
+    github_charged_calls_per_minute: f64,
+    github_calls_by_endpoint: BTreeMap<String, u64>,
+    /// Every component's apiserver requests per minute (the controller's, the kubelets' node
+    /// and lease renewals, kube-controller-manager's).
+    apiserver_requests_per_minute: f64,
+    apiserver_requests_per_minute_by_request: Vec<(String, f64)>,
+    /// CPU seconds the controller used per minute of the hold.
+    controller_cpu_seconds_per_minute: f64,
+    /// The controller's peak RSS at the end of the hold.
+    controller_peak_rss_mib: f64,
 }
 
 #[tokio::main]
@@ -128,6 +172,12 @@ async fn main() -> anyhow::Result<()> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let hangar = common::hangar_binary(args.hangar.as_deref(), "bench-lifecycle")?;
 
+    anyhow::ensure!(
+        args.kind == Kind::Deployment
+            || args.scenarios.iter().all(|s| *s == Scenario::Idle)
+                && !args.modes.contains(&Mode::Arc),
+        "--kind set runs the idle scenario with Hangar only (--scenarios idle --modes token,jit)"
+    );
     let mut runs = Vec::new();
     for &mode in &args.modes {
         for &scenario in &args.scenarios {
@@ -144,6 +194,18 @@ async fn main() -> anyhow::Result<()> {
                 run.controller_peak_rss_mib,
                 run.controller_cpu_seconds
             );
+            if let Some(h) = &run.hold {
+                println!(
+                    "  held {:.0} s: {:.1} GitHub calls/min ({:.1} charged), {:.0} apiserver \
+                     requests/min, controller {:.2} CPU s/min, peak RSS {:.0} MiB",
+                    h.seconds,
+                    h.github_calls_per_minute,
+                    h.github_charged_calls_per_minute,
+                    h.apiserver_requests_per_minute,
+                    h.controller_cpu_seconds_per_minute,
+                    h.controller_peak_rss_mib
+                );
+            }
             runs.push(run);
             // Written after every run, so a run that fails later keeps what was measured.
             let out = write_report(&root, &args, &runs)?;
@@ -156,6 +218,7 @@ async fn main() -> anyhow::Result<()> {
 fn write_report(root: &Path, args: &Args, runs: &[RunReport]) -> anyhow::Result<PathBuf> {
     let report = Report {
         benchmark: "lifecycle",
+        kind: args.kind,
         runners: args.runners,
         nodes: args.nodes,
         machine_cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -224,7 +287,8 @@ async fn run_on(
             mode,
         )?),
     };
-    let outcome = scenario_steps(&client, &github, &nodes, args, scenario).await;
+    let outcome =
+        scenario_steps(&client, &github, &nodes, args, scenario, &controller.pids()).await;
     let (peak_rss_mib, cpu_seconds) = controller.stop()?;
     let lists_after = apiserver_lists(&client).await?;
     nodes.shutdown().await?;
@@ -264,12 +328,14 @@ async fn run_on(
         apiserver_lists,
         controller_peak_rss_mib: peak_rss_mib,
         controller_cpu_seconds: cpu_seconds,
+        hold: steps.hold,
     })
 }
 
 struct Steps {
     registered: Duration,
     jobs_completed: Option<Duration>,
+    hold: Option<Hold>,
     gone: Duration,
 }
 
@@ -279,9 +345,12 @@ async fn scenario_steps(
     nodes: &nodesim::NodeSimHandle,
     args: &Args,
     scenario: Scenario,
+    controller: &[u32],
 ) -> anyhow::Result<Steps> {
     let n = args.runners;
     let deployments: Api<RunnerDeployment> = Api::namespaced(client.clone(), NAMESPACE);
+    let sets: Api<RunnerSet> = Api::namespaced(client.clone(), NAMESPACE);
+    let kind = args.kind;
     let placement = nodes.placement();
     // `effectiveTime` = now: every runner is synced after it, so a runner that finished its job
     // is not recreated (the HRA sets it this way for ephemeral targets).
@@ -293,30 +362,51 @@ async fn scenario_steps(
     )?
     .to_string();
     let apply = |replicas: usize| {
-        let rd = json!({
-            "apiVersion": "actions.summerwind.dev/v1alpha1",
-            "kind": "RunnerDeployment",
-            "metadata": {"name": "bench"},
-            "spec": {
-                "replicas": replicas,
-                "effectiveTime": effective_time,
-                "template": {"spec": {
+        let (deployments, sets) = (deployments.clone(), sets.clone());
+        let params = PatchParams::apply("bench-lifecycle").force();
+        let manifest = match kind {
+            Kind::Deployment => json!({
+                "apiVersion": "actions.summerwind.dev/v1alpha1",
+                "kind": "RunnerDeployment",
+                "metadata": {"name": "bench"},
+                "spec": {
+                    "replicas": replicas,
+                    "effectiveTime": effective_time,
+                    "template": {"spec": {
+                        "repository": "octo/app",
+                        "labels": ["bench"],
+                        "nodeSelector": placement.node_selector,
+                        "tolerations": placement.tolerations,
+                    }},
+                },
+            }),
+            Kind::Set => json!({
+                "apiVersion": "actions.summerwind.dev/v1alpha1",
+                "kind": "RunnerSet",
+                "metadata": {"name": "bench"},
+                "spec": {
+                    "replicas": replicas,
                     "repository": "octo/app",
                     "labels": ["bench"],
-                    "nodeSelector": placement.node_selector,
-                    "tolerations": placement.tolerations,
-                }},
-            },
-        });
-        let deployments = deployments.clone();
+                    "template": {"spec": {
+                        "containers": [{"name": "runner"}],
+                        "nodeSelector": placement.node_selector,
+                        "tolerations": placement.tolerations,
+                    }},
+                },
+            }),
+        };
         async move {
-            deployments
-                .patch(
-                    "bench",
-                    &PatchParams::apply("bench-lifecycle").force(),
-                    &Patch::Apply(&rd),
-                )
-                .await
+            match kind {
+                Kind::Deployment => deployments
+                    .patch("bench", &params, &Patch::Apply(&manifest))
+                    .await
+                    .map(drop),
+                Kind::Set => sets
+                    .patch("bench", &params, &Patch::Apply(&manifest))
+                    .await
+                    .map(drop),
+            }
         }
     };
 
@@ -356,6 +446,20 @@ async fn scenario_steps(
     })
     .await?;
     let registered = started.elapsed();
+
+    let hold = if args.hold_seconds > 0 && scenario != Scenario::Jobs {
+        Some(
+            hold_pool(
+                client,
+                github,
+                controller,
+                Duration::from_secs(args.hold_seconds),
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
 
     let jobs_completed = if scenario == Scenario::Jobs {
         let queued = Instant::now();
@@ -410,7 +514,77 @@ async fn scenario_steps(
     Ok(Steps {
         registered,
         jobs_completed,
+        hold,
         gone: scaling_down.elapsed(),
+    })
+}
+
+/// Keeps the pool as it is for `hold` and measures what that costs (see [`Hold`]).
+async fn hold_pool(
+    client: &Client,
+    github: &ghsim::Running,
+    controller: &[u32],
+    hold: Duration,
+) -> anyhow::Result<Hold> {
+    let github_calls = |sim: &ghsim::Sim| {
+        let mut by_endpoint = BTreeMap::new();
+        let (mut calls, mut charged) = (0, 0);
+        for row in ghsim::accounting::snapshot(sim)
+            .api_calls
+            .into_iter()
+            .filter(|r| r.credential == "pat:controller")
+        {
+            *by_endpoint.entry(row.endpoint).or_insert(0u64) += row.calls;
+            calls += row.calls;
+            charged += row.charged;
+        }
+        (calls, charged, by_endpoint)
+    };
+    let cpu = || -> anyhow::Result<f64> {
+        controller
+            .iter()
+            .map(|&pid| common::peak_rss_and_cpu(pid).map(|(_, cpu)| cpu))
+            .sum()
+    };
+    let requests_before = common::apiserver_requests(client).await?;
+    let (calls_before, charged_before, endpoints_before) = github_calls(&github.sim);
+    let cpu_before = cpu()?;
+    let started = Instant::now();
+    eprintln!("holding the pool for {hold:?}");
+    tokio::time::sleep(hold).await;
+    let minutes = started.elapsed().as_secs_f64() / 60.0;
+    let cpu_after = cpu()?;
+    let (calls_after, charged_after, endpoints_after) = github_calls(&github.sim);
+    let requests_after = common::apiserver_requests(client).await?;
+
+    let mut by_request: Vec<(String, f64)> = requests_after
+        .iter()
+        .filter_map(|(key, after)| {
+            let delta = after - requests_before.get(key).copied().unwrap_or(0);
+            (delta > 0).then(|| (format!("{} {}", key.0, key.1), delta as f64 / minutes))
+        })
+        .collect();
+    by_request.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let peak_rss = controller
+        .iter()
+        .map(|&pid| common::peak_rss_and_cpu(pid).map(|(rss, _)| rss))
+        .sum::<anyhow::Result<f64>>()?;
+    Ok(Hold {
+        seconds: minutes * 60.0,
+        github_calls_per_minute: (calls_after - calls_before) as f64 / minutes,
+        github_charged_calls_per_minute: (charged_after - charged_before) as f64 / minutes,
+        github_calls_by_endpoint: endpoints_after
+            .into_iter()
+            .map(|(endpoint, n)| {
+                let before = endpoints_before.get(&endpoint).copied().unwrap_or(0);
+                (endpoint, n - before)
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect(),
+        apiserver_requests_per_minute: by_request.iter().map(|(_, n)| n).sum(),
+        apiserver_requests_per_minute_by_request: by_request,
+        controller_cpu_seconds_per_minute: (cpu_after - cpu_before) / minutes,
+        controller_peak_rss_mib: peak_rss,
     })
 }
 
