@@ -19,7 +19,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde_json::{Value, json};
 
 use crate::results::{rates_arg, read, run_to_file, with_status, write};
