@@ -170,8 +170,6 @@ pub struct Context {
     pub workflow_runs: crate::workflow_runs::WorkflowRuns,
     /// What GitHub last said about each registered runner, for [`Context::runner_health`].
     pub github_runners: crate::github_runners::GitHubRunners,
-    /// When each set's status was last written, to pace counts-only writes.
-    pub status_pace: crate::status_pace::StatusPace,
 }
 
 impl std::fmt::Debug for Stores {
@@ -231,7 +229,6 @@ impl Context {
             backoff: Backoff::default(),
             authorities: Default::default(),
             github_runners: Default::default(),
-            status_pace: Default::default(),
             client,
             github,
             settings,

@@ -21,7 +21,6 @@
 //! - [`reservations`]: the compare-and-swap write of an autoscaler's capacity reservations.
 //! - [`retirement`]: what deleted owners and their pods say about retiring runners.
 //! - [`serve`]: how the operator's HTTP servers serve: connection cap, timeouts, body limit.
-//! - [`status_pace`]: counts-only status writes, at most one per object a second.
 //! - [`watch`]: one watch per kind feeding a store and the controllers it triggers.
 
 pub mod authority;
@@ -42,6 +41,5 @@ pub mod reservations;
 pub mod retirement;
 pub mod runner_pod;
 pub mod serve;
-pub mod status_pace;
 pub mod watch;
 pub mod workflow_runs;

@@ -276,15 +276,7 @@ pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<A
         "conditions": conditions,
     }});
     let current = serde_json::to_value(&rd.status).unwrap_or_default();
-    let pace_key = format!("RunnerDeployment/{ns}/{}", rd.name_any());
-    // Counts alone wait for the pace; changed conditions go at once.
-    let held = if old_conditions == conditions {
-        ctx.status_pace.hold(&pace_key)
-    } else {
-        None
-    };
-    if current != status["status"] && held.is_none() {
-        ctx.status_pace.wrote(&pace_key);
+    if current != status["status"] {
         Api::<RunnerDeployment>::namespaced(ctx.client.clone(), &ns)
             .patch_status(
                 &rd.name_any(),
@@ -297,10 +289,7 @@ pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<A
                 object_name(rd.as_ref()),
             ))?;
     }
-    let held = held.filter(|_| current != status["status"]);
-    Ok(Action::requeue(
-        held.map_or(plan.requeue, |h| h.min(plan.requeue)),
-    ))
+    Ok(Action::requeue(plan.requeue))
 }
 
 /// A RunnerReplicaSet as the rollout sees it.

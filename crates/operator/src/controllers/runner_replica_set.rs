@@ -401,26 +401,17 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         serde_json::to_value(&new_conditions).unwrap_or_default(),
     );
     let current = serde_json::to_value(&set.status).unwrap_or_default();
-    let counts_changed = [
-        "replicas",
-        "readyReplicas",
-        "availableReplicas",
-        "busyReplicas",
-        "unhealthyReplicas",
-    ]
-    .iter()
-    .any(|k| current.get(k) != status.get(*k));
-    let pace_key = format!("RunnerReplicaSet/{ns}/{}", set.name_any());
-    // Counts alone wait for the pace; changed conditions go at once.
-    let held = if conditions_changed {
-        None
-    } else {
-        counts_changed
-            .then(|| ctx.status_pace.hold(&pace_key))
-            .flatten()
-    };
-    if (conditions_changed || counts_changed) && held.is_none() {
-        ctx.status_pace.wrote(&pace_key);
+    if conditions_changed
+        || [
+            "replicas",
+            "readyReplicas",
+            "availableReplicas",
+            "busyReplicas",
+            "unhealthyReplicas",
+        ]
+        .iter()
+        .any(|k| current.get(k) != status.get(*k))
+    {
         Api::<RunnerReplicaSet>::namespaced(ctx.client.clone(), &ns)
             .patch_status(
                 &set.name_any(),
@@ -435,19 +426,16 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
     }
 
     let requeue = sets::requeue(set.as_ref(), &plan, now, ctx.settings.sync_period);
-    Ok(match (retiring, held) {
-        (Some((_, force_at)), held) => {
+    Ok(match retiring {
+        Some((_, force_at)) => {
             let left = force_at.duration_since(now).unwrap_or_default();
             Action::requeue(
                 ctx.settings
                     .sync_period
-                    .min(left + std::time::Duration::from_millis(100))
-                    .min(held.unwrap_or(std::time::Duration::MAX)),
+                    .min(left + std::time::Duration::from_millis(100)),
             )
         }
-        // Back for the held write; this pass's other reasons to come back are re-derived then.
-        (None, Some(held)) => Action::requeue(held),
-        (None, None) => requeue,
+        None => requeue,
     })
 }
 
