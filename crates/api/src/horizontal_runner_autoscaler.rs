@@ -430,6 +430,19 @@ pub struct HorizontalRunnerAutoscalerStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_entries: Option<Vec<CacheEntry>>,
 
+    /// When the only metric is TotalNumberOfQueuedAndInProgressWorkflowRuns (Hangar only): the
+    /// matching queued and in-progress jobs it counted for desiredReplicas, up to twice
+    /// maxReplicas. The target's sets replace that many finished runners minus desiredReplicas
+    /// at once, since jobs wait for them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counted_jobs: Option<i32>,
+
+    /// When GitHub was asked for countedJobs (Hangar only). A runner that finished before it
+    /// is not in the count, so its place is released without waiting.
+    #[schemars(extend("nullable" = true))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_observed_time: Option<Time>,
+
     /// Active and upcoming scheduled overrides in short form (e.g. "min=5 time=..."), for the
     /// Schedule column of kubectl get hra.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -13,9 +13,10 @@
 //!   unregisters each runner on GitHub — which fails while a job runs — and only an owner whose
 //!   pods are all unregistered (or already going) is marked complete and then deleted.
 //! - **Completed ephemeral runners are not replaced blindly, and growth is never held back.** In
-//!   an autoscaled set (one with an `effectiveTime`), a runner that just finished keeps its place
-//!   until the replica count is known to reflect its job's completion
-//!   ([`Input::reflected_completions`]), or for [`Input::release_grace`] when nothing says so: its
+//!   an autoscaled set (one with an `effectiveTime`, or whose autoscaler counts its jobs,
+//!   [`Input::completions_counted`]), a runner that just finished keeps its place until the
+//!   replica count is known to reflect its job's completion ([`Input::reflected_completions`],
+//!   [`Input::reflected_before`]), or for [`Input::release_grace`] when nothing says so: its
 //!   job is done and the autoscaler is about to lower the count. Only those places are held; a
 //!   count above the runners that exist is growth and is created at once.
 //! - **An owner is deleted as finished only when its runner cannot come back**
@@ -251,6 +252,15 @@ pub struct Input {
     /// places were given up earlier included: they stay, holding no place, until their
     /// completions are reflected (or the release grace is over).
     pub absorbed_completions: u32,
+    /// An autoscaler counts the set's jobs by observing GitHub (the queued-runs metric), so a
+    /// finished runner's job may still be in `desired` though the set has no `effectiveTime`:
+    /// its place is held as in a set with one, and [`Plan::observe_at`] says when a fresh
+    /// observation would account for the held ones.
+    pub completions_counted: bool,
+    /// Every runner that finished (by its pod's whole-second finish time) at least a second
+    /// before this time has its completion reflected in `desired`: the time of the
+    /// observation the count comes from.
+    pub reflected_before: Option<SystemTime>,
     /// How long a finished runner of an autoscaled set keeps its place when nothing says its
     /// completion is reflected ([`RELEASE_GRACE`] unless `hangar run --release-grace` says
     /// otherwise).
@@ -392,6 +402,12 @@ pub struct Plan {
     /// Set while the pause comes from runners that failed ([`Health::ends_in_failure`]): one
     /// fresh runner is tried this long after the latest failure, while none is on its way.
     pub retries_every: Option<Duration>,
+    /// With [`Input::completions_counted`]: when the autoscaler should observe GitHub again,
+    /// because a finished runner's place is held for want of knowing whether its job was the
+    /// last, or half of the completions the count absorbs are spent. The time is a second
+    /// after the latest of those runners finished, so that the observation accounts for all
+    /// of them.
+    pub observe_at: Option<SystemTime>,
 }
 
 /// Decides what to do with a set of runner-pod owners. Pure: same input, same plan.
@@ -412,7 +428,8 @@ pub fn plan(input: &Input) -> Plan {
     // Finished owners of the desired template whose runner failed, with the time it ended:
     // replaced at once while a runner of the template works, else held (see below).
     let mut failed: Vec<(&OwnerView, Option<SystemTime>)> = vec![];
-    let holds_finished = input.ephemeral && input.effective_time.is_some();
+    let holds_finished =
+        input.ephemeral && (input.effective_time.is_some() || input.completions_counted);
     for owner in &input.owners {
         if owner.deleting {
             continue; // garbage collection finishes it; its pods are not ours to count.
@@ -471,10 +488,16 @@ pub fn plan(input: &Input) -> Plan {
                 continue;
             }
             let demand_since = |at: SystemTime| input.effective_time.is_some_and(|e| e > at);
+            let observed_after = |p: &PodView| {
+                let observed = input.reflected_before;
+                p.finished_at
+                    .zip(observed)
+                    .is_some_and(|(at, observed)| at + Duration::from_secs(1) <= observed)
+            };
             let reflected = owner
                 .pods
                 .iter()
-                .all(|p| input.reflected_completions.contains(&p.name));
+                .all(|p| input.reflected_completions.contains(&p.name) || observed_after(p));
             if let Some(at) = finished_at.filter(|at| {
                 holds_finished
                     && current
@@ -624,6 +647,13 @@ pub fn plan(input: &Input) -> Plan {
         .map(|(_, at)| *at + input.release_grace)
         .chain(plan.recheck_at)
         .min();
+    let absorption_half_spent = absorbed.saturating_mul(2) >= input.absorbed_completions as usize;
+    if input.completions_counted && (held > 0 || absorption_half_spent) {
+        plan.observe_at = finished[..kept]
+            .iter()
+            .map(|(_, at)| *at + Duration::from_secs(1))
+            .max();
+    }
     let maybe_running = running + pending + held as u32 + held_failed as u32;
 
     // Pass 2: scale the up-to-date owners.

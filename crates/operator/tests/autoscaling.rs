@@ -906,8 +906,63 @@ async fn the_queued_jobs_metric_alone_scales_up_and_back_down() {
     s.shutdown().await;
 }
 
+/// A pool that the queued-jobs metric alone scales, at its maximum with jobs waiting: each
+/// finished runner's place serves the next job at once (the count says how many wait beyond
+/// the pool), and once none waits no runner is created for demand already gone. A finished
+/// runner's place then waits for an observation taken after it finished, which its set asks
+/// for: not for the sync period, and not for the release grace.
+#[tokio::test]
+async fn a_full_pool_on_the_queued_jobs_metric_replaces_finished_runners_only_for_waiting_jobs() {
+    const SYNC: Duration = Duration::from_secs(30);
+    let mut s = Stack::start_configured("as-pull-full", true, |c| {
+        c.release_grace = Duration::from_secs(10 * 60);
+        c.sync_period = SYNC;
+        c.webhook_pull_interval = Duration::ZERO;
+    })
+    .await;
+    s.apply_deployment("full", "full", 0);
+    let pods = s.track_pods();
+    // Five one-job runs for a pool of two, queued before the autoscaler exists, so that its
+    // first evaluation counts them (the next is a sync period away).
+    let jobs: Vec<u64> = (0..5)
+        .flat_map(|_| s.submit(1, "full", Duration::from_secs(2), "success"))
+        .collect();
+    let applied = Instant::now();
+    s.apply_hra(
+        "full",
+        json!({
+            "minReplicas": 0,
+            "maxReplicas": 2,
+            "scaleDownDelaySecondsAfterScaleOut": 0,
+            "metrics": [{"type": "TotalNumberOfQueuedAndInProgressWorkflowRuns"}],
+        }),
+    );
+    eventually_of(&s, "5 jobs done on 2 runners", WAIT, || async {
+        s.all_completed(&jobs, "success").then_some(())
+    })
+    .await;
+    let took = applied.elapsed();
+    assert!(
+        took < SYNC - Duration::from_secs(5),
+        "5 jobs of 2 s on 2 runners took {took:?}: a finished runner's place waited for the \
+         sync period"
+    );
+    eventually_of(&s, "the pool back to 0", WAIT, || async {
+        (s.desired("full").await == Some(0)).then_some(())
+    })
+    .await;
+    wait_empty(&s, "full").await;
+    let created = pods.lock().unwrap().len();
+    assert_eq!(
+        created, 5,
+        "{created} runner pods for 5 jobs: runners were created for jobs already gone"
+    );
+    assert_eq!(s.h.interrupted(), 0);
+    s.shutdown().await;
+}
+
 /// With more runs waiting than `maxReplicas` runners can take, the queued-jobs metric lists the
-/// jobs of only as many runs as it takes to reach `maxReplicas` (found by chaos: listing every
+/// jobs of only as many runs as it takes to reach twice `maxReplicas` (found by chaos: listing every
 /// run's jobs each sync spent the hour's API budget while runs piled up).
 #[tokio::test]
 async fn the_queued_jobs_metric_lists_no_more_runs_jobs_than_max_replicas_needs() {
@@ -934,14 +989,14 @@ async fn the_queued_jobs_metric_lists_no_more_runs_jobs_than_max_replicas_needs(
     let run_lists = s.api_calls("GET /repos/{owner}/{repo}/actions/runs");
     let job_lists = s.api_calls("GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs");
     // Each evaluation lists the queued and the in-progress runs (2 calls), then the jobs of at
-    // most `maxReplicas` = 2 runs.
+    // most twice `maxReplicas` = 4 runs.
     assert!(
         run_lists >= 2,
         "the metric was evaluated: {run_lists} run lists"
     );
     assert!(
-        job_lists <= run_lists,
-        "{job_lists} job lists for {} evaluations: more than 2 runs' jobs listed per evaluation",
+        job_lists <= 2 * run_lists,
+        "{job_lists} job lists for {} evaluations: more than 4 runs' jobs listed per evaluation",
         run_lists / 2
     );
     assert_eq!(s.h.interrupted(), 0);

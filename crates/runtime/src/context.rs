@@ -170,6 +170,8 @@ pub struct Context {
     pub workflow_runs: crate::workflow_runs::WorkflowRuns,
     /// What GitHub last said about each registered runner, for [`Context::runner_health`].
     pub github_runners: crate::github_runners::GitHubRunners,
+    /// Sets asking their autoscalers to observe GitHub again.
+    pub observations: crate::observations::ObservationRequests,
 }
 
 impl std::fmt::Debug for Stores {
@@ -229,6 +231,7 @@ impl Context {
             backoff: Backoff::default(),
             authorities: Default::default(),
             github_runners: Default::default(),
+            observations: Default::default(),
             client,
             github,
             settings,

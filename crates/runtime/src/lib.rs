@@ -34,6 +34,7 @@ pub mod github_runners;
 pub mod kube_client;
 pub mod managers;
 pub mod metrics;
+pub mod observations;
 pub mod pod;
 pub mod reconciler;
 pub mod registration;

@@ -18,9 +18,20 @@
 //! yet reflected, so owner sync keeps such a runner (holding no place) until it is. The autoscaler then needs no periodic rewrite of the
 //! target's `effectiveTime` to say that jobs wait (it keeps that for metrics).
 //!
-//! Both answers are empty — and owner sync falls back to the timer — whenever the count in hand
-//! may not be the one the autoscaler computed from those tombstones:
-//! - the autoscaler has metrics: a listing taken before the job finished may still count it;
+//! An autoscaler whose only metric is `TotalNumberOfQueuedAndInProgressWorkflowRuns` counts
+//! jobs too ([`CountedJobs`]: how many, and when GitHub was asked). A runner that finished
+//! before that observation is not in the count ([`reflected_before`]), and one that finished
+//! after it lowers the count by at most one, so `counted - set` of them are absorbed as above.
+//! Such a set holds the other finished runners' places ([`counts_jobs`]) until a fresh
+//! observation, which the set asks for, accounts for them.
+//!
+//! A set at or below the lowest `minReplicas` in force absorbs every completion: no count goes
+//! below that floor.
+//!
+//! The answers are empty — and owner sync falls back to the timer — whenever the count in hand
+//! may not be the one the autoscaler computed from those tombstones or that observation:
+//! - the autoscaler has other metrics, or reservations beside a metric: a listing taken
+//!   before the job finished may still count it, or a completion may lower two counts;
 //! - its status was computed from an older generation of its spec (older reservations);
 //! - its computed count differs from the set's (the write has not reached the set yet, or a
 //!   rollout splits the count between two sets).
@@ -48,6 +59,58 @@ pub struct AutoscalerView<'a> {
     /// The lowest minReplicas in force at any time: the spec's and its scheduled overrides'
     /// ([`min_replicas_floor`]). The count is at least that plus the active reservations.
     pub min_replicas_floor: u32,
+    /// `status.countedJobs` and `status.metricsObservedTime`, when the autoscaler's only metric
+    /// is `TotalNumberOfQueuedAndInProgressWorkflowRuns`.
+    pub counted: Option<CountedJobs>,
+}
+
+/// What the queued-runs metric counted behind the autoscaler's `desiredReplicas`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CountedJobs {
+    /// Matching queued and in-progress jobs (up to
+    /// [`super::metrics::counting_limit`]).
+    pub jobs: u32,
+    /// When GitHub was asked (taken before the listing, so no later than it).
+    pub observed_at: SystemTime,
+}
+
+/// Where the autoscaler's count comes from, as far as finished runners are concerned.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    /// Reservations (and `minReplicas`): each completion turns one into a tombstone.
+    Reservations,
+    /// The queued-runs metric alone: an observation of the jobs.
+    Jobs(CountedJobs),
+    /// Anything else: nothing says which jobs the count holds.
+    Unknown,
+}
+
+fn source(hra: &AutoscalerView<'_>) -> Source {
+    match (hra.has_metrics, hra.counted) {
+        (false, _) => Source::Reservations,
+        (true, Some(counted)) if hra.reservations.is_empty() => Source::Jobs(counted),
+        (true, _) => Source::Unknown,
+    }
+}
+
+/// Whether the autoscaler counts the set's jobs by observing GitHub, so a set without an
+/// `effectiveTime` holds a finished runner's place like one with it (owner sync's
+/// `completions_counted`), until [`reflected_before`] or [`completions_absorbed`] lets it go.
+pub fn counts_jobs(hra: &AutoscalerView<'_>) -> bool {
+    matches!(source(hra), Source::Jobs(_))
+}
+
+/// When the count is the queued-runs metric's and the set's own: the time of its observation.
+/// A runner that finished (by its pod's whole-second `finishedAt`) at least a second before it
+/// is not counted.
+pub fn reflected_before(hra: &AutoscalerView<'_>, set_desired: u32) -> Option<SystemTime> {
+    let current = hra.generation.is_some() && hra.observed_generation == hra.generation;
+    match source(hra) {
+        Source::Jobs(counted) if current && counts_alike(hra, set_desired) => {
+            Some(counted.observed_at)
+        }
+        _ => None,
+    }
 }
 
 /// The lowest minReplicas that the spec's `min_replicas` (unset or negative counts as
@@ -68,7 +131,7 @@ pub fn min_replicas_floor(min_replicas: Option<i32>, overrides: &[Option<i32>]) 
 /// docs), by runner name.
 pub fn reflected_completions(hra: &AutoscalerView<'_>, set_desired: u32) -> BTreeSet<String> {
     let current = hra.generation.is_some() && hra.observed_generation == hra.generation;
-    if !counts_alike(hra, set_desired) || !current {
+    if !matches!(source(hra), Source::Reservations) || !counts_alike(hra, set_desired) || !current {
         return BTreeSet::new();
     }
     hra.reservations
@@ -78,9 +141,10 @@ pub fn reflected_completions(hra: &AutoscalerView<'_>, set_desired: u32) -> BTre
         .collect()
 }
 
-/// How many finished runners whose completions the autoscaler has not yet heard of may give up
-/// their places at `now` anyway: their completions would leave its count at `set_desired` or
-/// above (see the module docs). Zero unless the count is webhook-driven and is the set's.
+/// How many finished runners whose completions the autoscaler has not yet accounted for may
+/// give up their places at `now` anyway: their completions would leave its count at
+/// `set_desired` or above (see the module docs). Zero unless the count is the set's and comes
+/// from reservations or counted jobs; `u32::MAX` when the set is at or below the floor.
 pub fn completions_absorbed(hra: &AutoscalerView<'_>, set_desired: u32, now: SystemTime) -> u32 {
     let under_max = hra
         .max_replicas
@@ -89,17 +153,25 @@ pub fn completions_absorbed(hra: &AutoscalerView<'_>, set_desired: u32, now: Sys
     if !counts_alike(hra, set_desired) || !under_max {
         return 0;
     }
-    reserved_replicas(hra.reservations, now)
-        .saturating_add(hra.min_replicas_floor)
-        .saturating_sub(set_desired)
+    if hra.min_replicas_floor >= set_desired {
+        return u32::MAX;
+    }
+    match source(hra) {
+        Source::Reservations => reserved_replicas(hra.reservations, now)
+            .saturating_add(hra.min_replicas_floor)
+            .saturating_sub(set_desired),
+        Source::Jobs(counted) => counted.jobs.saturating_sub(set_desired),
+        Source::Unknown => 0,
+    }
 }
 
-/// The set's count is the autoscaler's, computed from reservations alone: no pull metric may
-/// still count a finished job, the write has reached the set, and no rollout splits the count.
+/// The set's count is the autoscaler's, computed from what says which jobs it holds
+/// (reservations, or counted jobs), and the write has reached the set with no rollout splitting
+/// the count.
 fn counts_alike(hra: &AutoscalerView<'_>, set_desired: u32) -> bool {
     let same_count = hra
         .desired
         .and_then(|d| u32::try_from(d).ok())
         .is_some_and(|d| d == set_desired);
-    !hra.has_metrics && same_count
+    !matches!(source(hra), Source::Unknown) && same_count
 }

@@ -80,8 +80,9 @@ pub struct Decision {
     /// (ARC #2254); write it whenever it differs. While a metric's demand is capped at
     /// maxReplicas, it is `now`: jobs are still waiting, so every runner that finishes must be
     /// replaced, and nothing else tells the set so (it cannot say which jobs a metric counted);
-    /// it would hold the place for the release grace. Reservations alone tell the set
-    /// themselves ([`super::completions::completions_absorbed`]).
+    /// it would hold the place for the release grace. Reservations and a count of jobs (the
+    /// queued-runs metric alone) tell the set themselves
+    /// ([`super::completions::completions_absorbed`]).
     pub effective_time: Option<SystemTime>,
     /// A metric's demand exceeds maxReplicas: decide again soon ([`BACKLOG_REFRESH`]) to keep
     /// `effective_time` current.
@@ -102,6 +103,8 @@ pub struct Decision {
     pub schedule_summary: Option<String>,
     /// How the count came about, for status, events and logs.
     pub reason: String,
+    /// The suggestion's [`Suggestion::counted_jobs`], for `status.countedJobs`.
+    pub counted_jobs: Option<u32>,
 }
 
 /// Why no decision can be made.
@@ -200,9 +203,12 @@ pub fn desired_replicas(input: &DesiredInput) -> Result<Decision, DecisionError>
     }
 
     let scale_out = desired > input.previous_desired.unwrap_or(DEFAULT_TARGET_REPLICAS);
-    // Without a metric the sets tell for themselves from the reservations which finished
+    // Reservations, and a count of jobs, let the sets tell for themselves which finished
     // runners' places stay wanted (`completions::completions_absorbed`): no refresh needed.
-    let backlog = input.ephemeral && total > max && input.suggestion.metric.is_some();
+    let backlog = input.ephemeral
+        && total > max
+        && input.suggestion.metric.is_some()
+        && input.suggestion.counted_jobs.is_none();
     let effective_time = if backlog {
         Some(now)
     } else if input.ephemeral {
@@ -229,5 +235,6 @@ pub fn desired_replicas(input: &DesiredInput) -> Result<Decision, DecisionError>
         active_override: active,
         schedule_summary,
         reason: format!("desired {desired}: {reason}"),
+        counted_jobs: input.suggestion.counted_jobs,
     })
 }

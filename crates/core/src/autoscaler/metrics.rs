@@ -599,9 +599,20 @@ pub struct MetricTarget<'a> {
     pub runner_labels: &'a [String],
     /// Its current `spec.replicas` (`None` counts as [`DEFAULT_TARGET_REPLICAS`]).
     pub replicas: Option<u32>,
-    /// The autoscaler's `maxReplicas`: a count that reaches it is the answer, since no count
-    /// above it can change the decision, so no further run's jobs are listed.
+    /// The autoscaler's `maxReplicas`. Jobs are counted up to [`counting_limit`] of it, and
+    /// no further run's jobs are listed: beyond `maxReplicas` the count no longer changes the
+    /// decision, but how far beyond tells the sets how many finishing runners the waiting jobs
+    /// will take ([`super::completions`]).
     pub max_replicas: Option<u32>,
+}
+
+/// Where counting jobs for `TotalNumberOfQueuedAndInProgressWorkflowRuns` stops: twice
+/// `max_replicas`. A count of `maxReplicas + w` says that `w` of the jobs wait beyond the pool,
+/// so the next `w` runners to finish are replaced at once without asking GitHub again; the
+/// limit bounds the job listings of a deep queue (each listed once while its run is unchanged,
+/// [`super::job_lists`]).
+pub fn counting_limit(max_replicas: u32) -> u32 {
+    max_replicas.saturating_mul(2)
 }
 
 /// GitHub observations gathered so far.
@@ -644,6 +655,10 @@ pub struct Suggestion {
     pub metric: Option<MetricKind>,
     /// What was observed, for the decision's reason.
     pub detail: String,
+    /// The matching queued and in-progress jobs counted (up to [`counting_limit`]), when the
+    /// only metric is `TotalNumberOfQueuedAndInProgressWorkflowRuns`: a count in jobs that each
+    /// finishing runner lowers by at most one ([`super::completions`]).
+    pub counted_jobs: Option<u32>,
 }
 
 impl Suggestion {
@@ -653,6 +668,7 @@ impl Suggestion {
             replicas: None,
             metric: None,
             detail: "no metrics".to_owned(),
+            counted_jobs: None,
         }
     }
 }
@@ -697,11 +713,15 @@ pub fn suggest_replicas(
         Err(needed) => return Ok(Evaluation::Needs(needed)),
         Ok(answer) => answer,
     };
+    let counted_jobs = (fallback.is_none()
+        && primary.kind == MetricKind::TotalNumberOfQueuedAndInProgressWorkflowRuns)
+        .then_some(replicas);
     if replicas > 0 {
         return Ok(Evaluation::Ready(Suggestion {
             replicas: Some(replicas),
             metric: Some(primary.kind),
             detail,
+            counted_jobs,
         }));
     }
     let Some(fallback) = fallback else {
@@ -709,6 +729,7 @@ pub fn suggest_replicas(
             replicas: None,
             metric: None,
             detail: format!("{}: {detail}, suggests no runners", primary.kind),
+            counted_jobs,
         }));
     };
     Ok(match evaluate(fallback, target, observed)? {
@@ -720,6 +741,7 @@ pub fn suggest_replicas(
                 "{}: {detail}, suggests no runners; fallback {fallback_detail}",
                 primary.kind
             ),
+            counted_jobs: None,
         }),
     })
 }
@@ -759,7 +781,9 @@ fn evaluate(
         MetricKind::TotalNumberOfQueuedAndInProgressWorkflowRuns => {
             let repositories = workflow_run_repositories(target.scope, metric)?;
             let counts = count_jobs(&observed.run_jobs, target.runner_labels);
-            let enough = target.max_replicas.is_some_and(|max| counts.total() >= max);
+            let enough = target
+                .max_replicas
+                .is_some_and(|max| counts.total() >= counting_limit(max));
             let runs = match &observed.workflow_runs {
                 Some(runs) => runs.as_slice(),
                 None if enough => &[],
@@ -776,7 +800,7 @@ fn evaluate(
             if looked_at < runs.len() {
                 let _ = write!(
                     detail,
-                    " in {looked_at} of {} runs (counting stops at maxReplicas)",
+                    " in {looked_at} of {} runs (counting stops at twice maxReplicas)",
                     runs.len()
                 );
             }

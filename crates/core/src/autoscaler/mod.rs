@@ -40,7 +40,8 @@ pub mod webhook;
 
 pub use batch::{Batch, Batcher, QueueFull};
 pub use completions::{
-    AutoscalerView, completions_absorbed, min_replicas_floor, reflected_completions,
+    AutoscalerView, CountedJobs, completions_absorbed, counts_jobs, min_replicas_floor,
+    reflected_before, reflected_completions,
 };
 pub use dedup::{Dedup, Seen};
 pub use desired::{

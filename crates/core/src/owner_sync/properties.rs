@@ -117,6 +117,8 @@ prop_compose! {
         now in 30u64..60,
         reflected in any::<bool>(),
         absorbed_completions in 0u32..3,
+        completions_counted in any::<bool>(),
+        reflected_before in proptest::option::of(0u64..60),
     ) -> Input {
         // The autoscaler may have accounted for every runner's job, even one still running
         // (its completion delivered before the pod's status says so): that must not matter.
@@ -134,6 +136,8 @@ prop_compose! {
             now: t(now),
             reflected_completions,
             absorbed_completions,
+            completions_counted,
+            reflected_before: reflected_before.map(t),
             release_grace: RELEASE_GRACE,
             failed_runner_backoff: crate::health::FAILED_RUNNER_BACKOFF,
         }

@@ -64,6 +64,8 @@ fn input(desired: u32, owners: Vec<OwnerView>, now_min: u64) -> Input {
         now: t(now_min),
         reflected_completions: BTreeSet::new(),
         absorbed_completions: 0,
+        completions_counted: false,
+        reflected_before: None,
         release_grace: RELEASE_GRACE,
         failed_runner_backoff: crate::health::FAILED_RUNNER_BACKOFF,
     }
@@ -1147,4 +1149,102 @@ fn a_runner_back_after_a_failed_run_counts_as_a_live_runner() {
     let plan = plan(&input(1, vec![back], 1));
     assert!(plan.actions.is_empty(), "{plan:?}");
     assert_eq!(plan.counts.running, 1);
+}
+
+/// A set whose autoscaler counts its jobs (the queued-runs metric), with no `effectiveTime`,
+/// last observed GitHub at `observed`.
+fn counted(desired: u32, owners: Vec<OwnerView>, now: SystemTime, observed: SystemTime) -> Input {
+    Input {
+        completions_counted: true,
+        reflected_before: Some(observed),
+        now,
+        ..input(desired, owners, 0)
+    }
+}
+
+#[test]
+fn a_set_whose_jobs_are_counted_holds_finished_runners_until_an_observation_accounts_for_them() {
+    let now = t(5);
+    let secs = Duration::from_secs;
+    // b finished 3 s ago, c 1 s ago; a still runs. The count asks for 3.
+    let owners = || {
+        vec![
+            running("a", 4),
+            finished("b", 4, now, secs(3)),
+            finished("c", 4, now, secs(1)),
+        ]
+    };
+    // (case, observed, completions absorbed, actions, observe again at)
+    type Row = (
+        &'static str,
+        SystemTime,
+        u32,
+        Vec<Action>,
+        Option<SystemTime>,
+    );
+    let rows: Vec<Row> = vec![
+        (
+            "observed before both finished, nothing absorbed: both held, observe a second after c",
+            now - secs(10),
+            0,
+            vec![],
+            Some(now),
+        ),
+        (
+            "two jobs waited beyond the pool at the observation: both places go at once",
+            now - secs(10),
+            2,
+            vec![Action::Create { count: 2 }],
+            Some(now),
+        ),
+        (
+            "five waited: plenty left, nothing to ask yet",
+            now - secs(10),
+            5,
+            vec![Action::Create { count: 2 }],
+            None,
+        ),
+        (
+            "observed 2 s after b finished: the count (3) knows b is done and still wants its place; c held",
+            now - secs(1),
+            0,
+            finished_and_replaced("b", 1),
+            Some(now),
+        ),
+    ];
+    for (case, observed, absorbed, actions, observe_at) in rows {
+        let mut input = counted(3, owners(), now, observed);
+        input.absorbed_completions = absorbed;
+        let plan = plan(&input);
+        assert_eq!(plan.actions, actions, "{case}");
+        assert_eq!(plan.observe_at, observe_at, "{case}");
+    }
+
+    // Observed a second after both finished: both are accounted for; the count (3) still
+    // wants them, so both places go to new runners.
+    let plan = plan(&counted(3, owners(), now, now + secs(1)));
+    assert_eq!(
+        plan.actions,
+        vec![
+            Action::Delete {
+                owner: "b".into(),
+                reason: DeleteReason::Completed,
+                pods: vec!["b-pod".into()],
+            },
+            Action::Delete {
+                owner: "c".into(),
+                reason: DeleteReason::Completed,
+                pods: vec!["c-pod".into()],
+            },
+            Action::Create { count: 2 },
+        ]
+    );
+    assert_eq!(plan.observe_at, None);
+
+    // Without a count of jobs nothing is held (no effectiveTime), and nothing is asked.
+    let mut input = counted(3, owners(), now, now - secs(10));
+    input.completions_counted = false;
+    let plan = super::plan(&input);
+    assert!(plan.actions.contains(&Action::Create { count: 2 }));
+    assert_eq!(plan.observe_at, None);
 }

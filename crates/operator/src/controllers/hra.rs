@@ -103,7 +103,18 @@ pub async fn run(ctx: Arc<Context>, hras: Triggers<HorizontalRunnerAutoscaler>) 
     // Spec changes only: a status write (ours) does not trigger another reconcile.
     let trigger = hras.predicate_filter(predicates::generation, Default::default());
     let state = Arc::new(AutoscalerState { ctx: ctx.clone() });
-    Controller::for_stream(trigger, ctx.stores.hras.clone())
+    // Sets ask for a fresh observation when they hold a finished runner's place on it.
+    let asked = ctx.observations.wake_ups().map(|woken| {
+        futures::stream::unfold(woken, |mut woken| async move {
+            woken.recv().await.map(|hra| (hra, woken))
+        })
+    });
+    let controller = Controller::for_stream(trigger, ctx.stores.hras.clone());
+    let controller = match asked {
+        Some(asked) => controller.reconcile_on(asked),
+        None => controller,
+    };
+    controller
         .run(
             SKELETON.reconcile(reconcile_reporting),
             SKELETON.error_policy(),
@@ -351,7 +362,13 @@ pub async fn reconcile(
             triggers.message.clone(),
         );
     }
-    let new_status = HorizontalRunnerAutoscalerStatus {
+    // A set holding a finished runner's place asked for this observation: record its time
+    // even if nothing else changed, so that the set learns what it accounts for.
+    let asked = ctx.observations.take_due(&ns, &hra.name_any(), now);
+    let counted_jobs = decision
+        .counted_jobs
+        .map(|jobs| i32::try_from(jobs).unwrap_or(i32::MAX));
+    let mut new_status = HorizontalRunnerAutoscalerStatus {
         observed_generation: hra.metadata.generation,
         desired_replicas: Some(desired),
         last_successful_scale_out_time: plan
@@ -359,6 +376,8 @@ pub async fn reconcile(
             .and_then(|t| jiff::Timestamp::try_from(t).ok())
             .map(Time),
         cache_entries: status.cache_entries.clone(),
+        counted_jobs,
+        metrics_observed_time: status.metrics_observed_time.clone(),
         scheduled_overrides_summary: decision.schedule_summary.clone(),
         conditions: Some(conditions::merge(
             status.conditions.as_deref().unwrap_or_default(),
@@ -374,13 +393,18 @@ pub async fn reconcile(
             now,
         )),
     };
-    if !same_status(&status, &new_status) {
+    if asked || !same_status(&status, &new_status) {
+        new_status.metrics_observed_time = counted_jobs
+            .and(jiff::Timestamp::try_from(now).ok())
+            .map(Time);
         let patch = json!({ "status": {
             "observedGeneration": new_status.observed_generation,
             "desiredReplicas": new_status.desired_replicas,
             "lastSuccessfulScaleOutTime": new_status.last_successful_scale_out_time,
             "scheduledOverridesSummary": new_status.scheduled_overrides_summary,
             "conditions": new_status.conditions,
+            "countedJobs": new_status.counted_jobs,
+            "metricsObservedTime": new_status.metrics_observed_time,
         }});
         Api::<HorizontalRunnerAutoscaler>::namespaced(ctx.client.clone(), &ns)
             .patch_status(&hra.name_any(), &patch_params(), &Patch::Merge(&patch))
@@ -433,6 +457,7 @@ fn same_status(a: &HorizontalRunnerAutoscalerStatus, b: &HorizontalRunnerAutosca
         && secs(&a.last_successful_scale_out_time) == secs(&b.last_successful_scale_out_time)
         && a.scheduled_overrides_summary == b.scheduled_overrides_summary
         && a.conditions == b.conditions
+        && a.counted_jobs == b.counted_jobs
 }
 
 /// Reads the target named by `scaleTargetRef`.

@@ -231,10 +231,13 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         now,
         release_grace: ctx.settings.release_grace,
         failed_runner_backoff: ctx.settings.health.failed_runner_backoff,
-        reflected_completions: known.reflected,
+        reflected_completions: known.reflected.clone(),
         absorbed_completions: known.absorbed,
+        completions_counted: known.counted.is_some(),
+        reflected_before: known.reflected_before,
     };
     let plan = owner_sync::plan(&input);
+    sets::ask_for_observation(&ctx, &known, &plan);
     // The actions touch different Runners (at most one each), so they go out together: one at
     // a time, a burst's finished Runners would each cost a round trip before the next is
     // deleted, and new demand would wait behind them.

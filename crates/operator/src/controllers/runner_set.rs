@@ -651,10 +651,13 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
         now,
         release_grace: ctx.settings.release_grace,
         failed_runner_backoff: ctx.settings.health.failed_runner_backoff,
-        reflected_completions: known.reflected,
+        reflected_completions: known.reflected.clone(),
         absorbed_completions: known.absorbed,
+        completions_counted: known.counted.is_some(),
+        reflected_before: known.reflected_before,
     };
     let plan = owner_sync::plan(&input);
+    sets::ask_for_observation(ctx, &known, &plan);
     for action in &plan.actions {
         apply(
             &set,

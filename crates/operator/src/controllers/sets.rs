@@ -7,18 +7,20 @@ use std::time::{Duration, SystemTime};
 
 use hangar_api::HorizontalRunnerAutoscaler;
 use hangar_api::convert::reservations_of;
-use hangar_api::horizontal_runner_autoscaler::ScaleTargetKind;
+use hangar_api::horizontal_runner_autoscaler::{MetricType, ScaleTargetKind};
 use hangar_core::autoscaler::{
-    AutoscalerView, completions_absorbed, min_replicas_floor, reflected_completions,
+    AutoscalerView, CountedJobs, completions_absorbed, counts_jobs, min_replicas_floor,
+    reflected_before, reflected_completions,
 };
 use hangar_core::owner_sync::{self, Action as PlanAction, RetireReason, Wait};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use tracing::warn;
 
-use super::object_name;
+use super::{k8s_time, object_name};
 use crate::conditions::{Desired, kind, reason};
 use crate::context::Context;
 
@@ -285,10 +287,37 @@ pub fn completions_known(
                 .map(|o| o.min_replicas)
                 .collect::<Vec<_>>(),
         ),
+        counted: counted_jobs(hra),
     };
     KnownCompletions {
         reflected: reflected_completions(&view, desired),
         absorbed: completions_absorbed(&view, desired, ctx.now()),
+        counted: counts_jobs(&view).then(|| ObjectRef::from_obj(hra.as_ref())),
+        reflected_before: reflected_before(&view, desired),
+    }
+}
+
+/// What the autoscaler's queued-runs metric counted, when that is its only metric: its status
+/// says how many jobs and when.
+fn counted_jobs(hra: &HorizontalRunnerAutoscaler) -> Option<CountedJobs> {
+    let metrics = hra.spec.metrics.as_deref().unwrap_or_default();
+    let [only] = metrics else {
+        return None;
+    };
+    if only.type_ != Some(MetricType::TotalNumberOfQueuedAndInProgressWorkflowRuns) {
+        return None;
+    }
+    let status = hra.status.as_ref()?;
+    Some(CountedJobs {
+        jobs: u32::try_from(status.counted_jobs?).ok()?,
+        observed_at: status.metrics_observed_time.as_ref().map(k8s_time)?,
+    })
+}
+
+/// Asks the autoscaler that counts the set's jobs for the observation `plan` wants, if any.
+pub fn ask_for_observation(ctx: &Context, known: &KnownCompletions, plan: &owner_sync::Plan) {
+    if let (Some(hra), Some(at)) = (&known.counted, plan.observe_at) {
+        ctx.observations.request(hra.clone(), at, ctx.now());
     }
 }
 
@@ -300,4 +329,9 @@ pub struct KnownCompletions {
     pub reflected: BTreeSet<String>,
     /// How many finished runners' completions, not yet heard of, the count absorbs.
     pub absorbed: u32,
+    /// The autoscaler, when it counts the set's jobs by observing GitHub (owner sync's
+    /// `completions_counted`): the one to ask for a fresh observation.
+    pub counted: Option<ObjectRef<HorizontalRunnerAutoscaler>>,
+    /// Owner sync's `reflected_before`: the time of the observation behind the count.
+    pub reflected_before: Option<SystemTime>,
 }

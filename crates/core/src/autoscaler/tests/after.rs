@@ -26,6 +26,7 @@ fn decision(desired: u32) -> Decision {
         active_override: None,
         schedule_summary: None,
         reason: "test".into(),
+        counted_jobs: None,
     }
 }
 

@@ -40,6 +40,7 @@ fn only_a_count_computed_from_the_tombstones_releases_their_runners() {
         reservations: &list,
         max_replicas: Some(4),
         min_replicas_floor: 0,
+        counted: None,
     };
     let both = BTreeSet::from(["pool-a".to_owned(), "pool-b".to_owned()]);
     // (case, view, the set's count, released)
@@ -122,6 +123,7 @@ fn completions_not_yet_heard_are_absorbed_while_jobs_wait_beyond_the_count() {
             reservations: list,
             max_replicas: Some(4),
             min_replicas_floor: 0,
+            counted: None,
         }
     }
     let (six, four) = (waiting(6), waiting(4));
@@ -176,6 +178,15 @@ fn completions_not_yet_heard_are_absorbed_while_jobs_wait_beyond_the_count() {
             4,
             0,
         ),
+        (
+            "a set at the minReplicas floor: no completion can lower the count",
+            AutoscalerView {
+                min_replicas_floor: 4,
+                ..view(&four)
+            },
+            4,
+            u32::MAX,
+        ),
     ];
     for (case, view, set_desired, absorbed) in rows {
         assert_eq!(
@@ -204,5 +215,131 @@ fn the_min_replicas_floor_is_the_lowest_the_spec_or_an_override_allows() {
     ];
     for (case, spec, overrides, floor) in rows {
         assert_eq!(min_replicas_floor(spec, &overrides), floor, "{case}");
+    }
+}
+
+/// An autoscaler whose only metric counts jobs: `jobs` counted at `t(observed)`, asking for 4.
+fn counting(jobs: u32, observed: u64) -> AutoscalerView<'static> {
+    AutoscalerView {
+        generation: Some(3),
+        observed_generation: Some(3),
+        desired: Some(4),
+        has_metrics: true,
+        reservations: &[],
+        max_replicas: Some(4),
+        min_replicas_floor: 0,
+        counted: Some(CountedJobs {
+            jobs,
+            observed_at: t(observed),
+        }),
+    }
+}
+
+#[test]
+fn counted_jobs_absorb_as_many_completions_as_jobs_wait_beyond_the_set() {
+    let tombstones = [tombstone(1, Some("pool-a"))];
+    // (case, view, the set's count, completions absorbed)
+    let rows: Vec<(&str, AutoscalerView, u32, u32)> = vec![
+        ("7 jobs for 4 runners: 3 wait", counting(7, 5), 4, 3),
+        ("4 jobs for 4 runners: none waits", counting(4, 5), 4, 0),
+        (
+            "the set's count is not the autoscaler's",
+            counting(7, 5),
+            3,
+            0,
+        ),
+        (
+            "no count recorded (another metric, or an older controller)",
+            AutoscalerView {
+                counted: None,
+                ..counting(7, 5)
+            },
+            4,
+            0,
+        ),
+        (
+            "reservations beside the metric: a completion may lower both",
+            AutoscalerView {
+                reservations: &tombstones,
+                ..counting(7, 5)
+            },
+            4,
+            0,
+        ),
+        (
+            "at the minReplicas floor every completion is absorbed",
+            AutoscalerView {
+                min_replicas_floor: 4,
+                ..counting(0, 5)
+            },
+            4,
+            u32::MAX,
+        ),
+    ];
+    for (case, view, set_desired, absorbed) in rows {
+        assert_eq!(
+            completions_absorbed(&view, set_desired, t(9)),
+            absorbed,
+            "{case}"
+        );
+    }
+}
+
+#[test]
+fn an_observation_of_the_jobs_reflects_what_finished_before_it() {
+    // (case, view, the set's count, reflected before, the set holds finished runners' places)
+    let rows: Vec<(
+        &str,
+        AutoscalerView,
+        u32,
+        Option<std::time::SystemTime>,
+        bool,
+    )> = vec![
+        (
+            "current, the set's count",
+            counting(4, 5),
+            4,
+            Some(t(5)),
+            true,
+        ),
+        ("the set's count differs", counting(4, 5), 3, None, true),
+        (
+            "status from an older spec",
+            AutoscalerView {
+                observed_generation: Some(2),
+                ..counting(4, 5)
+            },
+            4,
+            None,
+            true,
+        ),
+        (
+            "no count recorded",
+            AutoscalerView {
+                counted: None,
+                ..counting(4, 5)
+            },
+            4,
+            None,
+            false,
+        ),
+        (
+            "no metric: reservations tell by name",
+            AutoscalerView {
+                has_metrics: false,
+                ..counting(4, 5)
+            },
+            4,
+            None,
+            false,
+        ),
+    ];
+    for (case, view, set_desired, before, holds) in rows {
+        assert_eq!(reflected_before(&view, set_desired), before, "{case}");
+        assert_eq!(counts_jobs(&view), holds, "{case}");
+        assert!(
+            reflected_completions(&view, set_desired).is_empty() || !view.has_metrics,
+            "{case}: a count of jobs names no runner"
+        );
     }
 }

@@ -31,6 +31,7 @@ fn suggests(n: u32) -> Suggestion {
         replicas: Some(n),
         metric: Some(MetricKind::PercentageRunnersBusy),
         detail: "test".into(),
+        counted_jobs: None,
     }
 }
 
@@ -402,6 +403,7 @@ fn a_metrics_demand_capped_at_max_replicas_keeps_the_effective_time_current() {
         replicas: Some(replicas),
         metric: Some(MetricKind::TotalNumberOfQueuedAndInProgressWorkflowRuns),
         detail: String::new(),
+        counted_jobs: None,
     };
     let d = decide(&DesiredInput {
         min_replicas: Some(0),
@@ -415,6 +417,20 @@ fn a_metrics_demand_capped_at_max_replicas_keeps_the_effective_time_current() {
     let d = decide(&DesiredInput {
         min_replicas: Some(0),
         suggestion: metric(9),
+        reservations: vec![reservation(50, 200)],
+        ..input()
+    });
+    assert_eq!((d.desired, d.backlog), (10, false));
+    assert_eq!(d.effective_time, Some(t(50)));
+
+    // The queued-runs metric alone counts jobs: the sets tell from the count how many finished
+    // runners the waiting jobs take (`completions_absorbed`), so nothing is refreshed.
+    let d = decide(&DesiredInput {
+        min_replicas: Some(0),
+        suggestion: Suggestion {
+            counted_jobs: Some(12),
+            ..metric(12)
+        },
         reservations: vec![reservation(50, 200)],
         ..input()
     });
@@ -459,6 +475,7 @@ fn the_reason_tells_the_whole_computation() {
             replicas: Some(4),
             metric: Some(MetricKind::PercentageRunnersBusy),
             detail: "3 of 3 runners busy, scale up to 4".into(),
+            counted_jobs: None,
         },
         reservations: vec![reservation(90, 110), reservation(90, 110)],
         ..input()

@@ -454,13 +454,19 @@ fn drive(max_replicas: Option<u32>, runs: &[WorkflowRun]) -> (Suggestion, Vec<u6
 }
 
 #[test]
-fn counting_jobs_stops_once_they_reach_max_replicas() {
+fn counting_jobs_stops_once_they_reach_twice_max_replicas() {
     let (s, asked) = drive(Some(3), &queued_runs(10));
-    assert_eq!(asked, [0, 1, 2], "jobs listed of runs {asked:?}");
-    assert_eq!(s.replicas, Some(3));
+    assert_eq!(asked, [0, 1, 2, 3, 4, 5], "jobs listed of runs {asked:?}");
+    assert_eq!(s.replicas, Some(6));
+    assert_eq!(
+        s.counted_jobs,
+        Some(6),
+        "the lone queued-runs metric counts jobs"
+    );
     assert_eq!(
         s.detail,
-        "3 queued and 0 in-progress matching jobs in 3 of 10 runs (counting stops at maxReplicas)"
+        "6 queued and 0 in-progress matching jobs in 6 of 10 runs (counting stops at twice \
+         maxReplicas)"
     );
 }
 

@@ -67,6 +67,7 @@ prop_compose! {
                 replicas: suggested,
                 metric: suggested.map(|_| MetricKind::PercentageRunnersBusy),
                 detail: String::new(),
+                counted_jobs: None,
             },
             reservations,
             previous_desired: previous,
