@@ -82,6 +82,19 @@ pub trait GitHubApi: Send + Sync + fmt::Debug {
         status: RunStatus,
     ) -> Result<Vec<WorkflowRun>, GitHubError>;
 
+    /// [`GitHubApi::list_workflow_runs`], asking GitHub even while a cached copy is fresh (with
+    /// its ETag: an unchanged list is a 304, free of rate-limit cost). For callers that record
+    /// when they observed the list: a copy served from the cache may be up to `max-age` (60 s)
+    /// older than that.
+    async fn list_workflow_runs_revalidated(
+        &self,
+        owner: &str,
+        repo: &str,
+        status: RunStatus,
+    ) -> Result<Vec<WorkflowRun>, GitHubError> {
+        self.list_workflow_runs(owner, repo, status).await
+    }
+
     /// The jobs of a run's latest attempt (`GET /repos/{o}/{r}/actions/runs/{run_id}/jobs`).
     async fn list_jobs(
         &self,

@@ -793,3 +793,34 @@ async fn registry_shares_one_client_per_credential() {
     assert_eq!(reports.len(), 1);
     assert_eq!(reports[0].rate_limit.as_ref().unwrap().used, 1);
 }
+
+#[tokio::test]
+async fn a_revalidated_run_list_sees_a_new_run_while_the_cached_one_is_fresh() {
+    let gh = Gh::start().await;
+    let submit = |w: &mut ghsim::world::World, now| {
+        let jobs = ghsim::world::SubmitJobs {
+            repository: "acme/app".into(),
+            count: 1,
+            labels: vec!["self-hosted".into()],
+            duration_ms: 0,
+            conclusion: None,
+            workflow: None,
+            job_name: None,
+        };
+        w.submit_jobs(&jobs, now).unwrap();
+    };
+    gh.sim().update(submit);
+    let client = gh.client();
+    let queued = || client.list_workflow_runs("acme", "app", RunStatus::Queued);
+    let revalidated = || client.list_workflow_runs_revalidated("acme", "app", RunStatus::Queued);
+    assert_eq!(queued().await.unwrap().len(), 1);
+    assert_eq!(revalidated().await.unwrap().len(), 1);
+    assert_eq!(
+        gh.calls("GET /repos/{owner}/{repo}/actions/runs"),
+        (2, 1, 1),
+        "asked although fresh; unchanged, so a free 304"
+    );
+    gh.sim().update(submit);
+    assert_eq!(queued().await.unwrap().len(), 1, "the cached list, fresh");
+    assert_eq!(revalidated().await.unwrap().len(), 2, "the new run at once");
+}

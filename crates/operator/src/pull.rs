@@ -154,7 +154,7 @@ async fn pull_one(
     let (mut queued, mut ops) = (vec![], vec![]);
     for run in ctx
         .workflow_runs
-        .active_runs(&*github, &repository)
+        .active_runs(&*github, &repository, false)
         .await
         .map_err(PullError::Observe)?
     {

@@ -913,14 +913,29 @@ async fn the_queued_jobs_metric_alone_scales_up_and_back_down() {
 /// for: not for the sync period, and not for the release grace.
 #[tokio::test]
 async fn a_full_pool_on_the_queued_jobs_metric_replaces_finished_runners_only_for_waiting_jobs() {
+    full_pool_on_the_queued_jobs_metric("RunnerDeployment").await;
+}
+
+#[tokio::test]
+async fn a_full_runner_set_on_the_queued_jobs_metric_replaces_finished_runners_only_for_waiting_jobs()
+ {
+    full_pool_on_the_queued_jobs_metric("RunnerSet").await;
+}
+
+async fn full_pool_on_the_queued_jobs_metric(kind: &str) {
     const SYNC: Duration = Duration::from_secs(30);
-    let mut s = Stack::start_configured("as-pull-full", true, |c| {
+    let prefix = format!("as-pull-full-{}", kind.len());
+    let mut s = Stack::start_configured(&prefix, true, |c| {
         c.release_grace = Duration::from_secs(10 * 60);
         c.sync_period = SYNC;
         c.webhook_pull_interval = Duration::ZERO;
     })
     .await;
-    s.apply_deployment("full", "full", 0);
+    if kind == "RunnerSet" {
+        s.apply_runner_set("full", "full", 0);
+    } else {
+        s.apply_deployment("full", "full", 0);
+    }
     let pods = s.track_pods();
     // Five one-job runs for a pool of two, queued before the autoscaler exists, so that its
     // first evaluation counts them (the next is a sync period away).
@@ -928,7 +943,8 @@ async fn a_full_pool_on_the_queued_jobs_metric_replaces_finished_runners_only_fo
         .flat_map(|_| s.submit(1, "full", Duration::from_secs(2), "success"))
         .collect();
     let applied = Instant::now();
-    s.apply_hra(
+    s.apply_hra_for(
+        kind,
         "full",
         json!({
             "minReplicas": 0,
@@ -947,11 +963,11 @@ async fn a_full_pool_on_the_queued_jobs_metric_replaces_finished_runners_only_fo
         "5 jobs of 2 s on 2 runners took {took:?}: a finished runner's place waited for the \
          sync period"
     );
-    eventually_of(&s, "the pool back to 0", WAIT, || async {
-        (s.desired("full").await == Some(0)).then_some(())
+    eventually_of(&s, "the pool back to 0, no pod left", WAIT, || async {
+        let empty = s.desired("full").await == Some(0) && s.pods().await.is_empty();
+        empty.then_some(())
     })
     .await;
-    wait_empty(&s, "full").await;
     let created = pods.lock().unwrap().len();
     assert_eq!(
         created, 5,

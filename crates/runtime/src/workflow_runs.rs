@@ -34,11 +34,13 @@ impl WorkflowRuns {
 
     /// `repository`'s queued and in-progress runs, oldest first, listed now with `github`. A
     /// run that moves from queued to in progress between the two list calls is listed once,
-    /// in progress.
+    /// in progress. With `revalidate`, GitHub is asked even while a cached list is fresh, so
+    /// the runs are those of now, not of up to `max-age` ago.
     pub async fn active_runs(
         &self,
         github: &dyn GitHubApi,
         repository: &RepositoryRef,
+        revalidate: bool,
     ) -> Result<Vec<RunRef>, Error> {
         let scope = format!("{}/{}", repository.owner, repository.name);
         let mut runs: BTreeMap<u64, (Option<SystemTime>, JobStatus)> = BTreeMap::new();
@@ -46,10 +48,15 @@ impl WorkflowRuns {
             (RunStatus::Queued, JobStatus::Queued),
             (RunStatus::InProgress, JobStatus::InProgress),
         ] {
-            let listed = github
-                .list_workflow_runs(&repository.owner, &repository.name, status)
-                .await
-                .map_err(github_err("list workflow runs", &scope))?;
+            let (owner, name) = (&repository.owner, &repository.name);
+            let listed = if revalidate {
+                github
+                    .list_workflow_runs_revalidated(owner, name, status)
+                    .await
+            } else {
+                github.list_workflow_runs(owner, name, status).await
+            }
+            .map_err(github_err("list workflow runs", &scope))?;
             for run in listed {
                 let updated_at = run.updated_at.map(SystemTime::from);
                 let seen = runs.entry(run.id).or_insert((updated_at, as_job));

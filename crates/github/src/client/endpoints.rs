@@ -164,6 +164,21 @@ impl GitHubApi for GitHubClient {
         .await
     }
 
+    async fn list_workflow_runs_revalidated(
+        &self,
+        owner: &str,
+        repo: &str,
+        status: RunStatus,
+    ) -> Result<Vec<WorkflowRun>, GitHubError> {
+        let base = self.scope_url(&Scope::repo(owner, repo), &["runs"]);
+        self.get_all_pages(
+            self.list_url(base, &[("status", status.as_str())]),
+            "workflow_runs",
+            true,
+        )
+        .await
+    }
+
     async fn list_jobs(
         &self,
         owner: &str,

@@ -70,6 +70,9 @@ pub struct Saturation {
     runner_pods_without_a_job: usize,
     /// `runner_pods_without_a_job` per job queued (goal ≤ 0.01 with a scale-down delay of 0).
     over_provisioned_per_job: f64,
+    /// When each of those pods was first seen, in seconds from the run's start (the same clock
+    /// as `jobs.json`), to tell where in the run they were made.
+    runner_pods_without_a_job_seen_at: Vec<f64>,
 }
 
 /// Writes (anything but GET, LIST and WATCH) the apiserver served while the jobs were queued
@@ -226,11 +229,14 @@ fn saturation(max_replicas: u32, o: &Observed) -> Saturation {
         }
         _ => None,
     };
-    let without_a_job = o
+    let mut idle_seen_at: Vec<f64> = o
         .pods
-        .keys()
-        .filter(|name| !ran.contains(name.as_str()))
-        .count();
+        .iter()
+        .filter(|(name, _)| !ran.contains(name.as_str()))
+        .map(|(_, pod)| round_us(secs(o.t0, pod.seen)))
+        .collect();
+    idle_seen_at.sort_by(f64::total_cmp);
+    let without_a_job = idle_seen_at.len();
     let replacement_gap_seconds = Latency::of(
         "k-th job completed (ghsim's completed_at), with jobs waiting",
         "(maxReplicas + k)-th job started (started_at)",
@@ -256,6 +262,7 @@ fn saturation(max_replicas: u32, o: &Observed) -> Saturation {
         gap_p95_over_pod_start_p95,
         utilization,
         runner_pods_without_a_job: without_a_job,
+        runner_pods_without_a_job_seen_at: idle_seen_at,
         over_provisioned_per_job: if o.jobs.is_empty() {
             0.0
         } else {

@@ -255,8 +255,11 @@ pub async fn reconcile(
             }
             Needed::WorkflowRuns { repositories } if observed.workflow_runs.is_none() => {
                 let mut runs = Vec::new();
+                // Asked afresh, not from the response cache: the count is recorded with the
+                // time of this reconcile (`status.metricsObservedTime`), and a set releases
+                // finished runners' places by it.
                 for repo in repositories {
-                    runs.extend(ctx.workflow_runs.active_runs(&*gh, &repo).await?);
+                    runs.extend(ctx.workflow_runs.active_runs(&*gh, &repo, true).await?);
                 }
                 observed.workflow_runs = Some(runs);
             }
