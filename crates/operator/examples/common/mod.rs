@@ -383,13 +383,20 @@ impl MachineCpu {
 }
 
 /// Writes `report` as JSON to `out` (relative paths are from the workspace `root`), creating
-/// its directory; returns where it went.
+/// its directory, stamped with the commit it was built from ([`built_from`]); returns where it
+/// went.
 #[allow(dead_code)] // the takeover walk-through writes no results file
 pub fn write_results(
     root: &Path,
     out: &Path,
     report: &impl serde::Serialize,
 ) -> anyhow::Result<PathBuf> {
+    #[derive(serde::Serialize)]
+    struct Stamped<'a, R> {
+        built_from: Option<String>,
+        #[serde(flatten)]
+        report: &'a R,
+    }
     let out = if out.is_absolute() {
         out.to_owned()
     } else {
@@ -398,9 +405,33 @@ pub fn write_results(
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::write(&out, serde_json::to_string_pretty(report)? + "\n")
+    let stamped = Stamped {
+        built_from: built_from(root),
+        report,
+    };
+    std::fs::write(&out, serde_json::to_string_pretty(&stamped)? + "\n")
         .with_context(|| format!("failed to write {}", out.display()))?;
     Ok(out)
+}
+
+/// The commit of the checkout at `root` (abbreviated), with `+changes` when the code differs
+/// from it (`crates/`, `xtask/`, `Cargo.lock`; results files do not count): the benchmarks run
+/// what `cargo xtask` has just built from that tree. `None` outside a git checkout.
+fn built_from(root: &Path) -> Option<String> {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(root)
+            .output()
+            .ok()
+    };
+    let head = git(&["rev-parse", "--short=7", "HEAD"]).filter(|o| o.status.success())?;
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+    const CODE: [&str; 3] = ["crates", "xtask", "Cargo.lock"];
+    let diff = [&["diff", "--quiet", "HEAD", "--"][..], &CODE[..]].concat();
+    let clean = git(&diff).is_some_and(|o| o.status.success());
+    let changes = if clean { "" } else { "+changes" };
+    Some(format!("{head}{changes}"))
 }
 
 #[allow(dead_code)] // bench-lifecycle reports no latencies
