@@ -439,7 +439,6 @@ pub struct HorizontalRunnerAutoscalerStatus {
 
     /// When GitHub was asked for countedJobs (Hangar only). A runner that finished before it
     /// is not in the count, so its place is released without waiting.
-    #[schemars(extend("nullable" = true))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_observed_time: Option<Time>,
 

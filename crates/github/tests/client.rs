@@ -797,18 +797,7 @@ async fn registry_shares_one_client_per_credential() {
 #[tokio::test]
 async fn a_revalidated_run_list_sees_a_new_run_while_the_cached_one_is_fresh() {
     let gh = Gh::start().await;
-    let submit = |w: &mut ghsim::world::World, now| {
-        let jobs = ghsim::world::SubmitJobs {
-            repository: "acme/app".into(),
-            count: 1,
-            labels: vec!["self-hosted".into()],
-            duration_ms: 0,
-            conclusion: None,
-            workflow: None,
-            job_name: None,
-        };
-        w.submit_jobs(&jobs, now).unwrap();
-    };
+    let submit = |w: &mut ghsim::world::World, now| support::queue_job(w, now, "acme/app");
     gh.sim().update(submit);
     let client = gh.client();
     let queued = || client.list_workflow_runs("acme", "app", RunStatus::Queued);

@@ -56,6 +56,20 @@ impl GitHubClient {
         self.get_all(self.list_url(base, visible_to.as_slice()), "runner_groups")
             .await
     }
+
+    /// A repository's workflow runs with `status`, every page; with `revalidate`, asked of
+    /// GitHub even while a cached copy is fresh.
+    async fn workflow_runs(
+        &self,
+        owner: &str,
+        repo: &str,
+        status: RunStatus,
+        revalidate: bool,
+    ) -> Result<Vec<WorkflowRun>, GitHubError> {
+        let base = self.scope_url(&Scope::repo(owner, repo), &["runs"]);
+        let url = self.list_url(base, &[("status", status.as_str())]);
+        self.get_all_pages(url, "workflow_runs", revalidate).await
+    }
 }
 
 #[async_trait]
@@ -156,12 +170,7 @@ impl GitHubApi for GitHubClient {
         repo: &str,
         status: RunStatus,
     ) -> Result<Vec<WorkflowRun>, GitHubError> {
-        let base = self.scope_url(&Scope::repo(owner, repo), &["runs"]);
-        self.get_all(
-            self.list_url(base, &[("status", status.as_str())]),
-            "workflow_runs",
-        )
-        .await
+        self.workflow_runs(owner, repo, status, false).await
     }
 
     async fn list_workflow_runs_revalidated(
@@ -170,13 +179,7 @@ impl GitHubApi for GitHubClient {
         repo: &str,
         status: RunStatus,
     ) -> Result<Vec<WorkflowRun>, GitHubError> {
-        let base = self.scope_url(&Scope::repo(owner, repo), &["runs"]);
-        self.get_all_pages(
-            self.list_url(base, &[("status", status.as_str())]),
-            "workflow_runs",
-            true,
-        )
-        .await
+        self.workflow_runs(owner, repo, status, true).await
     }
 
     async fn list_jobs(

@@ -116,6 +116,20 @@ pub fn add_runners(gh: &Gh, scope: &hangar_github::Scope, prefix: &str, n: usize
     })
 }
 
+/// Queues one `self-hosted` job (in a run of its own) in `repository` ("owner/name").
+pub fn queue_job(w: &mut ghsim::world::World, now: jiff::Timestamp, repository: &str) {
+    let submit = ghsim::world::SubmitJobs {
+        repository: repository.into(),
+        count: 1,
+        labels: vec!["self-hosted".into()],
+        duration_ms: 0,
+        conclusion: None,
+        workflow: None,
+        job_name: None,
+    };
+    w.submit_jobs(&submit, now).expect("submit");
+}
+
 /// Connects runner `id` and gives it a job; returns the job id.
 pub fn make_busy(gh: &Gh, id: u64, repository: &str) -> u64 {
     gh.sim().update(|w, now| {
@@ -123,16 +137,7 @@ pub fn make_busy(gh: &Gh, id: u64, repository: &str) -> u64 {
         let (_, session) = w
             .open_session(&credential, None, None, now)
             .expect("session");
-        let submit = ghsim::world::SubmitJobs {
-            repository: repository.into(),
-            count: 1,
-            labels: vec!["self-hosted".into()],
-            duration_ms: 0,
-            conclusion: None,
-            workflow: None,
-            job_name: None,
-        };
-        w.submit_jobs(&submit, now).expect("submit");
+        queue_job(w, now, repository);
         let job = w
             .poll(&session, now)
             .expect("poll")
