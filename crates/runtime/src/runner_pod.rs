@@ -292,9 +292,12 @@ pub fn build(
     let mode = docker_mode(spec);
     let kubernetes_mode = c.container_mode == Some(ContainerMode::Kubernetes);
     let work_dir = c.work_dir.clone().unwrap_or_else(|| "/runner/_work".into());
+    // An empty image means "the default", as in ARC: its admission webhook writes `image: ""`
+    // into every RunnerDeployment it defaults.
     let image = c
         .image
         .clone()
+        .filter(|i| !i.is_empty())
         .unwrap_or_else(|| defaults.runner_image.clone());
 
     // Volumes: /runner (unless its size is 0), the work dir, and /run for the docker socket.
@@ -361,7 +364,7 @@ pub fn build(
             name: RUNNER_CONTAINER.into(),
             ..Default::default()
         });
-    if runner.image.is_none() {
+    if runner.image.as_deref().is_none_or(str::is_empty) {
         runner.image = Some(image.clone());
     }
     if runner.image_pull_policy.is_none() {
@@ -402,7 +405,7 @@ pub fn build(
                 name: DOCKER_CONTAINER.into(),
                 ..Default::default()
             });
-        if docker.image.is_none() {
+        if docker.image.as_deref().is_none_or(str::is_empty) {
             docker.image = Some(defaults.docker_image.clone());
         }
         if docker.args.is_none() {

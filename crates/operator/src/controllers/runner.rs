@@ -691,6 +691,15 @@ fn report_failure(runner: &Runner, error: &Error, report: &mut Report) {
             ));
             Desired::no(kind::REGISTERED, reason::INVALID_SPEC, message.clone())
         }
+        // The apiserver refused the pod itself (invalid, or refused by an admission webhook or a
+        // quota): the Runner says why, since retrying alone cannot fix it.
+        Error::Kube {
+            action: "create pod",
+            source: kube::Error::Api(status),
+            ..
+        } if matches!(status.code, 403 | 422) => {
+            Desired::no(kind::REGISTERED, reason::POD_NOT_CREATED, message.clone())
+        }
         Error::Kube { .. } => return,
     };
     // A Runner without a pod shows the failure in `kubectl get` (its Message column). Its
@@ -1058,5 +1067,52 @@ mod tests {
             (c.kind, c.status, c.reason.as_str()),
             ("Registered", false, "GitHubAPIError")
         );
+    }
+
+    #[test]
+    fn a_pod_the_apiserver_refuses_shows_on_the_runner() {
+        let runner = org_runner(None);
+        let error = Error::Kube {
+            action: "create pod",
+            object: "ns/r1".into(),
+            source: kube::Error::Api(
+                kube::core::Status::failure(
+                    "Pod \"r1\" is invalid: spec.containers[0].image: Required value",
+                    "Invalid",
+                )
+                .with_code(422)
+                .boxed(),
+            ),
+        };
+        let mut report = Report::default();
+        report_failure(&runner, &error, &mut report);
+        let c = &report.conditions[0];
+        assert_eq!(
+            (c.kind, c.status, c.reason.as_str()),
+            ("Registered", false, "PodNotCreated")
+        );
+        assert!(
+            c.message.contains("spec.containers[0].image"),
+            "{}",
+            c.message
+        );
+        let status = report.status.unwrap();
+        assert_eq!(
+            (status.phase, status.reason.as_deref()),
+            (None, Some("PodNotCreated"))
+        );
+        // A transient failure leaves the status as it is.
+        let mut report = Report::default();
+        let error = Error::Kube {
+            action: "create pod",
+            object: "ns/r1".into(),
+            source: kube::Error::Api(
+                kube::core::Status::failure("etcdserver: request timed out", "InternalError")
+                    .with_code(500)
+                    .boxed(),
+            ),
+        };
+        report_failure(&runner, &error, &mut report);
+        assert!(report.conditions.is_empty() && report.status.is_none());
     }
 }

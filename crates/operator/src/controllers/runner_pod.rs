@@ -160,6 +160,12 @@ pub async fn reconcile(pod: Arc<Pod>, state: Arc<RunnerPodState>) -> Result<Acti
     let has_finalizer = pod.finalizers().iter().any(|f| f == finalizer::RUNNER_POD);
     let granted = granted(&pod, &ctx).await?;
     let phase = pod_phase(&pod);
+    let finished = runner_stopped(&pod)
+        || matches!(
+            phase,
+            hangar_core::owner_sync::PodPhase::Succeeded
+                | hangar_core::owner_sync::PodPhase::Failed
+        );
     let plan = hangar_core::runner_pod::step(&PodFacts {
         trusted: granted.is_ok(),
         deleting_since: pod
@@ -168,12 +174,7 @@ pub async fn reconcile(pod: Arc<Pod>, state: Arc<RunnerPodState>) -> Result<Acti
             .as_ref()
             .map(super::k8s_time),
         has_finalizer,
-        finished: runner_stopped(&pod)
-            || matches!(
-                phase,
-                hangar_core::owner_sync::PodPhase::Succeeded
-                    | hangar_core::owner_sync::PodPhase::Failed
-            ),
+        finished,
         phase,
         has_runner_id: runner_id(&pod).is_some(),
         unregistration_requested: annotation(pod.as_ref(), ann::UNREGISTRATION_REQUEST_TIMESTAMP)
@@ -190,8 +191,16 @@ pub async fn reconcile(pod: Arc<Pod>, state: Arc<RunnerPodState>) -> Result<Acti
             // is gone now) is released when deleted, so it cannot hang; its containers are
             // stopped by the kubelet either way.
             if plan == PodStep::ReleaseUntrusted {
-                warn!(pod = %object_name(pod.as_ref()), reason = %untrusted,
-                      "releasing a runner pod Hangar cannot act for");
+                // A finished runner whose owner went first is routine (its Runner is deleted
+                // as finished while the pod is still on its way out); anything else is worth
+                // an operator's look.
+                if finished {
+                    tracing::debug!(pod = %object_name(pod.as_ref()), reason = %untrusted,
+                                    "releasing a finished runner pod Hangar cannot act for");
+                } else {
+                    warn!(pod = %object_name(pod.as_ref()), reason = %untrusted,
+                          "releasing a runner pod Hangar cannot act for");
+                }
                 release_finalizer(&pod, &ctx).await?;
             } else {
                 tracing::debug!(pod = %object_name(pod.as_ref()), reason = %untrusted,

@@ -281,3 +281,15 @@ fn runner_pods_are_labelled_for_the_pod_controller() {
         Some("abc")
     );
 }
+
+#[test]
+fn empty_images_mean_the_defaults_as_arcs_admission_webhook_writes_them() {
+    let pod = pod(
+        "repository: octo/app\nimage: \"\"\ncontainers:\n- name: runner\n  image: \"\"\n- name: docker\n  image: \"\"\n",
+    );
+    let defaults = defaults();
+    let r = container(&pod, "runner").unwrap();
+    assert_eq!(r.image.as_deref(), Some(defaults.runner_image.as_str()));
+    let d = container(&pod, "docker").unwrap();
+    assert_eq!(d.image.as_deref(), Some(defaults.docker_image.as_str()));
+}
