@@ -660,6 +660,16 @@ async fn test(
     )?;
 
     let binaries = build_binaries()?;
+    // The takeover test runs ARC itself: build it (a few minutes, once) before any test's clock
+    // runs, as the control plane is.
+    let started = Instant::now();
+    let arc =
+        hangar_testkit::arc::ArcBinaries::ensure().context("building actions-runner-controller")?;
+    eprintln!(
+        "xtask: actions-runner-controller {} ready in {:.0?}",
+        hangar_testkit::arc::ARC_VERSION,
+        started.elapsed()
+    );
     let dir = root.join("target").join("hangar-test-cluster");
     let mut opts = StartOptions::new(&dir, binaries.clone());
     opts.tie_to_pid = Some(std::process::id());
@@ -676,6 +686,7 @@ async fn test(
         .args(cargo_args)
         .env("HANGAR_TEST_KUBECONFIG", plane.kubeconfig())
         .env("HANGAR_K8S_BIN_DIR", binaries.dir())
+        .env("HANGAR_ARC_BIN_DIR", arc.dir())
         // The chart tests run the `hangar` binary `cargo test --no-run` has just built.
         .env(
             "HANGAR_BIN",

@@ -237,7 +237,8 @@ impl Sweeper {
         );
         let stateful_sets =
             hangar_runtime::watch::api::<StatefulSet>(&self.ctx.client, self.namespace.as_deref())
-                .list_metadata(&ListParams::default().labels(label::RUNNERSET_NAME))
+                // Every runner StatefulSet, ARC's (not labelled `runnerset-name`) included.
+                .list_metadata(&ListParams::default().labels(label::RUNNER_TEMPLATE_HASH))
                 .await
                 .map_err(kube_err("list StatefulSets", self.namespace_name()))?;
         live.extend(stateful_sets.items.iter().map(|s| pod_name(&s.name_any())));

@@ -140,6 +140,71 @@ pub fn crds() -> Result<Vec<CustomResourceDefinition>, BinariesError> {
         .collect()
 }
 
+/// The names [`admission_webhooks`] gives ARC's two webhook configurations: those its Helm
+/// chart installs for a release named `arc`.
+pub const WEBHOOK_CONFIGURATIONS: [&str; 2] = [
+    "arc-mutating-webhook-configuration",
+    "arc-validating-webhook-configuration",
+];
+
+/// ARC's admission webhook configurations as its release ships them
+/// (`config/webhook/manifests.yaml` of its module: Runner, RunnerDeployment and
+/// RunnerReplicaSet defaulting and validation with `failurePolicy: Fail`, and the RunnerSet
+/// pods' registration-token injection), named [`WEBHOOK_CONFIGURATIONS`] and pointed at the
+/// manager that [`ArcProcesses::spawn`] started with `config` (its loopback admission port,
+/// trusting its serving certificate). Apply them after the spawn, as JSON objects of kind
+/// `MutatingWebhookConfiguration` and `ValidatingWebhookConfiguration`.
+pub fn admission_webhooks(config: &ArcConfig) -> Result<Vec<serde_json::Value>, BinariesError> {
+    use base64::Engine as _;
+    let manifests = module_dir()?
+        .join("config")
+        .join("webhook")
+        .join("manifests.yaml");
+    let text = std::fs::read_to_string(&manifests).map_err(io(&manifests))?;
+    let cert = serving_certificate_dir(config).join("tls.crt");
+    let ca = std::fs::read(&cert).map_err(io(&cert))?;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca);
+    let malformed = |detail: &str| BinariesError::Build {
+        what: format!("ARC's webhook manifests {}", manifests.display()),
+        detail: detail.to_owned(),
+    };
+    let mut configurations = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(&text) {
+        let mut object: serde_json::Value =
+            serde::Deserialize::deserialize(document).map_err(|e| malformed(&e.to_string()))?;
+        if object.is_null() {
+            continue;
+        }
+        let name = match object["kind"].as_str() {
+            Some("MutatingWebhookConfiguration") => WEBHOOK_CONFIGURATIONS[0],
+            Some("ValidatingWebhookConfiguration") => WEBHOOK_CONFIGURATIONS[1],
+            _ => return Err(malformed("a document of another kind")),
+        };
+        object["metadata"] = serde_json::json!({ "name": name });
+        let webhooks = object["webhooks"]
+            .as_array_mut()
+            .ok_or_else(|| malformed("no webhooks"))?;
+        for webhook in webhooks {
+            let path = webhook["clientConfig"]["service"]["path"]
+                .as_str()
+                .ok_or_else(|| malformed("a webhook without a service path"))?
+                .to_owned();
+            webhook["clientConfig"] = serde_json::json!({
+                "url": format!("https://127.0.0.1:{}{path}", config.admission_port),
+                "caBundle": ca,
+            });
+        }
+        configurations.push(object);
+    }
+    Ok(configurations)
+}
+
+/// Where the manager's webhook server finds its certificate: controller-runtime reads
+/// `<TMPDIR>/k8s-webhook-server/serving-certs/tls.{crt,key}`, and the spawn sets `TMPDIR`.
+fn serving_certificate_dir(config: &ArcConfig) -> PathBuf {
+    config.dir.join("k8s-webhook-server").join("serving-certs")
+}
+
 /// Turns an I/O error at `path` into a [`BinariesError`].
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BinariesError {
     let path = path.to_owned();
@@ -186,8 +251,7 @@ impl ArcProcesses {
     /// Starts both programs of `binaries` with `config`; their output goes to `manager.log` and
     /// `github-webhook-server.log` in `config.dir`.
     pub fn spawn(binaries: &ArcBinaries, config: &ArcConfig) -> Result<Self, BinariesError> {
-        // controller-runtime reads `<TMPDIR>/k8s-webhook-server/serving-certs/tls.{crt,key}`.
-        let certs = config.dir.join("k8s-webhook-server").join("serving-certs");
+        let certs = serving_certificate_dir(config);
         std::fs::create_dir_all(&certs).map_err(io(&certs))?;
         let cert = rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()])
             .map_err(|e| BinariesError::Build {

@@ -77,7 +77,53 @@ impl TestCluster {
     }
 }
 
-/// Private control planes live in `<temp>/hangar-test-cluster-<pid of the test binary>`.
+/// A control plane of one test's own, for a test whose cluster-wide changes no other test may
+/// see (another project's CRDs in place of Hangar's, webhook configurations that refuse writes).
+/// Stopped, and its directory removed, when dropped; tied to the test process like the shared
+/// private one, so a crashed test leaves no processes behind either.
+#[derive(Debug)]
+pub struct OwnCluster {
+    cluster: TestCluster,
+    dir: PathBuf,
+}
+
+impl OwnCluster {
+    /// Starts one under `<temp>/hangar-test-cluster-<pid>-<name>`, with the configured
+    /// Kubernetes binaries.
+    pub async fn start(name: &str) -> Result<Self, String> {
+        let binaries = Binaries::configured()
+            .require()
+            .map_err(|e| e.to_string())?;
+        remove_abandoned_private_clusters();
+        let dir =
+            std::env::temp_dir().join(format!("{PRIVATE_DIR_PREFIX}{}-{name}", std::process::id()));
+        let mut opts = StartOptions::new(&dir, binaries.clone());
+        opts.tie_to_pid = Some(std::process::id());
+        let plane = ControlPlane::start(opts).await.map_err(|e| e.to_string())?;
+        Ok(Self {
+            cluster: TestCluster {
+                kubeconfig: plane.kubeconfig().to_owned(),
+                binaries,
+            },
+            dir,
+        })
+    }
+
+    /// The cluster, as tests use the shared one.
+    pub fn cluster(&self) -> &TestCluster {
+        &self.cluster
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        let _ = ControlPlane::stop(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Private control planes live in `<temp>/hangar-test-cluster-<pid of the test binary>` (and
+/// [`OwnCluster`]s in `…-<pid>-<name>`).
 const PRIVATE_DIR_PREFIX: &str = "hangar-test-cluster-";
 
 /// Deletes the directories of private control planes whose test binary has exited.
@@ -94,6 +140,7 @@ fn remove_abandoned_private_clusters() {
         let Some(pid) = name
             .to_str()
             .and_then(|n| n.strip_prefix(PRIVATE_DIR_PREFIX))
+            .and_then(|rest| rest.split('-').next())
             .and_then(|pid| pid.parse::<u32>().ok())
         else {
             continue;

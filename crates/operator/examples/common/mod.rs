@@ -385,7 +385,6 @@ impl MachineCpu {
 /// Writes `report` as JSON to `out` (relative paths are from the workspace `root`), creating
 /// its directory, stamped with the commit it was built from ([`built_from`]); returns where it
 /// went.
-#[allow(dead_code)] // the takeover walk-through writes no results file
 pub fn write_results(
     root: &Path,
     out: &Path,

@@ -207,7 +207,7 @@ pub const RUNNER_STATEFUL_SET_DELETION_WEBHOOK: &str =
 
 /// The ValidatingWebhookConfiguration: one webhook per kind (CREATE and UPDATE), then the
 /// deletion guards (DELETE of pods labelled `actions-runner` and of StatefulSets labelled
-/// `runnerset-name`). All fail open: Hangar being down must never block a delete, nor an edit
+/// `runner-template-hash`). All fail open: Hangar being down must never block a delete, nor an edit
 /// of a runner object — least of all removing a finalizer by hand, the way out when the
 /// controller is gone — and the CRD schema's own rules still refuse what cannot work.
 pub fn validating(reg: &Registration, ca_bundle: &[u8]) -> ValidatingWebhookConfiguration {
@@ -246,7 +246,8 @@ pub fn validating(reg: &Registration, ca_bundle: &[u8]) -> ValidatingWebhookConf
             super::retire::STATEFUL_SET_PATH,
             "apps",
             "statefulsets",
-            hangar_api::label::RUNNERSET_NAME,
+            // ARC's RunnerSet StatefulSets carry `runnerset-name` on their pods only.
+            hangar_api::label::RUNNER_TEMPLATE_HASH,
         ),
     ] {
         webhooks.push(ValidatingWebhook {

@@ -1,6 +1,6 @@
 //! The deletion guard of runners in terminating namespaces: `POST /validate-runner-pod-deletion`
 //! and `POST /validate-runner-statefulset-deletion`, validating webhooks on DELETE of runner
-//! pods (label `actions-runner`) and of RunnerSet StatefulSets (label `runnerset-name`), failing
+//! pods (label `actions-runner`) and of RunnerSet StatefulSets (label `runner-template-hash`), failing
 //! open (`failurePolicy: Ignore`).
 //!
 //! A namespace deletion deletes pods directly, besides deleting their owners. The owners'

@@ -8,7 +8,9 @@
 //! StatefulSets, scale-down and rollouts retire them through unregister-before-delete, and the
 //! places of finished runners are held and released the same way.
 //!
-//! Observe: the set's StatefulSets (a store of StatefulSets labelled `runnerset-name`) and their
+//! Observe: the set's StatefulSets (a store of StatefulSets labelled `runner-template-hash`, which
+//! ARC's carry too, while its `runnerset-name` is on their pods only: a set taken over from ARC
+//! retires ARC's StatefulSets like outdated ones of its own) and their
 //! pods (the runner-pod store). Decide: `owner_sync::plan`. Apply: create StatefulSets (named
 //! `<set>-<suffix>`, pod `<set>-<suffix>-0`; in the fallback mode with their registration
 //! Secret), annotate retiring pods and StatefulSets, delete StatefulSets whose runners are
@@ -119,7 +121,7 @@ pub use volumes::VolumeStores;
 pub struct RunnerSetContext {
     /// What every reconciler shares.
     pub ctx: Arc<Context>,
-    /// StatefulSets labelled `runnerset-name`.
+    /// StatefulSets labelled `runner-template-hash` (Hangar's and ARC's).
     pub stateful_sets: Store<StatefulSet>,
     /// Claims labelled `runnerset-name` and volumes labelled `pending-cleanup`.
     pub volumes: VolumeStores,
@@ -160,10 +162,11 @@ pub async fn run(
         hangar_runtime::watch::api(&ctx.client, ns.as_deref());
     let pv_api: Api<PersistentVolume> = Api::all(ctx.client.clone());
     let by_label = || watcher::Config::default().labels(label::RUNNERSET_NAME);
+    let runner_stateful_sets = watcher::Config::default().labels(label::RUNNER_TEMPLATE_HASH);
     let released = || watcher::Config::default().labels(label::PENDING_CLEANUP);
     // One watch each, feeding both the store and the controller's triggers.
     use hangar_runtime::watch::shared_store;
-    let (stateful_sets, [sts_changes]) = shared_store(sts_api, by_label());
+    let (stateful_sets, [sts_changes]) = shared_store(sts_api, runner_stateful_sets);
     let (claims, [claim_changes]) = shared_store(pvc_api, by_label());
     let (pvs, [pv_changes]) = shared_store(pv_api, released());
     let _ = stateful_sets.wait_until_ready().await;

@@ -50,6 +50,73 @@ pub fn uncached() -> ClientOptions {
     }
 }
 
+/// Hangar's manager for one namespace, running in this process as `hangar run
+/// --watch-namespace` would.
+pub struct Manager {
+    /// The controllers' GitHub client.
+    pub github: Arc<dyn GitHubApi>,
+    /// The controllers' clock: `clock.advance(..)` jumps past long timers.
+    pub clock: Arc<hangar_testkit::clock::OffsetClock>,
+    /// The manager; aborting it stops every controller.
+    pub task: tokio::task::JoinHandle<()>,
+    /// The webhook server's URL, when one was asked for.
+    pub webhook_url: Option<String>,
+}
+
+impl Manager {
+    /// Starts the manager for namespace `ns` on the cluster of `client`, against the GitHub at
+    /// `url` with [`TOKEN`] and client `options`, with the tests' settings (a 5 s sync period,
+    /// registration checked every second) adjusted by `configure` and, given `webhook`, the
+    /// GitHub webhook server on a loopback port.
+    pub async fn spawn(
+        client: kube::Client,
+        url: &str,
+        ns: &str,
+        options: ClientOptions,
+        configure: impl FnOnce(&mut Settings),
+        webhook: Option<hangar::webhook_server::WebhookConfig>,
+    ) -> Self {
+        let endpoint = Endpoint::custom(url, url).unwrap();
+        // Per-resource credentials (githubAPICredentialsFrom) get their clients from the same
+        // registry, with the same options.
+        let registry = Arc::new(ClientRegistry::new(endpoint, options));
+        let github: Arc<dyn GitHubApi> = registry
+            .client(Credentials::Token(Secret::new(TOKEN)))
+            .unwrap();
+        let mut settings = Settings {
+            sync_period: Duration::from_secs(5),
+            registration_check_interval: Duration::from_secs(1),
+            github_registry: Some(registry),
+            ..Settings::default()
+        };
+        settings.pod_defaults.github_url = url.to_owned();
+        configure(&mut settings);
+        let mut webhook_url = None;
+        let webhook = match webhook {
+            Some(config) => {
+                let hooks = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                webhook_url = Some(format!("http://{}/", hooks.local_addr().unwrap()));
+                Some((hooks, config))
+            }
+            None => None,
+        };
+        let clock = Arc::new(hangar_testkit::clock::OffsetClock::default());
+        let options = ManagerOptions {
+            webhook,
+            ..ManagerOptions::new(client, github.clone(), settings)
+        }
+        .namespace(ns.to_owned())
+        .clock(clock.clone());
+        let task = tokio::spawn(hangar::manager::run(options));
+        Self {
+            github,
+            clock,
+            task,
+            webhook_url,
+        }
+    }
+}
+
 /// A running ghsim and controllers for one namespace; both stop when dropped.
 pub struct Harness {
     pub cluster: &'static TestCluster,
@@ -169,49 +236,19 @@ impl Harness {
         let client = cluster.client().await;
         crds::install(&client).await;
         let ns = TestNamespace::create(cluster, prefix).await;
-        let endpoint = Endpoint::custom(&url, &url).unwrap();
-        // Per-resource credentials (githubAPICredentialsFrom) get their clients from the same
-        // registry, with the same options.
-        let registry = Arc::new(ClientRegistry::new(endpoint, options));
-        let github: Arc<dyn GitHubApi> = registry
-            .client(Credentials::Token(Secret::new(TOKEN)))
-            .unwrap();
-        let mut settings = Settings {
-            sync_period: Duration::from_secs(5),
-            registration_check_interval: Duration::from_secs(1),
-            github_registry: Some(registry),
-            ..Settings::default()
-        };
-        settings.pod_defaults.github_url = url.clone();
-        configure(&mut settings);
-        let mut webhook_url = None;
-        let webhook = match webhook {
-            Some(config) => {
-                let hooks = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                webhook_url = Some(format!("http://{}/", hooks.local_addr().unwrap()));
-                Some((hooks, config))
-            }
-            None => None,
-        };
-        let clock = Arc::new(hangar_testkit::clock::OffsetClock::default());
-        let options = ManagerOptions {
-            webhook,
-            ..ManagerOptions::new(client.clone(), github.clone(), settings)
-        }
-        .namespace(ns.name().to_owned())
-        .clock(clock.clone());
-        let controllers = tokio::spawn(hangar::manager::run(options));
+        let manager =
+            Manager::spawn(client.clone(), &url, ns.name(), options, configure, webhook).await;
         let harness = Harness {
             cluster,
             ns,
             client,
             sim,
-            github,
+            github: manager.github,
             url,
-            clock,
-            tasks: server.into_iter().chain([controllers]).collect(),
+            clock: manager.clock,
+            tasks: server.into_iter().chain([manager.task]).collect(),
         };
-        (harness, webhook_url)
+        (harness, manager.webhook_url)
     }
 
     /// `kubectl apply --server-side` of a YAML document into the test namespace.
