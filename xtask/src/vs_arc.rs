@@ -125,7 +125,7 @@ pub fn run(root: &Path, plan: &Plan) -> Result<ExitCode> {
                 manager (--sync-period 1m, its chart's default) and github-webhook-server. \
                 Ratios are Hangar / ARC: below 1 is better for Hangar on every figure.",
         "reproduce": format!(
-            "cargo xtask bench-vs-arc -- --rates {} --seconds {} --runners {}",
+            "cargo xtask bench-vs-arc --rates {} --seconds {} --runners {}",
             rates_arg(&plan.rates),
             plan.seconds,
             plan.runners
