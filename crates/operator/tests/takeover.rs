@@ -434,8 +434,8 @@ async fn delete_webhook_configurations(client: &kube::Client) {
         .unwrap();
 }
 
-/// `kubectl patch` of every RunnerDeployment, RunnerReplicaSet and RunnerSet whose finalizers
-/// include Hangar's, leaving the others.
+/// Takes Hangar's finalizer off every RunnerDeployment, RunnerReplicaSet and RunnerSet that
+/// has it (a merge patch of the list without it), leaving their other finalizers.
 async fn remove_hangar_set_finalizers(client: &kube::Client) {
     async fn strip<K>(client: &kube::Client)
     where
