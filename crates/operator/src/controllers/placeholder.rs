@@ -5,10 +5,10 @@
 //! The placeholder is a JIT registration that no pod ever uses: GitHub lists it `offline` with
 //! the owner's labels, which is enough for GitHub versions that fail jobs without a matching
 //! runner to queue them instead. Its runner ID is remembered in the annotation [`ID_ANNOTATION`]
-//! of the owner, and the finalizer [`FINALIZER`] is held while it exists, so deleting the owner
-//! deletes the placeholder from GitHub first. Both are written in one merge patch conditional on
-//! the `resourceVersion` read; if that write is lost, the next registration finds the runner by
-//! its name ([`placeholder_name`]) and replaces it.
+//! of the owner. The finalizer [`FINALIZER`] is added before the placeholder is registered and
+//! removed after it is deleted from GitHub, so deleting the owner deletes the placeholder first
+//! even when its ID was never recorded (the owner changed under the conditional write, or the
+//! controller stopped in between): it is then found by its name ([`placeholder_name`]).
 
 use std::collections::BTreeMap;
 
@@ -79,30 +79,33 @@ pub async fn sync<K: Owner>(
         .annotations()
         .get(ID_ANNOTATION)
         .and_then(|id| id.parse::<u64>().ok());
-    let next = if ctx.settings.registration_only_runners {
-        step(Observed {
-            replicas: u32::try_from(replicas.max(0)).unwrap_or(0),
-            registered: u32::try_from(registered.max(0)).unwrap_or(0),
-            placeholder: remembered,
-            deleting: owner.meta().deletion_timestamp.is_some(),
-        })
-    } else {
-        // Switched off: a placeholder left from before goes.
-        remembered.map_or(Step::Keep, Step::Remove)
-    };
-    let mut finalizers: Vec<String> = owner
+    let claimed = owner.finalizers().iter().any(|f| f == FINALIZER);
+    let next = step(Observed {
+        enabled: ctx.settings.registration_only_runners,
+        replicas: u32::try_from(replicas.max(0)).unwrap_or(0),
+        registered: u32::try_from(registered.max(0)).unwrap_or(0),
+        placeholder: remembered,
+        claimed,
+        deleting: owner.meta().deletion_timestamp.is_some(),
+    });
+    let mut others: Vec<String> = owner
         .finalizers()
         .iter()
         .filter(|f| *f != FINALIZER)
         .cloned()
         .collect();
-    if next == Step::Keep {
-        // Our finalizer without a remembered runner (its annotation was removed by hand):
-        // nothing is left to remove, let the deployment go.
-        if remembered.is_none() && finalizers.len() < owner.finalizers().len() {
-            record(owner, ctx, None, &finalizers).await?;
+    let claim = |mut finalizers: Vec<String>| {
+        finalizers.push(FINALIZER.to_owned());
+        finalizers
+    };
+    match next {
+        Step::Keep => return Ok(()),
+        // No GitHub call: the claim is written first, so a registration never exists unclaimed.
+        Step::Claim => {
+            let id = remembered.map(|id| id.to_string());
+            return record(owner, ctx, id, &claim(others)).await;
         }
-        return Ok(());
+        Step::Register | Step::Remove(_) | Step::RemoveByName => {}
     }
 
     let config = template.config;
@@ -119,9 +122,19 @@ pub async fn sync<K: Owner>(
     let github = ctx
         .github_for(&ns, config.github_api_credentials_from.as_ref())
         .await?;
+    let gh_scope = github_scope(&scope);
+    let name = placeholder_name(owner);
+    let remove = |id| {
+        let (github, gh_scope, scope) = (&github, &gh_scope, &scope);
+        async move {
+            match github.delete_runner(gh_scope, id).await {
+                Ok(()) | Err(GitHubError::NotFound { .. }) => Ok(()),
+                Err(e) => Err(github_err("delete registration-only runner", scope)(e)),
+            }
+        }
+    };
     let id = match next {
         Step::Register => {
-            let name = placeholder_name(owner);
             let registration = registration::register(
                 github.as_ref(),
                 &scope,
@@ -133,23 +146,28 @@ pub async fn sync<K: Owner>(
             .await?;
             let id = registration.runner_id.unwrap_or_default();
             info!(owner = %object_name(owner), runner = name, id, "registered registration-only runner");
-            finalizers.push(FINALIZER.to_owned());
+            others = claim(others);
             Some(id.to_string())
         }
         Step::Remove(id) => {
-            match github
-                .delete_runner(&github_scope(&scope), hangar_github::RunnerId(id))
-                .await
-            {
-                Ok(()) | Err(GitHubError::NotFound { .. }) => {}
-                Err(e) => return Err(github_err("delete registration-only runner", &scope)(e)),
-            }
+            remove(hangar_github::RunnerId(id)).await?;
             info!(owner = %object_name(owner), id, "removed registration-only runner");
             None
         }
-        Step::Keep => return Ok(()),
+        Step::RemoveByName => {
+            let found = github
+                .find_runner(&gh_scope, &name)
+                .await
+                .map_err(github_err("find registration-only runner", &scope))?;
+            if let Some(runner) = found {
+                remove(runner.id).await?;
+                info!(owner = %object_name(owner), runner = name, id = runner.id.0, "removed unrecorded registration-only runner");
+            }
+            None
+        }
+        Step::Keep | Step::Claim => unreachable!("handled above"),
     };
-    record(owner, ctx, id, &finalizers).await
+    record(owner, ctx, id, &others).await
 }
 
 /// Writes the remembered runner ID (`None` removes it) and the finalizers in one merge patch,
