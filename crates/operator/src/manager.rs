@@ -3,9 +3,12 @@
 //!
 //! One watch per kind (pods filtered to runner pods by the `actions-runner` label) fills a
 //! store that reconcilers read instead of listing, and feeds every controller that reacts to
-//! the kind ([`hangar_runtime::watch::shared_store`]): the apiserver sends each change to this process once, not once
-//! per controller. (kube-runtime's own shared streams do not pass deletions on, which the
-//! controllers need.)
+//! the kind ([`hangar_runtime::watch::shared_store`]): the apiserver sends each change to this
+//! process once, not once per controller. (kube-runtime's own shared streams do not pass
+//! deletions on, which the controllers need.) Cached objects lose their `managedFields`, and
+//! runner pods all of their spec that no read looks at
+//! ([`hangar_runtime::pod::observe::keep_only_what_is_observed`]): the cache is most of the
+//! controller's memory.
 //!
 //! One entry point, [`run`], takes its [`ManagerOptions`]. With a webhook listener
 //! ([`ManagerOptions::webhook`]), the GitHub webhook server runs in the same process on the
@@ -30,7 +33,7 @@ use kube::runtime::watcher;
 use tokio::net::TcpListener;
 use tracing::{error, info};
 
-use hangar_runtime::watch::{self, api, shared_store, spawn_store};
+use hangar_runtime::watch::{self, api, shared_store, shared_trimmed_store, spawn_store};
 
 use crate::context::{Clock, Context, Settings, Stores, SystemClock};
 use crate::controllers;
@@ -151,7 +154,11 @@ pub async fn run(options: ManagerOptions) {
             pods_for_sets,
             pods_for_runner_sets,
         ],
-    ) = shared_store(api::<Pod>(&client, ns), runner_pods);
+    ) = shared_trimmed_store(
+        api::<Pod>(&client, ns),
+        runner_pods,
+        hangar_runtime::pod::observe::keep_only_what_is_observed,
+    );
     let (runners, [runners_for_runners, runners_for_sets]) =
         shared_store(api::<Runner>(&client, ns), all());
     let (replica_sets, [sets_for_sets, sets_for_deployments]) =

@@ -64,7 +64,7 @@ pub fn spawn_node_store(client: &Client) -> Store<k8s_openapi::api::core::v1::No
     let (reader, writer) = reflector::store();
     let nodes = watcher(Api::<Node>::all(client.clone()), watcher::Config::default()).modify(
         |node: &mut Node| {
-            node.metadata.managed_fields = None;
+            forget_field_managers(node);
             node.metadata.annotations = None;
             node.metadata.labels = None;
             node.spec = None;
@@ -87,6 +87,13 @@ pub fn spawn_node_store(client: &Client) -> Store<k8s_openapi::api::core::v1::No
     reader
 }
 
+/// Drops an object's `managedFields` before it is cached: nothing here reads which manager
+/// owns which field (writes are server-side applies and merge patches that never send them
+/// back), and on a pod they are often the largest part of its metadata.
+fn forget_field_managers<K: kube::Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
+}
+
 /// A controller's trigger stream: the objects of a kind that one shared watch saw change
 /// (created, modified, deleted, or listed when the watch (re)starts).
 pub type Triggers<K> = futures::stream::BoxStream<'static, Result<K, watcher::Error>>;
@@ -103,6 +110,19 @@ pub fn shared_store<K, const N: usize>(
 where
     K: Watched,
 {
+    shared_trimmed_store(api, config, |_| {})
+}
+
+/// [`shared_store`], with `trim` applied to every object before it is cached or passed on:
+/// for a kind of which the operator keeps thousands and reads little (runner pods).
+pub fn shared_trimmed_store<K, const N: usize>(
+    api: Api<K>,
+    config: watcher::Config,
+    trim: fn(&mut K),
+) -> (Store<K>, [Triggers<K>; N])
+where
+    K: Watched,
+{
     let (reader, writer) = reflector::store();
     let mut senders = Vec::with_capacity(N);
     let triggers = std::array::from_fn(|_| {
@@ -110,7 +130,10 @@ where
         senders.push(tx);
         rx.map(Ok).boxed()
     });
-    let stream = reflector::reflector(writer, watcher(api, config))
+    let stream = reflector::reflector(writer, watcher(api, config).modify(move |object| {
+        forget_field_managers(object);
+        trim(object);
+    }))
         .default_backoff()
         .touched_objects();
     tokio::spawn(stream.for_each(move |touched| {

@@ -96,6 +96,56 @@ pub fn pod_uses_jit(pod: &Pod) -> bool {
         })
 }
 
+/// The runner container's environment variables the reads here look at; a cached runner pod
+/// keeps only these ([`keep_only_what_is_observed`]).
+const OBSERVED_ENV: [&str; 5] = [
+    "RUNNER_ENTERPRISE",
+    "RUNNER_ORG",
+    "RUNNER_REPO",
+    "RUNNER_EPHEMERAL",
+    "ACTIONS_RUNNER_INPUT_JITCONFIG",
+];
+
+/// Drops from a runner pod what none of the reads here look at, before it is cached: of its
+/// spec, everything but the containers' names and images, the runner container's
+/// [`OBSERVED_ENV`], the node and the restart policy. A runner pod's environment, volumes (a
+/// projected service-account token among them), mounts, resources, probes and security
+/// contexts are most of its size, and a controller holds every runner pod of the cluster in its
+/// cache. Metadata and status are kept whole.
+pub fn keep_only_what_is_observed(pod: &mut Pod) {
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+    let Some(spec) = pod.spec.take() else {
+        return;
+    };
+    let containers = spec
+        .containers
+        .into_iter()
+        .map(|c| {
+            let env = (c.name == RUNNER_CONTAINER)
+                .then(|| {
+                    c.env.map(|env| {
+                        env.into_iter()
+                            .filter(|e| OBSERVED_ENV.contains(&e.name.as_str()))
+                            .collect()
+                    })
+                })
+                .flatten();
+            Container {
+                name: c.name,
+                image: c.image,
+                env,
+                ..Container::default()
+            }
+        })
+        .collect();
+    pod.spec = Some(PodSpec {
+        containers,
+        node_name: spec.node_name,
+        restart_policy: spec.restart_policy,
+        ..PodSpec::default()
+    });
+}
+
 /// An annotation's value.
 pub fn annotation<'a>(obj: &'a impl ResourceExt, key: &str) -> Option<&'a str> {
     obj.annotations().get(key).map(String::as_str)
@@ -410,6 +460,90 @@ mod tests {
         );
         assert!(!pod_is_ephemeral(&pod));
         assert!(!pod_uses_jit(&pod));
+    }
+
+    /// Every read of this module says the same of a runner pod as of its cached projection,
+    /// through a pod's life, and the projection is a fraction of the pod.
+    #[test]
+    fn a_cached_runner_pod_says_what_the_full_pod_says() {
+        use crate::runner_pod::{PodDefaults, build};
+        // JIT and ephemeral, then a registration token and persistent: the env reads differ.
+        let pods = [true, false].map(|jit| {
+            let spec: hangar_api::RunnerSpec = serde_json::from_value(serde_json::json!({
+                "repository": "octo/app",
+                "ephemeral": jit,
+                "image": "ghcr.io/actions/actions-runner:2.330.0",
+                "dockerdWithinRunnerContainer": false,
+                "env": [{"name": "EXTRA", "value": "x"}],
+                "resources": {"limits": {"cpu": "2", "memory": "4Gi"}},
+                "volumeMounts": [{"name": "cache", "mountPath": "/cache"}],
+                "volumes": [{"name": "cache", "emptyDir": {}}],
+                "tolerations": [{"key": "runners", "operator": "Exists"}],
+            }))
+            .unwrap();
+            let defaults = PodDefaults {
+                registration_secret: "r1-registration".into(),
+                jit,
+                ..PodDefaults::default()
+            };
+            let mut pod = build("r1", "ns", &BTreeMap::new(), &spec, &defaults);
+            pod.spec.as_mut().unwrap().node_name = Some("node-1".into());
+            pod
+        });
+        let terminated = |code: i32| {
+            serde_json::json!({"terminated": {"exitCode": code,
+                "finishedAt": "2026-11-29T05:00:00Z"}})
+        };
+        let statuses = [
+            serde_json::json!({"phase": "Pending"}),
+            serde_json::json!({"phase": "Running", "containerStatuses": [
+                {"name": "runner", "image": "i", "imageID": "", "ready": true,
+                 "restartCount": 0, "state": {"running": {}}}]}),
+            serde_json::json!({"phase": "Succeeded", "containerStatuses": [
+                {"name": "runner", "image": "i", "imageID": "", "ready": false,
+                 "restartCount": 0, "state": terminated(0)}]}),
+            serde_json::json!({"phase": "Running", "containerStatuses": [
+                {"name": "runner", "image": "i", "imageID": "", "ready": false,
+                 "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                 "lastState": terminated(1)}]}),
+        ];
+        for (mut pod, status) in pods
+            .iter()
+            .flat_map(|pod| statuses.iter().map(move |status| (pod.clone(), status)))
+        {
+            pod.status = Some(serde_json::from_value(status.clone()).unwrap());
+            let mut cached = pod.clone();
+            keep_only_what_is_observed(&mut cached);
+            let reads = |p: &Pod| {
+                let image = p.spec.as_ref().and_then(|s| {
+                    s.containers
+                        .iter()
+                        .find(|c| c.name == RUNNER_CONTAINER)
+                        .and_then(|c| c.image.clone())
+                });
+                format!(
+                    "{:?} {} {} {:?} {:?} {:?} {} {} {:?} {:?}",
+                    pod_scope(p),
+                    pod_is_ephemeral(p),
+                    pod_uses_jit(p),
+                    pod_phase(p),
+                    runner_container_state(p),
+                    runner_run(p, false),
+                    runner_exited_cleanly(p),
+                    runner_stopped(p),
+                    p.spec.as_ref().and_then(|s| s.node_name.clone()),
+                    image,
+                )
+            };
+            assert_eq!(reads(&cached), reads(&pod));
+            let size = |p: &Pod| serde_json::to_vec(&p.spec).unwrap().len();
+            assert!(
+                size(&cached) * 3 < size(&pod),
+                "the cached spec is {} bytes of {}",
+                size(&cached),
+                size(&pod)
+            );
+        }
     }
 
     #[test]
