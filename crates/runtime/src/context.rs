@@ -1,5 +1,5 @@
 //! What every reconciler shares: clients, configuration, the reflector stores it reads instead
-//! of LISTing, an event recorder, the clock and per-object back-off.
+//! of LISTing, where events go, the clock and per-object back-off.
 //!
 //! Contract: no controller's private state. What only one controller keeps (the Runner
 //! controller's finished runners and shared tokens, the runner-pod controller's runner
@@ -17,7 +17,7 @@ use hangar_api::{HorizontalRunnerAutoscaler, Runner, RunnerDeployment, RunnerRep
 use hangar_github::{ClientRegistry, GitHubApi};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::Store;
 
 pub use crate::clock::{Clock, SystemClock};
@@ -149,8 +149,8 @@ pub struct Context {
     pub settings: Settings,
     /// Read caches.
     pub stores: Stores,
-    /// Event recorder.
-    pub recorder: Recorder,
+    /// Where events are published.
+    pub events: crate::events::EventSink,
     /// Warnings already published, so that racing reconciles publish one.
     pub said_once: crate::events::SaidOnce,
     /// Time source.
@@ -217,11 +217,11 @@ impl Context {
             controller: "hangar".into(),
             instance: std::env::var("POD_NAME").ok(),
         };
-        let recorder = Recorder::new(client.clone(), reporter);
+        let events = crate::events::EventSink::new(client.clone(), reporter);
         Self {
-            runner_events: crate::events::RunnerEvents::new(recorder.clone()),
+            runner_events: crate::events::RunnerEvents::new(events.clone()),
             workflow_runs: crate::workflow_runs::WorkflowRuns::default(),
-            recorder,
+            events,
             said_once: Default::default(),
             clients: GitHubClients::new(github.clone(), settings.github_registry.clone()),
             metrics: settings
@@ -348,7 +348,7 @@ impl Context {
         note: String,
     ) {
         use kube::runtime::events::{Event, EventType};
-        let ev = Event {
+        let event = Event {
             type_: if warning {
                 EventType::Warning
             } else {
@@ -359,11 +359,6 @@ impl Context {
             action: reason.to_owned(),
             secondary: None,
         };
-        let recorder = self.recorder.clone();
-        tokio::spawn(async move {
-            if let Err(e) = recorder.publish(&ev, &object).await {
-                tracing::debug!(error = %e, "could not publish event");
-            }
-        });
+        self.events.publish(event, object);
     }
 }

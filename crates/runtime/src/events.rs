@@ -8,15 +8,106 @@
 //! per pass — under steady demand a set makes several passes a second, and its events were
 //! the largest write per job after the pods themselves.
 //!
-//! Events are for humans: they are published in the background, and a failure is logged at
-//! debug level and dropped.
+//! Events are for humans: they are published in the background ([`EventSink`]), and a
+//! failure is logged at debug level and dropped.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use tokio::sync::mpsc;
+
+/// Publishes events in the background: a bounded queue, drained by one task with at most
+/// [`EventSink::IN_FLIGHT`] publications under way. A burst (a thousand Runners retired at
+/// once, each with its event) then costs the process a few apiserver connections, not one per
+/// event; when the queue is full the event is dropped (logged at debug level).
+///
+/// A warning goes through kube-runtime's recorder, which remembers each one for six minutes so
+/// that a repeated warning becomes a series (`count`) on one Event. A Normal event says once
+/// what happened to an object and is not remembered: a controller of thousands of runners
+/// would otherwise hold thousands of them.
+#[derive(Clone)]
+pub struct EventSink {
+    queue: mpsc::Sender<(Event, ObjectReference)>,
+    /// Taken by the first publication, which starts the drain (a sink can be made outside a
+    /// runtime).
+    drain: Arc<Mutex<Option<Drain>>>,
+}
+
+/// The task that publishes what is queued.
+struct Drain {
+    queue: mpsc::Receiver<(Event, ObjectReference)>,
+    warnings: Recorder,
+    client: kube::Client,
+    reporter: Reporter,
+}
+
+impl std::fmt::Debug for EventSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventSink").finish_non_exhaustive()
+    }
+}
+
+impl EventSink {
+    /// Events waiting to be published at most.
+    pub const QUEUE: usize = 1024;
+    /// Publications under way at most.
+    pub const IN_FLIGHT: usize = 4;
+
+    /// Events reported by `reporter`, published through `client`.
+    pub fn new(client: kube::Client, reporter: Reporter) -> Self {
+        let (tx, rx) = mpsc::channel(Self::QUEUE);
+        Self {
+            queue: tx,
+            drain: Arc::new(Mutex::new(Some(Drain {
+                queue: rx,
+                warnings: Recorder::new(client.clone(), reporter.clone()),
+                client,
+                reporter,
+            }))),
+        }
+    }
+
+    /// Queues `event` about `object`.
+    pub fn publish(&self, event: Event, object: ObjectReference) {
+        if let Some(drain) = self.drain.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            tokio::spawn(drain.run());
+        }
+        if let Err(e) = self.queue.try_send((event, object)) {
+            tracing::debug!(error = %e, "event dropped");
+        }
+    }
+}
+
+impl Drain {
+    async fn run(self) {
+        let Drain {
+            queue,
+            warnings,
+            client,
+            reporter,
+        } = self;
+        let queued = futures::stream::unfold(queue, |mut queue| async move {
+            queue.recv().await.map(|item| (item, queue))
+        });
+        queued
+            .for_each_concurrent(EventSink::IN_FLIGHT, |(event, object)| {
+                let recorder = match event.type_ {
+                    EventType::Warning => warnings.clone(),
+                    EventType::Normal => Recorder::new(client.clone(), reporter.clone()),
+                };
+                async move {
+                    if let Err(e) = recorder.publish(&event, &object).await {
+                        tracing::debug!(error = %e, "could not publish event");
+                    }
+                }
+            })
+            .await;
+    }
+}
 
 /// How long counts of one (object, reason) are added up before they are published.
 pub const WINDOW: Duration = Duration::from_secs(5);
@@ -74,7 +165,7 @@ struct Open {
 /// Publishes [`RunnerCount`] events, coalesced (see the module documentation).
 #[derive(Clone)]
 pub struct RunnerEvents {
-    recorder: Recorder,
+    sink: EventSink,
     open: Arc<Mutex<HashMap<Key, Open>>>,
 }
 
@@ -85,10 +176,10 @@ impl std::fmt::Debug for RunnerEvents {
 }
 
 impl RunnerEvents {
-    /// Events go out through `recorder`.
-    pub fn new(recorder: Recorder) -> Self {
+    /// Events go out through `sink`.
+    pub fn new(sink: EventSink) -> Self {
         Self {
-            recorder,
+            sink,
             open: Arc::default(),
         }
     }
@@ -113,9 +204,9 @@ impl RunnerEvents {
             }
             open.insert(key.clone(), Open { pending: None });
         }
-        send(&self.recorder, &object, reason, what.note());
+        send(&self.sink, &object, reason, what.note());
         // Close the window when it ends, publishing what accumulated in it.
-        let (recorder, open) = (self.recorder.clone(), self.open.clone());
+        let (sink, open) = (self.sink.clone(), self.open.clone());
         tokio::spawn(async move {
             tokio::time::sleep(WINDOW).await;
             let pending = open
@@ -124,7 +215,7 @@ impl RunnerEvents {
                 .remove(&key)
                 .and_then(|w| w.pending);
             if let Some(pending) = pending {
-                send(&recorder, &object, reason, pending.note());
+                send(&sink, &object, reason, pending.note());
             }
         });
     }
@@ -167,25 +258,114 @@ impl SaidOnce {
 }
 
 /// Publishes a Normal event in the background.
-fn send(recorder: &Recorder, object: &ObjectReference, reason: &'static str, note: String) {
-    let ev = Event {
+fn send(sink: &EventSink, object: &ObjectReference, reason: &'static str, note: String) {
+    let event = Event {
         type_: EventType::Normal,
         reason: reason.to_owned(),
         note: Some(note),
         action: reason.to_owned(),
         secondary: None,
     };
-    let (recorder, object) = (recorder.clone(), object.clone());
-    tokio::spawn(async move {
-        if let Err(e) = recorder.publish(&ev, &object).await {
-            tracing::debug!(error = %e, "could not publish event");
-        }
-    });
+    sink.publish(event, object.clone());
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An apiserver that answers every event write after a moment, recording the method and
+    /// the most requests it had under way at once.
+    fn apiserver() -> (
+        kube::Client,
+        Arc<Mutex<Vec<String>>>,
+        Arc<std::sync::atomic::AtomicUsize>,
+    ) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let (seen, busy, most) = (
+            Arc::new(Mutex::new(Vec::new())),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let (s, b, m) = (seen.clone(), busy.clone(), most.clone());
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let (seen, busy, most) = (s.clone(), b.clone(), m.clone());
+            async move {
+                let now = busy.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                seen.lock().unwrap().push(request.method().to_string());
+                busy.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .status(201)
+                        .body(r#"{"metadata":{"name":"e"}}"#.to_owned())
+                        .unwrap(),
+                )
+            }
+        });
+        (kube::Client::new(service, "default"), seen, most)
+    }
+
+    fn event(type_: EventType) -> Event {
+        Event {
+            type_,
+            reason: "R".into(),
+            note: Some("n".into()),
+            action: "R".into(),
+            secondary: None,
+        }
+    }
+
+    fn object() -> ObjectReference {
+        ObjectReference {
+            kind: Some("Runner".into()),
+            namespace: Some("ns".into()),
+            name: Some("r".into()),
+            ..ObjectReference::default()
+        }
+    }
+
+    async fn published(seen: &Mutex<Vec<String>>, n: usize) -> Vec<String> {
+        for _ in 0..500 {
+            if seen.lock().unwrap().len() >= n {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        seen.lock().unwrap().clone()
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_events_is_published_a_few_at_a_time() {
+        let (client, seen, most) = apiserver();
+        let sink = EventSink::new(client, Reporter::from("hangar"));
+        for _ in 0..40 {
+            sink.publish(event(EventType::Normal), object());
+        }
+        assert_eq!(published(&seen, 40).await.len(), 40);
+        let most = most.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(
+            (1..=EventSink::IN_FLIGHT).contains(&most),
+            "{most} publications at once"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_repeated_warning_becomes_a_series_and_a_normal_event_is_not_remembered() {
+        let (client, seen, _) = apiserver();
+        let sink = EventSink::new(client, Reporter::from("hangar"));
+        for type_ in [EventType::Warning, EventType::Warning] {
+            sink.publish(event(type_), object());
+            // One after the other: the series needs the first one's answer.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(published(&seen, 2).await, ["POST", "PATCH"]);
+        for type_ in [EventType::Normal, EventType::Normal] {
+            sink.publish(event(type_), object());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(published(&seen, 4).await, ["POST", "PATCH", "POST", "POST"]);
+    }
 
     #[test]
     fn a_message_is_said_once_until_it_changes_or_is_forgotten() {

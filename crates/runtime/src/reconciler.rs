@@ -229,13 +229,7 @@ where
                 action: "Reconcile".into(),
                 secondary: None,
             };
-            let reference = object.object_ref(&());
-            let recorder = ctx.recorder.clone();
-            tokio::spawn(async move {
-                if let Err(e) = recorder.publish(&event, &reference).await {
-                    tracing::debug!(error = %e, "could not publish event");
-                }
-            });
+            ctx.events.publish(event, object.object_ref(&()));
         }
         action
     }

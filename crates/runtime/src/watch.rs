@@ -130,12 +130,15 @@ where
         senders.push(tx);
         rx.map(Ok).boxed()
     });
-    let stream = reflector::reflector(writer, watcher(api, config).modify(move |object| {
-        forget_field_managers(object);
-        trim(object);
-    }))
-        .default_backoff()
-        .touched_objects();
+    let stream = reflector::reflector(
+        writer,
+        watcher(api, config).modify(move |object| {
+            forget_field_managers(object);
+            trim(object);
+        }),
+    )
+    .default_backoff()
+    .touched_objects();
     tokio::spawn(stream.for_each(move |touched| {
         if let Ok(object) = touched {
             for tx in &senders {

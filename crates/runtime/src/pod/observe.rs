@@ -106,44 +106,68 @@ const OBSERVED_ENV: [&str; 5] = [
     "ACTIONS_RUNNER_INPUT_JITCONFIG",
 ];
 
-/// Drops from a runner pod what none of the reads here look at, before it is cached: of its
-/// spec, everything but the containers' names and images, the runner container's
-/// [`OBSERVED_ENV`], the node and the restart policy. A runner pod's environment, volumes (a
-/// projected service-account token among them), mounts, resources, probes and security
-/// contexts are most of its size, and a controller holds every runner pod of the cluster in its
-/// cache. Metadata and status are kept whole.
+/// Keeps of a runner pod only what the reads here look at, before it is cached: its metadata;
+/// of its spec, the runner container's name, image and [`OBSERVED_ENV`], the node and the
+/// restart policy; of its status, the phase, reason, message, the `Ready` and `PodScheduled`
+/// conditions and the runner container's state. A controller holds every runner pod of the
+/// cluster in its cache, and the rest (other containers, volumes, mounts, resources, probes,
+/// security contexts, the environment) is most of a pod's size: a k8s-openapi `Container`
+/// alone is 2 KiB before any of its strings.
 pub fn keep_only_what_is_observed(pod: &mut Pod) {
-    use k8s_openapi::api::core::v1::{Container, PodSpec};
-    let Some(spec) = pod.spec.take() else {
-        return;
-    };
-    let containers = spec
-        .containers
-        .into_iter()
-        .map(|c| {
-            let env = (c.name == RUNNER_CONTAINER)
-                .then(|| {
-                    c.env.map(|env| {
-                        env.into_iter()
-                            .filter(|e| OBSERVED_ENV.contains(&e.name.as_str()))
-                            .collect()
-                    })
-                })
-                .flatten();
-            Container {
+    use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodSpec, PodStatus};
+    if let Some(spec) = pod.spec.take() {
+        let containers = spec
+            .containers
+            .into_iter()
+            .filter(|c| c.name == RUNNER_CONTAINER)
+            .map(|c| Container {
+                env: c.env.map(|env| {
+                    env.into_iter()
+                        .filter(|e| OBSERVED_ENV.contains(&e.name.as_str()))
+                        .collect()
+                }),
                 name: c.name,
                 image: c.image,
-                env,
                 ..Container::default()
-            }
-        })
-        .collect();
-    pod.spec = Some(PodSpec {
-        containers,
-        node_name: spec.node_name,
-        restart_policy: spec.restart_policy,
-        ..PodSpec::default()
-    });
+            })
+            .collect();
+        pod.spec = Some(PodSpec {
+            containers,
+            node_name: spec.node_name,
+            restart_policy: spec.restart_policy,
+            ..PodSpec::default()
+        });
+    }
+    if let Some(status) = pod.status.take() {
+        let conditions = status.conditions.map(|conditions| {
+            conditions
+                .into_iter()
+                .filter(|c| c.type_ == "Ready" || c.type_ == "PodScheduled")
+                .collect()
+        });
+        let container_statuses = status.container_statuses.map(|statuses| {
+            statuses
+                .into_iter()
+                .filter(|c| c.name == RUNNER_CONTAINER)
+                .map(|c| ContainerStatus {
+                    name: c.name,
+                    ready: c.ready,
+                    restart_count: c.restart_count,
+                    state: c.state,
+                    last_state: c.last_state,
+                    ..ContainerStatus::default()
+                })
+                .collect()
+        });
+        pod.status = Some(PodStatus {
+            phase: status.phase,
+            reason: status.reason,
+            message: status.message,
+            conditions,
+            container_statuses,
+            ..PodStatus::default()
+        });
+    }
 }
 
 /// An annotation's value.
@@ -494,18 +518,39 @@ mod tests {
             serde_json::json!({"terminated": {"exitCode": code,
                 "finishedAt": "2026-11-29T05:00:00Z"}})
         };
+        let docker = serde_json::json!({"name": "docker", "image": "docker:dind", "imageID": "",
+            "ready": true, "restartCount": 0, "state": {"running": {}}});
+        let conditions = |ready: &str| {
+            serde_json::json!([
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Initialized", "status": "True"},
+                {"type": "ContainersReady", "status": ready},
+                {"type": "Ready", "status": ready, "lastTransitionTime": "2026-11-29T04:59:00Z"},
+            ])
+        };
         let statuses = [
-            serde_json::json!({"phase": "Pending"}),
-            serde_json::json!({"phase": "Running", "containerStatuses": [
+            serde_json::json!({"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "message": "0/3 nodes are available",
+                 "lastTransitionTime": "2026-11-29T04:58:00Z"}]}),
+            serde_json::json!({"phase": "Pending", "containerStatuses": [docker.clone(),
+                {"name": "runner", "image": "i", "imageID": "", "ready": false,
+                 "restartCount": 0, "state": {"waiting": {"reason": "ImagePullBackOff"}}}]}),
+            serde_json::json!({"phase": "Running", "conditions": conditions("True"),
+                "containerStatuses": [docker.clone(),
                 {"name": "runner", "image": "i", "imageID": "", "ready": true,
                  "restartCount": 0, "state": {"running": {}}}]}),
-            serde_json::json!({"phase": "Succeeded", "containerStatuses": [
+            serde_json::json!({"phase": "Succeeded", "conditions": conditions("False"),
+                "containerStatuses": [
                 {"name": "runner", "image": "i", "imageID": "", "ready": false,
-                 "restartCount": 0, "state": terminated(0)}]}),
-            serde_json::json!({"phase": "Running", "containerStatuses": [
+                 "restartCount": 0, "state": terminated(0)}, docker.clone()]}),
+            serde_json::json!({"phase": "Running", "conditions": conditions("False"),
+                "containerStatuses": [
                 {"name": "runner", "image": "i", "imageID": "", "ready": false,
                  "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
-                 "lastState": terminated(1)}]}),
+                 "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}),
+            serde_json::json!({"phase": "Failed", "reason": "Evicted",
+                "message": "The node was low on resource: memory."}),
         ];
         for (mut pod, status) in pods
             .iter()
@@ -521,8 +566,12 @@ mod tests {
                         .find(|c| c.name == RUNNER_CONTAINER)
                         .and_then(|c| c.image.clone())
                 });
+                let beyond = Beyond {
+                    minimum_version: Some("2.329.0"),
+                    ..Beyond::default()
+                };
                 format!(
-                    "{:?} {} {} {:?} {:?} {:?} {} {} {:?} {:?}",
+                    "{:?} {} {} {:?} {:?} {:?} {} {} {:?} {:?} {:?} {:?} {:?}",
                     pod_scope(p),
                     pod_is_ephemeral(p),
                     pod_uses_jit(p),
@@ -533,6 +582,9 @@ mod tests {
                     runner_stopped(p),
                     p.spec.as_ref().and_then(|s| s.node_name.clone()),
                     image,
+                    ready_since(p),
+                    health_observed(p, false, beyond),
+                    pod_view(p, false, Health::Healthy, GitHubState::default()),
                 )
             };
             assert_eq!(reads(&cached), reads(&pod));
