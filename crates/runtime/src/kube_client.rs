@@ -16,6 +16,12 @@
 //! as client-go does without a `Retry-After`; every caller already retries with its own
 //! back-off from freshly observed state (reconcilers per object, the webhook batcher per
 //! autoscaler, the elector every retry period).
+//!
+//! **At most [`IN_FLIGHT`] requests wait for an answer at once** (a watch counts until its
+//! answer starts, not while it streams). Controllers reconcile many objects concurrently, and over
+//! HTTP/1.1 each request under way is a connection of its own: scaling 1,000 runners at once
+//! opened hundreds, each with its TLS session and buffers, which cost the apiserver handshakes
+//! and the controller memory for nothing, because the apiserver answers no faster.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -30,17 +36,30 @@ use crate::metrics::Metrics;
 pub fn counted(config: kube::Config, metrics: Arc<Metrics>) -> Result<kube::Client, kube::Error> {
     Ok(ClientBuilder::try_from(without_retries(config))?
         .with_layer(&CountLayer(metrics))
+        .with_layer(&bound())
         .build())
 }
 
 /// A client for `config` that makes each request once (see the module's contract).
 pub fn uncounted(config: kube::Config) -> Result<kube::Client, kube::Error> {
-    kube::Client::try_from(without_retries(config))
+    Ok(ClientBuilder::try_from(without_retries(config))?
+        .with_layer(&bound())
+        .build())
 }
 
 fn without_retries(mut config: kube::Config) -> kube::Config {
     config.default_retry = false;
     config
+}
+
+/// Requests that may wait for an answer at once. A watch holds its permit until the
+/// apiserver's answer starts (its headers), not while its events stream.
+pub const IN_FLIGHT: usize = 64;
+
+/// The bound on requests under way ([`IN_FLIGHT`]), FIFO: kube's client feeds its service
+/// from one queue, so a request waits behind those made before it.
+fn bound() -> tower::limit::ConcurrencyLimitLayer {
+    tower::limit::ConcurrencyLimitLayer::new(IN_FLIGHT)
 }
 
 /// Wraps a service in [`Counted`].
@@ -168,6 +187,57 @@ mod tests {
         ] {
             assert_eq!(resource_of(path), resource, "{path}");
         }
+    }
+
+    #[tokio::test]
+    async fn at_most_so_many_requests_wait_for_an_answer_and_a_streaming_watch_is_not_one() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tower::ServiceExt;
+        let (busy, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (b, m) = (busy.clone(), most.clone());
+        let apiserver = tower::service_fn(move |request: http::Request<Body>| {
+            let (busy, most) = (b.clone(), m.clone());
+            async move {
+                // A watch's answer starts at once; its events would follow in the body.
+                if request
+                    .uri()
+                    .query()
+                    .is_some_and(|q| q.contains("watch=true"))
+                {
+                    return Ok::<_, std::convert::Infallible>(http::Response::new(String::new()));
+                }
+                most.fetch_max(busy.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                busy.fetch_sub(1, Ordering::SeqCst);
+                Ok(http::Response::new(String::new()))
+            }
+        });
+        let service = tower::buffer::Buffer::new(bound().layer(apiserver), 1024);
+        let request = |uri: &str| {
+            http::Request::builder()
+                .uri(uri)
+                .body(Body::from(Vec::new()))
+                .unwrap()
+        };
+        // More watches than permits, all of them streaming (their answers kept).
+        let mut watches = Vec::new();
+        for _ in 0..2 * IN_FLIGHT {
+            let watch = service
+                .clone()
+                .oneshot(request("/api/v1/pods?watch=true&resourceVersion=1"));
+            watches.push(watch.await.unwrap());
+        }
+        let calls: Vec<_> = (0..3 * IN_FLIGHT)
+            .map(|_| {
+                let service = service.clone();
+                tokio::spawn(async move { service.oneshot(request("/api/v1/pods")).await })
+            })
+            .collect();
+        for call in calls {
+            call.await.unwrap().unwrap();
+        }
+        assert_eq!(most.load(Ordering::SeqCst), IN_FLIGHT);
+        drop(watches);
     }
 
     #[tokio::test]

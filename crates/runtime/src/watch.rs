@@ -95,8 +95,9 @@ fn forget_field_managers<K: kube::Resource>(object: &mut K) {
 }
 
 /// A controller's trigger stream: the objects of a kind that one shared watch saw change
-/// (created, modified, deleted, or listed when the watch (re)starts).
-pub type Triggers<K> = futures::stream::BoxStream<'static, Result<K, watcher::Error>>;
+/// (created, modified, deleted, or listed when the watch (re)starts). Every controller fed by
+/// one watch gets the same copy of each object.
+pub type Triggers<K> = futures::stream::BoxStream<'static, std::sync::Arc<K>>;
 
 /// One watch of a kind feeding a store and `N` trigger streams, all subscribed
 /// before the watch starts so that none misses the initial list. A trigger stream is
@@ -126,9 +127,9 @@ where
     let (reader, writer) = reflector::store();
     let mut senders = Vec::with_capacity(N);
     let triggers = std::array::from_fn(|_| {
-        let (tx, rx) = futures::channel::mpsc::unbounded::<K>();
+        let (tx, rx) = futures::channel::mpsc::unbounded::<std::sync::Arc<K>>();
         senders.push(tx);
-        rx.map(Ok).boxed()
+        rx.boxed()
     });
     let stream = reflector::reflector(
         writer,
@@ -141,6 +142,7 @@ where
     .touched_objects();
     tokio::spawn(stream.for_each(move |touched| {
         if let Ok(object) = touched {
+            let object = std::sync::Arc::new(object);
             for tx in &senders {
                 // A closed channel is a controller that ended: nothing to tell it.
                 let _ = tx.unbounded_send(object.clone());

@@ -101,7 +101,9 @@ impl AsRef<Context> for AutoscalerState {
 /// Runs the controller until the stream ends.
 pub async fn run(ctx: Arc<Context>, hras: Triggers<HorizontalRunnerAutoscaler>) {
     // Spec changes only: a status write (ours) does not trigger another reconcile.
-    let trigger = hras.predicate_filter(predicates::generation, Default::default());
+    let trigger = hras
+        .map(|hra| Ok::<_, kube::runtime::watcher::Error>(HorizontalRunnerAutoscaler::clone(&hra)))
+        .predicate_filter(predicates::generation, Default::default());
     let state = Arc::new(AutoscalerState { ctx: ctx.clone() });
     // Sets ask for a fresh observation when they hold a finished runner's place on it.
     let asked = ctx.observations.wake_ups().map(|woken| {

@@ -84,7 +84,8 @@ pub async fn run(
     .default_backoff()
     .touched_objects();
     let mapper_ctx = ctx.clone();
-    let controller = Controller::for_stream(runners, ctx.stores.runners.clone()).owns_stream(pods);
+    let controller =
+        Controller::for_shared_stream(runners, ctx.stores.runners.clone()).owns_shared_stream(pods);
     let watch_secrets = ctx.settings.watch_credential_secrets;
     let state = Arc::new(RunnerState {
         ctx,

@@ -52,8 +52,8 @@ pub async fn run(
     deployments: Triggers<RunnerDeployment>,
     sets: Triggers<RunnerReplicaSet>,
 ) {
-    Controller::for_stream(deployments, ctx.stores.deployments.clone())
-        .owns_stream(sets)
+    Controller::for_shared_stream(deployments, ctx.stores.deployments.clone())
+        .owns_shared_stream(sets)
         .run(SKELETON.reconcile(reconcile), SKELETON.error_policy(), ctx)
         .for_each(|_| async {})
         .await;

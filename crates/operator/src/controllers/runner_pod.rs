@@ -85,7 +85,7 @@ pub async fn run(ctx: Arc<Context>, pods: Triggers<Pod>) {
         directory: RunnerDirectory::new(ctx.settings.registration_check_interval),
         ctx,
     });
-    Controller::for_stream(pods, pods_store)
+    Controller::for_shared_stream(pods, pods_store)
         .run(
             SKELETON.reconcile(reconcile),
             SKELETON.error_policy(),

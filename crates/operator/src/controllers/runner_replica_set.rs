@@ -57,10 +57,10 @@ pub async fn run(
 ) {
     let stores = ctx.stores.clone();
     let replica_sets = ctx.stores.replica_sets.clone();
-    Controller::for_stream(sets, ctx.stores.replica_sets.clone())
-        .owns_stream(runners)
+    Controller::for_shared_stream(sets, ctx.stores.replica_sets.clone())
+        .owns_shared_stream(runners)
         // An autoscaler's change matters to the sets of the RunnerDeployment it scales.
-        .watches_stream(hras, move |hra: HorizontalRunnerAutoscaler| {
+        .watches_shared_stream(hras, move |hra: Arc<HorizontalRunnerAutoscaler>| {
             let Some((ns, ScaleTargetKind::RunnerDeployment, deployment)) = sets::target_of(&hra)
             else {
                 return Vec::new();
@@ -78,7 +78,7 @@ pub async fn run(
                 .collect::<Vec<_>>()
         })
         // A pod change (ready, registered, completed) matters to the set owning its Runner.
-        .watches_stream(pods, move |pod: Pod| {
+        .watches_shared_stream(pods, move |pod: Arc<Pod>| {
             let ns = pod.namespace()?;
             let runner_owner = pod.owner_references().iter().find(|o| o.kind == "Runner")?;
             let runner = stores

@@ -181,20 +181,20 @@ pub async fn run(
         },
     });
     Controller::new(sets, watcher::Config::default())
-        .owns_stream(sts_changes)
+        .owns_shared_stream(sts_changes)
         // A pod change (ready, registered, finished) matters to its set.
-        .watches_stream(pods, |pod: Pod| {
+        .watches_shared_stream(pods, |pod: Arc<Pod>| {
             let set = pod.labels().get(label::RUNNERSET_NAME)?;
             Some(ObjectRef::new(set).within(&pod.namespace()?))
         })
         // So does a change of the autoscaler that scales it.
-        .watches_stream(hras, |hra| match sets::target_of(&hra)? {
+        .watches_shared_stream(hras, |hra| match sets::target_of(&hra)? {
             (ns, ScaleTargetKind::RunnerSet, set) => Some(ObjectRef::new(&set).within(&ns)),
             _ => None,
         })
         // So do its claims (created, bound, deleted) and its volumes (released).
-        .watches_stream(claim_changes, |pvc| volumes::claim_trigger(&pvc))
-        .watches_stream(pv_changes, move |pv| {
+        .watches_shared_stream(claim_changes, |pvc| volumes::claim_trigger(&pvc))
+        .watches_shared_stream(pv_changes, move |pv| {
             volumes::volume_trigger(&pv, ns.as_deref())
         })
         .run(
