@@ -976,59 +976,73 @@ async fn a_runner_set_and_a_standalone_replica_set_at_zero_keep_a_registration_o
     e.shutdown().await;
 }
 
-/// An owner that holds the registration-only runner's finalizer but never recorded the
-/// runner's ID (it changed under the controller's conditional write, or the controller stopped
-/// between registering and recording) is deleted: its placeholder is found on GitHub by name
-/// and removed before the owner goes.
+/// Owners that hold the registration-only runner's finalizer but do not know their runner's
+/// ID are deleted: one never recorded it (it changed under the controller's conditional
+/// write, or the controller stopped between registering and recording), the other recorded a
+/// runner that a later registration replaced (a reconcile that read a copy from before the
+/// record). Each placeholder is found on GitHub by name and removed before its owner goes.
 #[tokio::test]
 async fn a_placeholder_whose_id_was_never_recorded_is_removed_with_its_owner() {
     let e = E2e::start_configured("e2e-lost-placeholder", |s| {
         s.registration_only_runners = true;
     })
     .await;
-    let request = hangar_github::JitConfigRequest {
-        name: "lost-registration-only".to_owned(),
-        runner_group_id: 1,
-        labels: hangar_core::autoscaler::labels::jit_runner_labels(&["lost".to_owned()], None),
-        work_folder: None,
-    };
-    e.h.github
-        .generate_jit_config(&hangar_github::Scope::repo("octo", "app"), &request)
-        .await
-        .unwrap();
     let placement = e.nodes.placement();
-    e.h.apply(
-        &json!({
-            "apiVersion": "actions.summerwind.dev/v1alpha1",
-            "kind": "RunnerReplicaSet",
-            "metadata": {
-                "name": "lost",
-                "finalizers": [hangar::controllers::placeholder::FINALIZER],
-            },
-            "spec": {"replicas": 1, "template": {"spec": {
-                "repository": "octo/app",
-                "labels": ["lost"],
-                "nodeSelector": placement.node_selector,
-                "tolerations": placement.tolerations,
-            }}},
-        })
-        .to_string(),
-    );
-    e.h.api::<hangar_api::RunnerReplicaSet>()
-        .delete("lost", &Default::default())
-        .await
-        .unwrap();
+    // (owner, the ID its annotation records, if any)
+    let owners = [("lost", None), ("replaced", Some("999999"))];
+    for (owner, recorded) in owners {
+        let request = hangar_github::JitConfigRequest {
+            name: format!("{owner}-registration-only"),
+            runner_group_id: 1,
+            labels: hangar_core::autoscaler::labels::jit_runner_labels(&[owner.to_owned()], None),
+            work_folder: None,
+        };
+        e.h.github
+            .generate_jit_config(&hangar_github::Scope::repo("octo", "app"), &request)
+            .await
+            .unwrap();
+        let annotations = recorded.map_or_else(
+            || json!({}),
+            |id| json!({ hangar::controllers::placeholder::ID_ANNOTATION: id }),
+        );
+        e.h.apply(
+            &json!({
+                "apiVersion": "actions.summerwind.dev/v1alpha1",
+                "kind": "RunnerReplicaSet",
+                "metadata": {
+                    "name": owner,
+                    "annotations": annotations,
+                    "finalizers": [hangar::controllers::placeholder::FINALIZER],
+                },
+                "spec": {"replicas": 1, "template": {"spec": {
+                    "repository": "octo/app",
+                    "labels": [owner],
+                    "nodeSelector": placement.node_selector,
+                    "tolerations": placement.tolerations,
+                }}},
+            })
+            .to_string(),
+        );
+        e.h.api::<hangar_api::RunnerReplicaSet>()
+            .delete(owner, &Default::default())
+            .await
+            .unwrap();
+    }
     eventually_of(
         &e,
-        "the owner gone, and its unrecorded placeholder with it",
+        "the owners gone, and their placeholders with them",
         WAIT,
         || async {
-            let rrs =
-                e.h.api::<hangar_api::RunnerReplicaSet>()
-                    .get_opt("lost")
-                    .await
-                    .unwrap();
-            (rrs.is_none() && e.h.registered().is_empty()).then_some(())
+            let mut left = 0;
+            for (owner, _) in owners {
+                let rrs =
+                    e.h.api::<hangar_api::RunnerReplicaSet>()
+                        .get_opt(owner)
+                        .await
+                        .unwrap();
+                left += usize::from(rrs.is_some());
+            }
+            (left == 0 && e.h.registered().is_empty()).then_some(())
         },
     )
     .await;

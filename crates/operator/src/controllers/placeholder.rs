@@ -8,7 +8,8 @@
 //! of the owner. The finalizer [`FINALIZER`] is added before the placeholder is registered and
 //! removed after it is deleted from GitHub, so deleting the owner deletes the placeholder first
 //! even when its ID was never recorded (the owner changed under the conditional write, or the
-//! controller stopped in between): it is then found by its name ([`placeholder_name`]).
+//! controller stopped in between) or a later registration replaced the recorded one: every
+//! removal also looks the runner up by its name ([`placeholder_name`]).
 
 use std::collections::BTreeMap;
 
@@ -149,12 +150,14 @@ pub async fn sync<K: Owner>(
             others = claim(others);
             Some(id.to_string())
         }
-        Step::Remove(id) => {
-            remove(hangar_github::RunnerId(id)).await?;
-            info!(owner = %object_name(owner), id, "removed registration-only runner");
-            None
-        }
-        Step::RemoveByName => {
+        Step::Remove(_) | Step::RemoveByName => {
+            if let Step::Remove(id) = next {
+                remove(hangar_github::RunnerId(id)).await?;
+                info!(owner = %object_name(owner), id, "removed registration-only runner");
+            }
+            // By name as well: a reconcile that read the owner before its ID was recorded
+            // registers again, replacing the recorded runner with one whose ID its own write
+            // (conditional on the stale copy) cannot record.
             let found = github
                 .find_runner(&gh_scope, &name)
                 .await
