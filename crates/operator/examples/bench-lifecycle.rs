@@ -18,7 +18,9 @@
 //! With `--hold-seconds S`, the pool stays at N registered idle runners for S seconds before the
 //! scale to 0, and the run reports what keeping it costs, per minute of the hold: apiserver
 //! requests by verb and resource (every component's), the controller's GitHub calls and their
-//! rate-limit cost, and its CPU; and its peak RSS at the end of the hold. That is the scale
+//! rate-limit cost, and its CPU; and its peak RSS at the end of the hold. The same costs are
+//! also reported minute by minute: the first minutes hold the scale-up's tail, the later ones
+//! what keeping the pool costs. That is the scale
 //! benchmark: `--runners 1000 --nodes 10 --scenarios idle --hold-seconds 600`.
 //!
 //! Reported per run: seconds to all registered (in ghsim, online) and to all gone, the
@@ -88,7 +90,9 @@ enum Kind {
     Set,
 }
 
-const LIMIT: Duration = Duration::from_secs(600);
+/// How long one step (all registered, all gone) may take before the run fails: generous,
+/// because 5,000 runners take many minutes each way on a 2-CPU machine.
+const LIMIT: Duration = Duration::from_secs(1800);
 
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -163,6 +167,25 @@ struct Hold {
     controller_cpu_seconds_per_minute: f64,
     /// The controller's peak RSS at the end of the hold.
     controller_peak_rss_mib: f64,
+    /// The same costs minute by minute. The scale-up's tail falls into the first minutes
+    /// (kube-controller-manager's garbage collector checking owners, the last runners' IDs and
+    /// statuses recorded); the later minutes are what keeping the pool costs.
+    by_minute: Vec<HoldMinute>,
+}
+
+/// One minute of the hold (the last may be shorter).
+#[derive(Debug, Serialize)]
+struct HoldMinute {
+    /// Seconds into the hold at which this minute ended.
+    until_seconds: f64,
+    /// The controller's GitHub REST calls, and of those the ones charged to the budget.
+    github_calls: u64,
+    github_charged_calls: u64,
+    /// Every component's apiserver requests (the kubelets' renewals included).
+    apiserver_requests: u64,
+    /// Of those, the ones that are not node heartbeats ([`is_node_heartbeat`]).
+    apiserver_requests_besides_heartbeats: u64,
+    controller_cpu_seconds: f64,
 }
 
 #[tokio::main]
@@ -195,6 +218,17 @@ async fn main() -> anyhow::Result<()> {
                 run.controller_cpu_seconds
             );
             if let Some(h) = &run.hold {
+                if let Some(last) = h.by_minute.last() {
+                    println!(
+                        "  last minute of the hold: {} GitHub calls ({} charged), {} apiserver \
+                         requests ({} besides node heartbeats), controller {:.2} CPU s",
+                        last.github_calls,
+                        last.github_charged_calls,
+                        last.apiserver_requests,
+                        last.apiserver_requests_besides_heartbeats,
+                        last.controller_cpu_seconds
+                    );
+                }
                 println!(
                     "  held {:.0} s: {:.1} GitHub calls/min ({:.1} charged), {:.0} apiserver \
                      requests/min, controller {:.2} CPU s/min, peak RSS {:.0} MiB",
@@ -551,7 +585,43 @@ async fn hold_pool(
     let cpu_before = cpu()?;
     let started = Instant::now();
     eprintln!("holding the pool for {hold:?}");
-    tokio::time::sleep(hold).await;
+    let mut by_minute = Vec::new();
+    let mut then = (
+        requests_before.clone(),
+        calls_before,
+        charged_before,
+        cpu_before,
+    );
+    while started.elapsed() < hold {
+        tokio::time::sleep(
+            hold.saturating_sub(started.elapsed())
+                .min(Duration::from_secs(60)),
+        )
+        .await;
+        let (calls, charged, _) = github_calls(&github.sim);
+        let now = (
+            common::apiserver_requests(client).await?,
+            calls,
+            charged,
+            cpu()?,
+        );
+        let requests = |besides_heartbeats: bool| {
+            now.0
+                .iter()
+                .filter(|(key, _)| !besides_heartbeats || !is_node_heartbeat(key))
+                .map(|(key, n)| n - then.0.get(key).copied().unwrap_or(0))
+                .sum()
+        };
+        by_minute.push(HoldMinute {
+            until_seconds: started.elapsed().as_secs_f64(),
+            github_calls: now.1 - then.1,
+            github_charged_calls: now.2 - then.2,
+            apiserver_requests: requests(false),
+            apiserver_requests_besides_heartbeats: requests(true),
+            controller_cpu_seconds: now.3 - then.3,
+        });
+        then = now;
+    }
     let minutes = started.elapsed().as_secs_f64() / 60.0;
     let cpu_after = cpu()?;
     let (calls_after, charged_after, endpoints_after) = github_calls(&github.sim);
@@ -585,7 +655,18 @@ async fn hold_pool(
         apiserver_requests_per_minute_by_request: by_request,
         controller_cpu_seconds_per_minute: (cpu_after - cpu_before) / minutes,
         controller_peak_rss_mib: peak_rss,
+        by_minute,
     })
+}
+
+/// Whether a (verb, resource) of the apiserver's counts is a simulated kubelet keeping its
+/// node alive (status applies, Lease merge patches), which any cluster pays whatever runs on
+/// it. The control plane's own leader Leases are renewed with PUT and are not counted here.
+fn is_node_heartbeat((verb, resource): &(String, String)) -> bool {
+    matches!(
+        (verb.as_str(), resource.as_str()),
+        ("APPLY" | "PATCH", "nodes/status") | ("PATCH", "leases")
+    )
 }
 
 /// A watch-fed cache of the metadata of every `K` in the benchmark namespace, once filled.
