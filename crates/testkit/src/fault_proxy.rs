@@ -34,6 +34,11 @@
 //!   answered as kube-apiserver answers one etcd did not commit in time: `504` with a
 //!   `Status` of reason `Timeout`, without reaching it. Reads and watches still work, as
 //!   they do from the apiserver's watch cache while etcd is slow or without a leader.
+//! - [`Faults::set_watch_delay`]: while set for a resource, every byte of its watch streams
+//!   (open ones too) reaches the client that long after the apiserver sent it, in order, as
+//!   from an apiserver whose watch cache lags behind etcd under load. Writes and lists are
+//!   answered at once, so a client's own writes are acknowledged long before its watch shows
+//!   them.
 //!
 //! When the apiserver cannot be reached (it is being restarted), a request is answered 503
 //! with a `Status`, as a load balancer in front of it would.
@@ -114,6 +119,8 @@ struct Shared {
     disconnects: watch::Sender<u64>,
     watch_gone: std::sync::atomic::AtomicBool,
     writes_timing_out: std::sync::atomic::AtomicBool,
+    /// How long each watched resource's events are held back.
+    watch_delays: Mutex<std::collections::BTreeMap<String, Duration>>,
     /// The conflict rate and the RNG it is drawn with.
     conflicts: Mutex<(f64, fastrand::Rng)>,
     forwarded: AtomicU64,
@@ -151,6 +158,7 @@ impl Faults {
                 disconnects: watch::channel(0).0,
                 watch_gone: false.into(),
                 writes_timing_out: false.into(),
+                watch_delays: Mutex::default(),
                 conflicts: Mutex::new((0.0, fastrand::Rng::with_seed(seed))),
                 forwarded: 0.into(),
                 watches_open: 0.into(),
@@ -183,11 +191,28 @@ impl Faults {
         self.inner.writes_timing_out.store(on, Ordering::SeqCst);
     }
 
+    /// Holds back every event of `resource`'s watches (its plural, such as `runners`) by
+    /// `delay`; zero is off. Events already held keep the delay they got.
+    pub fn set_watch_delay(&self, resource: &str, delay: Duration) {
+        let mut delays = self.inner.watch_delays.lock().expect("watch delays");
+        if delay.is_zero() {
+            delays.remove(resource);
+        } else {
+            delays.insert(resource.to_owned(), delay);
+        }
+    }
+
+    fn watch_delay(&self, resource: &str) -> Duration {
+        let delays = self.inner.watch_delays.lock().expect("watch delays");
+        delays.get(resource).copied().unwrap_or_default()
+    }
+
     /// Switches every fault off (open watches stay open).
     pub fn clear(&self) {
         self.set_watch_gone(false);
         self.set_write_conflicts(0.0);
         self.set_writes_timing_out(false);
+        self.inner.watch_delays.lock().expect("watch delays").clear();
     }
 
     /// What the proxy did so far.
@@ -650,11 +675,50 @@ async fn handle(
                 let _still_open = &counted;
                 chunk.map(Frame::data)
             });
-        StreamBody::new(frames).boxed_unsync()
+        let resource = target(&path).map(|t| t.resource).unwrap_or_default();
+        StreamBody::new(delayed(frames, faults, resource)).boxed_unsync()
     } else {
         body.boxed_unsync()
     };
     Ok(Response::from_parts(parts, body))
+}
+
+/// `frames` as they arrive, each held back by the watch delay of `resource` in force when it
+/// arrived ([`Faults::set_watch_delay`]). The stream is read as fast as the apiserver sends,
+/// so held frames do not add up: each arrives its delay after it was sent.
+fn delayed<S, T>(
+    frames: S,
+    faults: Faults,
+    resource: String,
+) -> impl futures::Stream<Item = T> + Send + 'static
+where
+    S: futures::Stream<Item = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    let reader = tokio::spawn(frames.for_each(move |frame| {
+        let due = tokio::time::Instant::now() + faults.watch_delay(&resource);
+        // The client hung up: nothing left to relay.
+        let _ = tx.unbounded_send((due, frame));
+        async {}
+    }));
+    let abort_reader = AbortOnDrop(reader);
+    rx.then(move |(due, frame)| {
+        let _reader = &abort_reader;
+        async move {
+            tokio::time::sleep_until(due).await;
+            frame
+        }
+    })
+}
+
+/// Aborts a task when dropped: a relay's reader ends with the client's stream.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Counts an open watch stream while it lives; a stream dropped after its disconnect counts

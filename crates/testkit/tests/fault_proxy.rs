@@ -226,6 +226,71 @@ async fn a_watch_through_the_proxy_streams_and_ends_on_disconnect_watches() {
 }
 
 #[tokio::test]
+async fn a_delayed_watch_shows_each_event_that_long_after_the_write_was_answered() {
+    let cluster = TestCluster::get();
+    let ns = TestNamespace::create(cluster, "proxy-lag").await;
+    let (proxy, client, rewritten) = through_proxy("lag").await;
+    let via: Api<ConfigMap> = ns.api(client);
+    let rv = list_version(&via).await;
+    let delay = Duration::from_secs(2);
+    proxy.faults().set_watch_delay("configmaps", delay);
+    let mut stream = via
+        .watch(&WatchParams::default().timeout(60), &rv)
+        .await
+        .unwrap()
+        .boxed();
+
+    // Two writes through the proxy: each is answered at once, each shows on the watch the
+    // delay after it was answered, not the delays added up.
+    let started = std::time::Instant::now();
+    via.create(&PostParams::default(), &config_map("first"))
+        .await
+        .unwrap();
+    via.create(&PostParams::default(), &config_map("second"))
+        .await
+        .unwrap();
+    let answered = started.elapsed();
+    assert!(answered < Duration::from_secs(1), "writes took {answered:?}");
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let event = tokio::time::timeout(Duration::from_secs(20), stream.try_next())
+            .await
+            .expect("an event within 20 s")
+            .unwrap();
+        if let Some(WatchEvent::Added(cm)) = event {
+            seen.push((cm.metadata.name.unwrap_or_default(), started.elapsed()));
+        }
+    }
+    assert_eq!(
+        seen.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        ["first", "second"]
+    );
+    for (name, at) in &seen {
+        assert!(
+            *at >= delay && *at < delay + Duration::from_secs(2),
+            "{name} seen after {at:?}, with a watch delay of {delay:?}"
+        );
+    }
+
+    // Switched off, the delay no longer holds new events back.
+    proxy.faults().set_watch_delay("configmaps", Duration::ZERO);
+    let started = std::time::Instant::now();
+    via.create(&PostParams::default(), &config_map("third"))
+        .await
+        .unwrap();
+    let event = tokio::time::timeout(Duration::from_secs(20), stream.try_next())
+        .await
+        .expect("an event within 20 s")
+        .unwrap();
+    assert!(
+        matches!(&event, Some(WatchEvent::Added(cm)) if cm.metadata.name.as_deref() == Some("third")),
+        "{event:?}"
+    );
+    assert!(started.elapsed() < delay, "{:?}", started.elapsed());
+    let _ = std::fs::remove_file(rewritten);
+}
+
+#[tokio::test]
 async fn a_watch_with_a_resource_version_gets_410_expired_in_the_gone_window() {
     let cluster = TestCluster::get();
     let ns = TestNamespace::create(cluster, "proxy-gone").await;

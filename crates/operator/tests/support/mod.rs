@@ -174,6 +174,24 @@ impl Harness {
         (harness, url.expect("the webhook server was started"))
     }
 
+    /// [`Harness::start_with`], with the controllers reaching the apiserver through a fault
+    /// proxy ([`hangar_testkit::fault_proxy`]) whose faults the test switches; the harness's
+    /// own client goes to the apiserver directly.
+    pub async fn start_behind_proxy(
+        prefix: &str,
+        options: ClientOptions,
+    ) -> (Self, hangar_testkit::fault_proxy::FaultProxy) {
+        let (proxy, config) =
+            hangar_testkit::fault_proxy::FaultProxy::in_front_of(TestCluster::get(), 11)
+                .await
+                .expect("the fault proxy starts");
+        let client = kube::Client::try_from(config).expect("a client through the proxy");
+        let harness = Self::launch_with(prefix, options, |_| {}, None, Some(client))
+            .await
+            .0;
+        (harness, proxy)
+    }
+
     /// ghsim, and the manager with `settings` adjusted by `configure` and, given `webhook`,
     /// the webhook server, whose URL is returned.
     async fn launch(
@@ -181,6 +199,18 @@ impl Harness {
         options: ClientOptions,
         configure: impl FnOnce(&mut Settings),
         webhook: Option<hangar::webhook_server::WebhookConfig>,
+    ) -> (Self, Option<String>) {
+        Self::launch_with(prefix, options, configure, webhook, None).await
+    }
+
+    /// [`Harness::launch`], the manager using `manager_client` when given (else the
+    /// harness's own client).
+    async fn launch_with(
+        prefix: &str,
+        options: ClientOptions,
+        configure: impl FnOnce(&mut Settings),
+        webhook: Option<hangar::webhook_server::WebhookConfig>,
+        manager_client: Option<kube::Client>,
     ) -> (Self, Option<String>) {
         let sim = ghsim::Sim::new(ghsim::SimConfig::default());
         sim.update(|w, _| {
@@ -202,6 +232,7 @@ impl Harness {
             configure,
             webhook,
             (sim, url, Some(server)),
+            manager_client,
         )
         .await
     }
@@ -217,27 +248,36 @@ impl Harness {
         configure: impl FnOnce(&mut Settings),
     ) -> Self {
         let github = (self.sim.clone(), self.url.clone(), None);
-        Self::on_github(prefix, options, configure, None, github)
+        Self::on_github(prefix, options, configure, None, github, None)
             .await
             .0
     }
 
     /// A fresh namespace and the manager for it on `github`: the simulator, its URL and, when
-    /// this harness started it, the task serving it.
+    /// this harness started it, the task serving it. The manager uses `manager_client` when
+    /// given, else the harness's own client.
     async fn on_github(
         prefix: &str,
         options: ClientOptions,
         configure: impl FnOnce(&mut Settings),
         webhook: Option<hangar::webhook_server::WebhookConfig>,
         github: (ghsim::Sim, String, Option<tokio::task::JoinHandle<()>>),
+        manager_client: Option<kube::Client>,
     ) -> (Self, Option<String>) {
         let (sim, url, server) = github;
         let cluster = TestCluster::get();
         let client = cluster.client().await;
         crds::install(&client).await;
         let ns = TestNamespace::create(cluster, prefix).await;
-        let manager =
-            Manager::spawn(client.clone(), &url, ns.name(), options, configure, webhook).await;
+        let manager = Manager::spawn(
+            manager_client.unwrap_or_else(|| client.clone()),
+            &url,
+            ns.name(),
+            options,
+            configure,
+            webhook,
+        )
+        .await;
         let harness = Harness {
             cluster,
             ns,
