@@ -172,6 +172,9 @@ pub struct Context {
     pub github_runners: crate::github_runners::GitHubRunners,
     /// Sets asking their autoscalers to observe GitHub again.
     pub observations: crate::observations::ObservationRequests,
+    /// The Runners each RunnerReplicaSet created or deleted that the Runner store may not
+    /// show yet.
+    pub unobserved_runners: crate::watch::Unobserved,
 }
 
 impl std::fmt::Debug for Stores {
@@ -232,6 +235,7 @@ impl Context {
             authorities: Default::default(),
             github_runners: Default::default(),
             observations: Default::default(),
+            unobserved_runners: Default::default(),
             client,
             github,
             settings,

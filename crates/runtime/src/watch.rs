@@ -7,7 +7,10 @@
 //!
 //! Contract: nothing here decides anything. A store lags behind the writes of this process, so
 //! a reconcile that created or deleted objects waits ([`wait_until_stored`],
-//! [`wait_until_deleting`]) until its store shows them, bounded by a few seconds.
+//! [`wait_until_deleting`]) until its store shows them, bounded by a few seconds; what the
+//! store still does not show after that is remembered ([`Unobserved`]) and counted by the next
+//! reconcile as done, so that a watch lagging longer than the wait does not make it create or
+//! delete the same thing twice.
 
 use futures::StreamExt;
 use kube::runtime::reflector::{self, Store};
@@ -208,5 +211,199 @@ async fn wait_for_store<K>(
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// How long a write of this process may go unseen by its store before [`Unobserved`] forgets
+/// it: a watch that lags longer is broken, and an object created and deleted again before the
+/// store caught up is never seen at all (counting it longer would hold a place for nothing).
+pub const UNOBSERVED_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The creations and deletions each owner made that its store may not show yet
+/// (kube-controller-manager's "expectations"): recorded after a reconcile's writes, read by the
+/// owner's next reconcile, which counts them as done. An entry goes once the store shows it
+/// (created: present; deleted: deleting or gone) or after [`UNOBSERVED_TTL`].
+#[derive(Debug, Default)]
+pub struct Unobserved {
+    owners: std::sync::Mutex<std::collections::HashMap<String, Writes>>,
+}
+
+#[derive(Debug, Default)]
+struct Writes {
+    created: std::collections::BTreeMap<String, tokio::time::Instant>,
+    deleted: std::collections::BTreeMap<String, tokio::time::Instant>,
+}
+
+impl Writes {
+    fn is_empty(&self) -> bool {
+        self.created.is_empty() && self.deleted.is_empty()
+    }
+
+    fn forget_expired(&mut self, now: tokio::time::Instant) {
+        let fresh = |at: &mut tokio::time::Instant| now.duration_since(*at) < UNOBSERVED_TTL;
+        self.created.retain(|_, at| fresh(at));
+        self.deleted.retain(|_, at| fresh(at));
+    }
+}
+
+/// What an owner wrote that its store does not show yet.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Unseen {
+    /// Created, and not in the store yet.
+    pub created: Vec<String>,
+    /// Deleted, and in the store without a `deletionTimestamp` still.
+    pub deleted: Vec<String>,
+}
+
+impl Unobserved {
+    /// Remembers that `owner` (a stable key: its UID) just created `created` and deleted
+    /// `deleted`.
+    pub fn record(&self, owner: &str, created: &[String], deleted: &[String]) {
+        if created.is_empty() && deleted.is_empty() {
+            return;
+        }
+        let now = tokio::time::Instant::now();
+        let mut owners = self.owners.lock().expect("unobserved writes");
+        // Owners that are gone are never asked again: their entries expire here.
+        owners.retain(|_, writes| {
+            writes.forget_expired(now);
+            !writes.is_empty()
+        });
+        let writes = owners.entry(owner.to_owned()).or_default();
+        for name in created {
+            writes.created.insert(name.clone(), now);
+        }
+        for name in deleted {
+            writes.created.remove(name);
+            writes.deleted.insert(name.clone(), now);
+        }
+    }
+
+    /// What `owner` wrote in `ns` that `store` does not show yet; forgets what it shows.
+    pub fn unseen<K>(&self, owner: &str, store: &Store<K>, ns: &str) -> Unseen
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + 'static,
+    {
+        use kube::runtime::reflector::ObjectRef;
+        let mut owners = self.owners.lock().expect("unobserved writes");
+        let Some(writes) = owners.get_mut(owner) else {
+            return Unseen::default();
+        };
+        writes.forget_expired(tokio::time::Instant::now());
+        let get = |name: &str| store.get(&ObjectRef::<K>::new(name).within(ns));
+        writes.created.retain(|name, _| get(name).is_none());
+        writes
+            .deleted
+            .retain(|name, _| get(name).is_some_and(|o| o.meta().deletion_timestamp.is_none()));
+        let unseen = Unseen {
+            created: writes.created.keys().cloned().collect(),
+            deleted: writes.deleted.keys().cloned().collect(),
+        };
+        if writes.is_empty() {
+            owners.remove(owner);
+        }
+        unseen
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+    use kube::runtime::reflector::store::Writer;
+
+    fn config_map(name: &str, deleting: bool) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some("ns".to_owned()),
+                deletion_timestamp: deleting.then_some(
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                    ),
+                ),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        }
+    }
+
+    fn show(writer: &mut Writer<ConfigMap>, name: &str, deleting: bool) {
+        writer.apply_watcher_event(&watcher::Event::Apply(config_map(name, deleting)));
+    }
+
+    fn names(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn writes_count_until_the_store_shows_them() {
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        show(&mut writer, "old", false);
+        let unobserved = Unobserved::default();
+        unobserved.record("set", &names(&["a", "b"]), &names(&["old"]));
+        assert_eq!(
+            unobserved.unseen("set", &store, "ns"),
+            Unseen {
+                created: names(&["a", "b"]),
+                deleted: names(&["old"]),
+            }
+        );
+        // Another owner's writes, and another namespace's objects, are not this owner's.
+        assert_eq!(unobserved.unseen("other", &store, "ns"), Unseen::default());
+
+        show(&mut writer, "a", false);
+        show(&mut writer, "old", true);
+        assert_eq!(
+            unobserved.unseen("set", &store, "ns"),
+            Unseen {
+                created: names(&["b"]),
+                deleted: vec![],
+            }
+        );
+        // Seen once is forgotten: gone again later, it is not counted again.
+        writer.apply_watcher_event(&watcher::Event::Delete(config_map("a", false)));
+        show(&mut writer, "b", false);
+        assert_eq!(unobserved.unseen("set", &store, "ns"), Unseen::default());
+        assert!(unobserved.owners.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_never_seen_is_forgotten_after_the_ttl() {
+        let (store, _writer) = reflector::store::<ConfigMap>();
+        let unobserved = Unobserved::default();
+        unobserved.record("set", &names(&["a"]), &[]);
+        tokio::time::advance(UNOBSERVED_TTL - std::time::Duration::from_secs(1)).await;
+        assert_eq!(
+            unobserved.unseen("set", &store, "ns").created,
+            names(&["a"])
+        );
+        tokio::time::advance(std::time::Duration::from_secs(1)).await;
+        assert_eq!(unobserved.unseen("set", &store, "ns"), Unseen::default());
+
+        // An owner never asked again is dropped by a later write of any owner.
+        unobserved.record("gone", &names(&["x"]), &[]);
+        tokio::time::advance(UNOBSERVED_TTL).await;
+        unobserved.record("set", &names(&["b"]), &[]);
+        assert_eq!(
+            unobserved.owners.lock().unwrap().keys().collect::<Vec<_>>(),
+            ["set"]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deleting_what_was_created_unseen_counts_it_deleted_only() {
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let unobserved = Unobserved::default();
+        unobserved.record("set", &names(&["a"]), &[]);
+        unobserved.record("set", &[], &names(&["a"]));
+        assert_eq!(unobserved.unseen("set", &store, "ns"), Unseen::default());
+        show(&mut writer, "a", false);
+        unobserved.record("set", &[], &names(&["a"]));
+        assert_eq!(
+            unobserved.unseen("set", &store, "ns").deleted,
+            names(&["a"])
+        );
     }
 }

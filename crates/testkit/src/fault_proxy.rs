@@ -212,7 +212,11 @@ impl Faults {
         self.set_watch_gone(false);
         self.set_write_conflicts(0.0);
         self.set_writes_timing_out(false);
-        self.inner.watch_delays.lock().expect("watch delays").clear();
+        self.inner
+            .watch_delays
+            .lock()
+            .expect("watch delays")
+            .clear();
     }
 
     /// What the proxy did so far.

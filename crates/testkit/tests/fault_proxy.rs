@@ -250,7 +250,10 @@ async fn a_delayed_watch_shows_each_event_that_long_after_the_write_was_answered
         .await
         .unwrap();
     let answered = started.elapsed();
-    assert!(answered < Duration::from_secs(1), "writes took {answered:?}");
+    assert!(
+        answered < Duration::from_secs(1),
+        "writes took {answered:?}"
+    );
     let mut seen = Vec::new();
     while seen.len() < 2 {
         let event = tokio::time::timeout(Duration::from_secs(20), stream.try_next())

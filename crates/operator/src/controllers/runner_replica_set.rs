@@ -155,10 +155,16 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
         .filter(|r| r.owner_references().iter().any(|o| o.uid == uid))
         .collect();
+    // What this set's earlier passes wrote that the store does not show yet (its watch lags
+    // longer than a pass waits for it) counts as done: else it would be written again.
+    let unseen = ctx
+        .unobserved_runners
+        .unseen(&uid, &ctx.stores.runners, &ns);
+    let desired_template_hash = desired_hash(&set);
     // The pods the plan judges, as it saw them: a pod deleted with its Runner must be one of
     // these, the very object (UID) judged unregistered or finished.
     let mut seen_pods: BTreeMap<String, Arc<Pod>> = BTreeMap::new();
-    let owners: Vec<OwnerView> = runners
+    let mut owners: Vec<OwnerView> = runners
         .iter()
         .map(|r| {
             let pod = ctx
@@ -177,7 +183,8 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
                     .map(k8s_time)
                     .unwrap_or(now),
                 template_hash: r.labels().get(label::RUNNER_TEMPLATE_HASH).cloned(),
-                deleting: r.metadata.deletion_timestamp.is_some(),
+                deleting: r.metadata.deletion_timestamp.is_some()
+                    || unseen.deleted.contains(&r.name_any()),
                 unregistration_requested: annotation(
                     r.as_ref(),
                     ann::UNREGISTRATION_REQUEST_TIMESTAMP,
@@ -203,6 +210,19 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
             }
         })
         .collect();
+    // A Runner created but not yet seen is what a fresh one looks like: no phase, no pod.
+    owners.extend(unseen.created.iter().map(|name| OwnerView {
+        name: name.clone(),
+        created: now,
+        template_hash: Some(desired_template_hash.clone()),
+        deleting: false,
+        unregistration_requested: false,
+        unregistration_complete: false,
+        settled: false,
+        unseen_pods: false,
+        pod_controller: PodController::None,
+        pods: vec![],
+    }));
 
     let ephemeral = set.spec.template.spec.config.ephemeral.unwrap_or(true);
     // A deleted set wants no runners: they retire as on a scale-down.
@@ -224,7 +244,7 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         .unwrap_or_default();
     let input = owner_sync::Input {
         desired,
-        desired_template_hash: desired_hash(&set),
+        desired_template_hash,
         effective_time: set.spec.effective_time.as_ref().map(k8s_time),
         ephemeral,
         owners,
@@ -261,6 +281,7 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
             Err(e) => failure = failure.or(Some(e)),
         }
     }
+    ctx.unobserved_runners.record(&uid, &created, &deleted);
     tokio::join!(
         wait_until_stored(&ctx.stores.runners, &ns, &created),
         wait_until_deleting(&ctx.stores.runners, &ns, &deleted),
@@ -300,8 +321,13 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
 
     let mut retiring = None;
     if let Some(since) = deleting {
-        // Every Runner counts, deleting ones too: each holds its pod until it is retired.
-        let left: Vec<String> = runners.iter().map(|r| r.name_any()).collect();
+        // Every Runner counts, deleting ones and those created but not yet seen too: each
+        // holds its pod until it is retired.
+        let left: Vec<String> = runners
+            .iter()
+            .map(|r| r.name_any())
+            .chain(unseen.created.iter().cloned())
+            .collect();
         match retirement::step(set.as_ref(), since, left.len(), &ctx) {
             hangar_core::retirement::Step::Release => {
                 let written = retirement::set_finalizer(

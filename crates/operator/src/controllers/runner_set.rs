@@ -103,7 +103,7 @@ use crate::credentials::GitHubClients;
 use crate::error::{Error, ignore_not_found, kube_err};
 use crate::reconciler::Reconciler;
 use crate::runner_pod::{self, PodDefaults};
-use hangar_runtime::watch::Triggers;
+use hangar_runtime::watch::{Triggers, Unobserved};
 
 pub use hangar_runtime::registration::mode::{
     JIT, PodCredential, REGISTRATION_ANNOTATION, RunnerSetRegistration,
@@ -125,6 +125,8 @@ pub struct RunnerSetContext {
     pub stateful_sets: Store<StatefulSet>,
     /// Claims labelled `runnerset-name` and volumes labelled `pending-cleanup`.
     pub volumes: VolumeStores,
+    /// The StatefulSets each RunnerSet created or deleted that the store may not show yet.
+    pub unobserved: Unobserved,
 }
 
 impl std::fmt::Debug for RunnerSetContext {
@@ -179,6 +181,7 @@ pub async fn run(
             claims,
             volumes: pvs,
         },
+        unobserved: Unobserved::default(),
     });
     Controller::new(sets, watcher::Config::default())
         .owns_shared_stream(sts_changes)
@@ -624,13 +627,31 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
     hand_on_unregistration_requests(ctx, &owned).await?;
     let spent = spend_registrations(ctx, &owned).await?;
     let namespace_terminating = deleting.is_some() && namespace_terminating(ctx, &ns).await;
-    let owners: Vec<OwnerView> = owned
+    // What earlier passes wrote that the store does not show yet (its watch lags longer than
+    // a pass waits for it) counts as done: else it would be written again.
+    let unseen = state.unobserved.unseen(&uid, &state.stateful_sets, &ns);
+    let mut owners: Vec<OwnerView> = owned
         .iter()
         .map(|s| {
             let spent = registration_spent(s) || spent.contains(&s.name_any());
-            owner_view(ctx, s, now, spent, namespace_terminating)
+            let mut view = owner_view(ctx, s, now, spent, namespace_terminating);
+            view.deleting |= unseen.deleted.contains(&view.name);
+            view
         })
         .collect();
+    // A StatefulSet created but not yet seen is what a fresh one looks like: no pod yet.
+    owners.extend(unseen.created.iter().map(|name| OwnerView {
+        name: name.clone(),
+        created: now,
+        template_hash: Some(desired_hash(&set)),
+        deleting: false,
+        unregistration_requested: false,
+        unregistration_complete: false,
+        settled: false,
+        unseen_pods: false,
+        pod_controller: PodController::Replacing,
+        pods: vec![],
+    }));
 
     // A deleted set wants no runners: they retire as on a scale-down.
     let desired = if deleting.is_some() {
@@ -674,8 +695,13 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
 
     let mut retiring = None;
     if let Some(since) = deleting {
-        // Every StatefulSet counts, deleting ones too: its pod may still hold a job.
-        let left: Vec<String> = owned.iter().map(|s| s.name_any()).collect();
+        // Every StatefulSet counts, deleting ones and those created but not yet seen too: its
+        // pod may still hold a job.
+        let left: Vec<String> = owned
+            .iter()
+            .map(|s| s.name_any())
+            .chain(unseen.created.iter().cloned())
+            .collect();
         match retirement::step(set.as_ref(), since, left.len(), ctx) {
             hangar_core::retirement::Step::Release => {
                 let written = retirement::set_finalizer(
@@ -1081,6 +1107,9 @@ async fn apply(
             ctx.metrics.runner_pods_created(&target, created.len());
             // As for RunnerReplicaSets: the next reconcile must see these StatefulSets, or it
             // would create them again.
+            state
+                .unobserved
+                .record(&set.uid().unwrap_or_default(), &created, &[]);
             wait_until_stored(&state.stateful_sets, &ns, &created).await;
             ctx.runner_events.publish(
                 set.object_ref(&()),
@@ -1106,6 +1135,11 @@ async fn apply(
                 .map(drop)
                 .or_else(ignore_not_found)
                 .map_err(kube_err("delete statefulset", format!("{ns}/{owner}")))?;
+            state.unobserved.record(
+                &set.uid().unwrap_or_default(),
+                &[],
+                std::slice::from_ref(owner),
+            );
             info!(set = %object_name(set), statefulset = owner, ?reason, "deleted runner statefulset");
             ctx.runner_events.publish(
                 set.object_ref(&()),
