@@ -195,9 +195,12 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
                     ann::UNREGISTRATION_COMPLETE_TIMESTAMP,
                 )
                 .is_some(),
-                // A Runner has created its pod once its status has a phase.
-                settled: r.status.as_ref().and_then(|s| s.phase.as_ref()).is_some()
-                    || pod.is_some(),
+                // A Runner whose pod the store does not show is on its way: its status may
+                // say the pod was created (a phase) before the pod watch, which lags the Runner
+                // watch under load, shows the pod. Counted as nothing, it would be replaced by
+                // one runner too many. If its pod is gone for good, the Runner controller
+                // deletes it (a vanished pod), and then it is replaced.
+                settled: pod.is_some(),
                 // A Runner reports no pod count; its pod is looked up by name (the Runner
                 // controller checks a vanished pod with a GET before it gives up on it).
                 unseen_pods: false,

@@ -4,13 +4,19 @@
 //! reconcile holds the object. And a watch lagging behind the writes it should show: a set
 //! counts what it created as created until its watch shows it, however late.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use hangar_api::Runner;
 use hangar_testkit::fault_proxy::FaultProxy;
 use hangar_testkit::{TestCluster, TestNamespace};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt as _;
 use kube::api::{ObjectMeta, PostParams};
+
+use crate::support::{Harness, runner_set_manifest, uncached};
 
 #[tokio::test]
 async fn a_write_the_apiserver_times_out_fails_at_once_and_is_sent_once() {
@@ -55,54 +61,81 @@ async fn a_write_the_apiserver_times_out_fails_at_once_and_is_sent_once() {
         .expect("created once the apiserver writes again");
 }
 
+/// How long the lagging-watch tests hold a watch back: longer than a reconcile waits for its
+/// own writes to reach its store.
+const LAG: Duration = Duration::from_secs(8);
+
+/// Applies `manifest` with the controllers' watch of `lagging` (a resource's plural) held back
+/// by [`LAG`], and returns the names of every `K` that existed in the next 25 s (seen by the
+/// test's own client, which does not lag) and of those left then, not deleting.
+async fn created_while_a_watch_lags<K>(
+    prefix: &str,
+    lagging: &str,
+    manifest: impl FnOnce() -> String,
+) -> (BTreeSet<String>, BTreeSet<String>)
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let (h, proxy) = Harness::start_behind_proxy(prefix, uncached()).await;
+    proxy.faults().set_watch_delay(lagging, LAG);
+    h.apply(&manifest());
+    let mut ever = BTreeSet::new();
+    let until = Instant::now() + Duration::from_secs(25);
+    while Instant::now() < until {
+        ever.extend(h.list::<K>().await.iter().map(|o| o.name_any()));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let left = h
+        .list::<K>()
+        .await
+        .iter()
+        .filter(|o| o.meta().deletion_timestamp.is_none())
+        .map(|o| o.name_any())
+        .collect();
+    (ever, left)
+}
+
+fn lagging_replica_set() -> String {
+    serde_json::json!({
+        "apiVersion": "actions.summerwind.dev/v1alpha1",
+        "kind": "RunnerReplicaSet",
+        "metadata": {"name": "lagging"},
+        "spec": {"replicas": 4, "template": {"spec": {
+            "repository": "octo/app",
+            "labels": ["lagging"],
+        }}},
+    })
+    .to_string()
+}
+
 /// An apiserver whose watch lags behind its writes (its watch cache under load): the Runners a
 /// RunnerReplicaSet creates are acknowledged seconds before its watch shows them. The set must
 /// count them as created until it does, not take them for missing and create more (each extra
 /// Runner is a pod, a registration, and a retirement with its GitHub DELETE).
 #[tokio::test]
 async fn a_replica_set_whose_runner_watch_lags_creates_each_runner_once() {
-    use crate::support::{Harness, uncached};
-    use hangar_api::Runner;
-    use kube::ResourceExt as _;
-    use std::collections::BTreeSet;
-
-    let (h, proxy) = Harness::start_behind_proxy("lag", uncached()).await;
-    // Longer than a reconcile waits for its own writes to reach its store.
-    proxy
-        .faults()
-        .set_watch_delay("runners", Duration::from_secs(8));
-    h.apply(
-        &serde_json::json!({
-            "apiVersion": "actions.summerwind.dev/v1alpha1",
-            "kind": "RunnerReplicaSet",
-            "metadata": {"name": "lagging"},
-            "spec": {"replicas": 4, "template": {"spec": {
-                "repository": "octo/app",
-                "labels": ["lagging"],
-            }}},
-        })
-        .to_string(),
-    );
-    // Every Runner that ever existed while the watch lagged, seen by the test's own client.
-    let mut ever = BTreeSet::new();
-    let until = Instant::now() + Duration::from_secs(25);
-    while Instant::now() < until {
-        for runner in h.list::<Runner>().await {
-            ever.insert(runner.name_any());
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let now: BTreeSet<String> = h
-        .list::<Runner>()
-        .await
-        .iter()
-        .filter(|r| r.metadata.deletion_timestamp.is_none())
-        .map(|r| r.name_any())
-        .collect();
+    let (ever, left) =
+        created_while_a_watch_lags::<Runner>("lag", "runners", lagging_replica_set).await;
     assert_eq!(
-        (ever.len(), now.len()),
+        (ever.len(), left.len()),
         (4, 4),
-        "runners created {ever:?}, left {now:?}"
+        "runners created {ever:?}, left {left:?}"
+    );
+}
+
+/// The pod watch lagging behind the Runner watch: a Runner's status says its pod was created
+/// before the set's pod store shows the pod. Such a Runner is on its way, not without a pod.
+#[tokio::test]
+async fn a_replica_set_whose_pod_watch_lags_creates_each_runner_once() {
+    let (ever, left) =
+        created_while_a_watch_lags::<Runner>("lagpods", "pods", lagging_replica_set).await;
+    assert_eq!(
+        (ever.len(), left.len()),
+        (4, 4),
+        "runners created {ever:?}, left {left:?}"
     );
 }
 
@@ -110,34 +143,13 @@ async fn a_replica_set_whose_runner_watch_lags_creates_each_runner_once() {
 /// runners are StatefulSets.
 #[tokio::test]
 async fn a_runner_set_whose_stateful_set_watch_lags_creates_each_runner_once() {
-    use crate::support::{Harness, runner_set_manifest, uncached};
-    use k8s_openapi::api::apps::v1::StatefulSet;
-    use kube::ResourceExt as _;
-    use std::collections::BTreeSet;
-
-    let (h, proxy) = Harness::start_behind_proxy("lagset", uncached()).await;
-    proxy
-        .faults()
-        .set_watch_delay("statefulsets", Duration::from_secs(8));
-    h.apply(&runner_set_manifest(None, "lagging", 3, "lagging", &[]));
-    let mut ever = BTreeSet::new();
-    let until = Instant::now() + Duration::from_secs(25);
-    while Instant::now() < until {
-        for set in h.list::<StatefulSet>().await {
-            ever.insert(set.name_any());
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let now: BTreeSet<String> = h
-        .list::<StatefulSet>()
-        .await
-        .iter()
-        .filter(|s| s.metadata.deletion_timestamp.is_none())
-        .map(|s| s.name_any())
-        .collect();
+    let (ever, left) = created_while_a_watch_lags::<StatefulSet>("lagset", "statefulsets", || {
+        runner_set_manifest(None, "lagging", 3, "lagging", &[])
+    })
+    .await;
     assert_eq!(
-        (ever.len(), now.len()),
+        (ever.len(), left.len()),
         (3, 3),
-        "stateful sets created {ever:?}, left {now:?}"
+        "stateful sets created {ever:?}, left {left:?}"
     );
 }
