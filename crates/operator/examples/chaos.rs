@@ -33,7 +33,8 @@
 //! ([`REGISTRATION_TIMEOUT`]). kube-apiserver is SIGKILLed or SIGTERMed and started again 1–8 s
 //! later (`apiserver-restart`: same port, certificates and etcd); through the fault proxy,
 //! every open watch is ended (`watch-disconnect`), and windows of 410 Expired watches
-//! (`watch-gone`) and 409 Conflict writes (`write-conflicts`) open. While the apiserver is
+//! (`watch-gone`), 409 Conflict writes (`write-conflicts`) and watches of Runners, runner
+//! pods or StatefulSets lagging 1–10 s behind the writes (`watch-lag`) open. While the apiserver is
 //! down, a fault that fails is fired again once it is back; the load (ghsim only) never waits
 //! for it.
 //!
@@ -1245,9 +1246,14 @@ struct Injector<'a> {
 struct ProxyWindows {
     gone: AtomicU64,
     conflicts: AtomicU64,
+    lag: AtomicU64,
     /// Per autoscaler (index in [`HRAS`]): the latest `hra-max-replicas` fault.
     bounds: [AtomicU64; HRAS.len()],
 }
+
+/// The resources whose watches a `watch-lag` fault holds back: those the sets count their
+/// runners by.
+const LAGGING_WATCHES: [&str; 3] = ["runners", "pods", "statefulsets"];
 
 /// How long the harness waits for a restarted apiserver before firing a fault that needs it.
 const APISERVER_BACK_LIMIT: Duration = Duration::from_secs(60);
@@ -1653,6 +1659,32 @@ impl Injector<'_> {
                 });
                 Ok(format!(
                     "{rate} of writes get 409 Conflict for {window_ms} ms"
+                ))
+            }
+            Fault::WatchLag {
+                pick,
+                delay_ms,
+                window_ms,
+            } => {
+                let resource = LAGGING_WATCHES
+                    [usize::try_from(*pick % LAGGING_WATCHES.len() as u64).unwrap_or_default()];
+                let generation = self.windows.lag.fetch_add(1, Ordering::SeqCst) + 1;
+                self.api_faults
+                    .set_watch_delay(resource, Duration::from_millis(*delay_ms));
+                let (faults, windows, window_ms) =
+                    (self.api_faults.clone(), self.windows.clone(), *window_ms);
+                pending.spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(window_ms)).await;
+                    // A later window (maybe of another resource) ends every lag with its own.
+                    if windows.lag.load(Ordering::SeqCst) == generation {
+                        for resource in LAGGING_WATCHES {
+                            faults.set_watch_delay(resource, Duration::ZERO);
+                        }
+                    }
+                    Ok(())
+                });
+                Ok(format!(
+                    "watches of {resource} lag {delay_ms} ms for {window_ms} ms"
                 ))
             }
             Fault::HraMaxReplicas { hra, max_replicas } => {
