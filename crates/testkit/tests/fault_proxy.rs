@@ -35,6 +35,21 @@ async fn through_proxy(tag: &str) -> (FaultProxy, Client, PathBuf) {
     (proxy, client, rewritten)
 }
 
+/// A watch's next event, within 20 s.
+async fn next_event(
+    stream: &mut (impl futures::Stream<Item = kube::Result<WatchEvent<ConfigMap>>> + Unpin),
+) -> Option<WatchEvent<ConfigMap>> {
+    tokio::time::timeout(Duration::from_secs(20), stream.try_next())
+        .await
+        .expect("an event within 20 s")
+        .unwrap()
+}
+
+/// Whether `event` is the creation of the ConfigMap `name`.
+fn added(event: &Option<WatchEvent<ConfigMap>>, name: &str) -> bool {
+    matches!(event, Some(WatchEvent::Added(cm)) if cm.metadata.name.as_deref() == Some(name))
+}
+
 fn config_map(name: &str) -> ConfigMap {
     ConfigMap {
         metadata: ObjectMeta {
@@ -205,14 +220,8 @@ async fn a_watch_through_the_proxy_streams_and_ends_on_disconnect_watches() {
         .await
         .unwrap();
     // Events arrive while the watch is open: the proxy streams.
-    let event = tokio::time::timeout(Duration::from_secs(20), stream.try_next())
-        .await
-        .expect("an event within 20 s")
-        .unwrap();
-    assert!(
-        matches!(&event, Some(WatchEvent::Added(cm)) if cm.metadata.name.as_deref() == Some("seen")),
-        "{event:?}"
-    );
+    let event = next_event(&mut stream).await;
+    assert!(added(&event, "seen"), "{event:?}");
     assert_eq!(proxy.faults().counts().watches_open, 1);
 
     proxy.faults().disconnect_watches();
@@ -256,11 +265,7 @@ async fn a_delayed_watch_shows_each_event_that_long_after_the_write_was_answered
     );
     let mut seen = Vec::new();
     while seen.len() < 2 {
-        let event = tokio::time::timeout(Duration::from_secs(20), stream.try_next())
-            .await
-            .expect("an event within 20 s")
-            .unwrap();
-        if let Some(WatchEvent::Added(cm)) = event {
+        if let Some(WatchEvent::Added(cm)) = next_event(&mut stream).await {
             seen.push((cm.metadata.name.unwrap_or_default(), started.elapsed()));
         }
     }
@@ -281,14 +286,8 @@ async fn a_delayed_watch_shows_each_event_that_long_after_the_write_was_answered
     via.create(&PostParams::default(), &config_map("third"))
         .await
         .unwrap();
-    let event = tokio::time::timeout(Duration::from_secs(20), stream.try_next())
-        .await
-        .expect("an event within 20 s")
-        .unwrap();
-    assert!(
-        matches!(&event, Some(WatchEvent::Added(cm)) if cm.metadata.name.as_deref() == Some("third")),
-        "{event:?}"
-    );
+    let event = next_event(&mut stream).await;
+    assert!(added(&event, "third"), "{event:?}");
     assert!(started.elapsed() < delay, "{:?}", started.elapsed());
     let _ = std::fs::remove_file(rewritten);
 }

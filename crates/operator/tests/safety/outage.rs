@@ -98,6 +98,15 @@ where
     (ever, left)
 }
 
+/// Asserts that exactly `wanted` objects ever existed and are left.
+fn created_once(what: &str, (ever, left): (BTreeSet<String>, BTreeSet<String>), wanted: usize) {
+    assert_eq!(
+        (ever.len(), left.len()),
+        (wanted, wanted),
+        "{what} created {ever:?}, left {left:?}"
+    );
+}
+
 fn lagging_replica_set() -> String {
     serde_json::json!({
         "apiVersion": "actions.summerwind.dev/v1alpha1",
@@ -117,39 +126,25 @@ fn lagging_replica_set() -> String {
 /// Runner is a pod, a registration, and a retirement with its GitHub DELETE).
 #[tokio::test]
 async fn a_replica_set_whose_runner_watch_lags_creates_each_runner_once() {
-    let (ever, left) =
-        created_while_a_watch_lags::<Runner>("lag", "runners", lagging_replica_set).await;
-    assert_eq!(
-        (ever.len(), left.len()),
-        (4, 4),
-        "runners created {ever:?}, left {left:?}"
-    );
+    let seen = created_while_a_watch_lags::<Runner>("lag", "runners", lagging_replica_set).await;
+    created_once("runners", seen, 4);
 }
 
 /// The pod watch lagging behind the Runner watch: a Runner's status says its pod was created
 /// before the set's pod store shows the pod. Such a Runner is on its way, not without a pod.
 #[tokio::test]
 async fn a_replica_set_whose_pod_watch_lags_creates_each_runner_once() {
-    let (ever, left) =
-        created_while_a_watch_lags::<Runner>("lagpods", "pods", lagging_replica_set).await;
-    assert_eq!(
-        (ever.len(), left.len()),
-        (4, 4),
-        "runners created {ever:?}, left {left:?}"
-    );
+    let seen = created_while_a_watch_lags::<Runner>("lagpods", "pods", lagging_replica_set).await;
+    created_once("runners", seen, 4);
 }
 
 /// [`a_replica_set_whose_runner_watch_lags_creates_each_runner_once`] for a RunnerSet, whose
 /// runners are StatefulSets.
 #[tokio::test]
 async fn a_runner_set_whose_stateful_set_watch_lags_creates_each_runner_once() {
-    let (ever, left) = created_while_a_watch_lags::<StatefulSet>("lagset", "statefulsets", || {
+    let seen = created_while_a_watch_lags::<StatefulSet>("lagset", "statefulsets", || {
         runner_set_manifest(None, "lagging", 3, "lagging", &[])
     })
     .await;
-    assert_eq!(
-        (ever.len(), left.len()),
-        (3, 3),
-        "stateful sets created {ever:?}, left {left:?}"
-    );
+    created_once("stateful sets", seen, 3);
 }
