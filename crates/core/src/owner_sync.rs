@@ -187,6 +187,31 @@ pub struct OwnerView {
     pub pods: Vec<PodView>,
 }
 
+impl OwnerView {
+    /// An owner this set created that its cache does not show yet: what a fresh one looks
+    /// like (no pods, none created yet), so it counts as one pending runner and is not created
+    /// again. `pod_controller` is what the kind of owner does once it exists.
+    pub fn created_unseen(
+        name: String,
+        now: SystemTime,
+        template_hash: String,
+        pod_controller: PodController,
+    ) -> Self {
+        OwnerView {
+            name,
+            created: now,
+            template_hash: Some(template_hash),
+            deleting: false,
+            unregistration_requested: false,
+            unregistration_complete: false,
+            settled: false,
+            unseen_pods: false,
+            pod_controller,
+            pods: vec![],
+        }
+    }
+}
+
 /// What puts a fresh pod in the place of an owner's deleted pod.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum PodController {

@@ -89,6 +89,31 @@ fn creates_missing_owners() {
 }
 
 #[test]
+fn owners_created_but_not_yet_seen_count_and_are_not_created_again() {
+    for controller in [PodController::None, PodController::Replacing] {
+        let unseen =
+            |name: &str| OwnerView::created_unseen(name.into(), t(2), HASH.into(), controller);
+        let all_there = plan(&input(
+            3,
+            vec![running("a", 0), unseen("b"), unseen("c")],
+            2,
+        ));
+        assert!(
+            all_there.actions.is_empty(),
+            "{controller:?}: {all_there:?}"
+        );
+        assert_eq!(all_there.counts.pending, 2, "{controller:?}");
+        // Only what is still missing is created.
+        let one_missing = plan(&input(4, vec![running("a", 0), unseen("b")], 2));
+        assert_eq!(
+            one_missing.actions,
+            vec![Action::Create { count: 2 }],
+            "{controller:?}"
+        );
+    }
+}
+
+#[test]
 fn zero_desired_and_no_owners_does_nothing() {
     assert_eq!(plan(&input(0, vec![], 1)), Plan::default());
 }

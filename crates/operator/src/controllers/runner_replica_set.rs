@@ -214,17 +214,13 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         })
         .collect();
     // A Runner created but not yet seen is what a fresh one looks like: no phase, no pod.
-    owners.extend(unseen.created.iter().map(|name| OwnerView {
-        name: name.clone(),
-        created: now,
-        template_hash: Some(desired_template_hash.clone()),
-        deleting: false,
-        unregistration_requested: false,
-        unregistration_complete: false,
-        settled: false,
-        unseen_pods: false,
-        pod_controller: PodController::None,
-        pods: vec![],
+    owners.extend(unseen.created.iter().map(|name| {
+        OwnerView::created_unseen(
+            name.clone(),
+            now,
+            desired_template_hash.clone(),
+            PodController::None,
+        )
     }));
 
     let ephemeral = set.spec.template.spec.config.ephemeral.unwrap_or(true);

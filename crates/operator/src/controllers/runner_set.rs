@@ -640,17 +640,13 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
         })
         .collect();
     // A StatefulSet created but not yet seen is what a fresh one looks like: no pod yet.
-    owners.extend(unseen.created.iter().map(|name| OwnerView {
-        name: name.clone(),
-        created: now,
-        template_hash: Some(desired_hash(&set)),
-        deleting: false,
-        unregistration_requested: false,
-        unregistration_complete: false,
-        settled: false,
-        unseen_pods: false,
-        pod_controller: PodController::Replacing,
-        pods: vec![],
+    owners.extend(unseen.created.iter().map(|name| {
+        OwnerView::created_unseen(
+            name.clone(),
+            now,
+            desired_hash(&set),
+            PodController::Replacing,
+        )
     }));
 
     // A deleted set wants no runners: they retire as on a scale-down.
