@@ -145,9 +145,25 @@ struct RunReport {
     apiserver_lists: BTreeMap<String, u64>,
     controller_peak_rss_mib: f64,
     controller_cpu_seconds: f64,
+    /// What bringing the pool from 0 (`growth`: N/4) to N registered cost: where a scale-up's
+    /// time goes on this machine.
+    scale_up: ScaleUp,
     /// With `--hold-seconds`: what keeping the N idle runners cost.
     #[serde(skip_serializing_if = "Option::is_none")]
     hold: Option<Hold>,
+}
+
+/// The scale-up step of a run, measured from applying `replicas: N` to all registered.
+#[derive(Debug, Serialize)]
+struct ScaleUp {
+    /// The machine's busy share of all CPUs: near 1, the stack (apiserver, etcd, the
+    /// simulators, the controller) is saturated and the step's time is bought with CPU.
+    machine_cpu_busy: f64,
+    /// The controller's CPU-seconds.
+    controller_cpu_seconds: f64,
+    /// Every component's apiserver requests (the apiserver's `apiserver_request_total`),
+    /// per runner created, by verb and resource, most first.
+    apiserver_requests_per_runner_by_request: Vec<(String, f64)>,
 }
 
 /// The cost of keeping N registered idle runners, measured over the hold.
@@ -216,6 +232,20 @@ async fn main() -> anyhow::Result<()> {
                 run.github_calls_per_runner,
                 run.controller_peak_rss_mib,
                 run.controller_cpu_seconds
+            );
+            let top: Vec<String> = run
+                .scale_up
+                .apiserver_requests_per_runner_by_request
+                .iter()
+                .take(6)
+                .map(|(request, n)| format!("{request} {n:.2}"))
+                .collect();
+            println!(
+                "  scale-up: machine {:.0}% busy, controller {:.1} CPU s; apiserver requests \
+                 per runner: {}",
+                run.scale_up.machine_cpu_busy * 100.0,
+                run.scale_up.controller_cpu_seconds,
+                top.join(", ")
             );
             if let Some(h) = &run.hold {
                 if let Some(last) = h.by_minute.last() {
@@ -362,12 +392,14 @@ async fn run_on(
         apiserver_lists,
         controller_peak_rss_mib: peak_rss_mib,
         controller_cpu_seconds: cpu_seconds,
+        scale_up: steps.scale_up,
         hold: steps.hold,
     })
 }
 
 struct Steps {
     registered: Duration,
+    scale_up: ScaleUp,
     jobs_completed: Option<Duration>,
     hold: Option<Hold>,
     gone: Duration,
@@ -459,6 +491,15 @@ async fn scenario_steps(
         .await?;
     }
 
+    let requests_before = common::apiserver_requests(client).await?;
+    let machine_before = common::MachineCpu::read()?;
+    let controller_cpu = || -> anyhow::Result<f64> {
+        controller
+            .iter()
+            .map(|&pid| common::peak_rss_and_cpu(pid).map(|(_, cpu)| cpu))
+            .sum()
+    };
+    let cpu_before = controller_cpu()?;
     let started = Instant::now();
     let mut last_report = started;
     apply(n).await?;
@@ -480,6 +521,22 @@ async fn scenario_steps(
     })
     .await?;
     let registered = started.elapsed();
+    let created = if scenario == Scenario::Growth {
+        n - n / 4
+    } else {
+        n
+    };
+    let scale_up = ScaleUp {
+        machine_cpu_busy: common::round_us(
+            common::MachineCpu::read()?.busy_share_since(&machine_before),
+        ),
+        controller_cpu_seconds: common::round_us(controller_cpu()? - cpu_before),
+        apiserver_requests_per_runner_by_request: per_request(
+            &requests_before,
+            &common::apiserver_requests(client).await?,
+            created as f64,
+        ),
+    };
 
     let hold = if args.hold_seconds > 0 && scenario != Scenario::Jobs {
         Some(
@@ -547,10 +604,34 @@ async fn scenario_steps(
     }
     Ok(Steps {
         registered,
+        scale_up,
         jobs_completed,
         hold,
         gone: scaling_down.elapsed(),
     })
+}
+
+/// The apiserver requests made between two readings of its counters, divided by `per`, as
+/// ("VERB resource", count) most first.
+fn per_request(
+    before: &BTreeMap<(String, String), u64>,
+    after: &BTreeMap<(String, String), u64>,
+    per: f64,
+) -> Vec<(String, f64)> {
+    let mut by_request: Vec<(String, f64)> = after
+        .iter()
+        .filter_map(|(key, after)| {
+            let delta = after - before.get(key).copied().unwrap_or(0);
+            (delta > 0).then(|| {
+                (
+                    format!("{} {}", key.0, key.1),
+                    common::round_us(delta as f64 / per),
+                )
+            })
+        })
+        .collect();
+    by_request.sort_by(|a, b| b.1.total_cmp(&a.1));
+    by_request
 }
 
 /// Keeps the pool as it is for `hold` and measures what that costs (see [`Hold`]).
@@ -627,14 +708,7 @@ async fn hold_pool(
     let (calls_after, charged_after, endpoints_after) = github_calls(&github.sim);
     let requests_after = common::apiserver_requests(client).await?;
 
-    let mut by_request: Vec<(String, f64)> = requests_after
-        .iter()
-        .filter_map(|(key, after)| {
-            let delta = after - requests_before.get(key).copied().unwrap_or(0);
-            (delta > 0).then(|| (format!("{} {}", key.0, key.1), delta as f64 / minutes))
-        })
-        .collect();
-    by_request.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let by_request = per_request(&requests_before, &requests_after, minutes);
     let peak_rss = controller
         .iter()
         .map(|&pid| common::peak_rss_and_cpu(pid).map(|(rss, _)| rss))

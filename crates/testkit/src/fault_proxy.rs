@@ -40,6 +40,9 @@
 //!   answered at once, so a client's own writes are acknowledged long before its watch shows
 //!   them.
 //!
+//! [`Faults::writes`] counts the writes the proxy forwarded, by method and resource: the
+//! writes of its clients alone, which the apiserver's own metrics do not separate.
+//!
 //! When the apiserver cannot be reached (it is being restarted), a request is answered 503
 //! with a `Status`, as a load balancer in front of it would.
 //!
@@ -124,6 +127,8 @@ struct Shared {
     /// The conflict rate and the RNG it is drawn with.
     conflicts: Mutex<(f64, fastrand::Rng)>,
     forwarded: AtomicU64,
+    /// Writes forwarded, by "METHOD resource[/subresource]".
+    writes: Mutex<std::collections::BTreeMap<String, u64>>,
     watches_open: AtomicU64,
     watches_cut: AtomicU64,
     gone: AtomicU64,
@@ -161,6 +166,7 @@ impl Faults {
                 watch_delays: Mutex::default(),
                 conflicts: Mutex::new((0.0, fastrand::Rng::with_seed(seed))),
                 forwarded: 0.into(),
+                writes: Mutex::default(),
                 watches_open: 0.into(),
                 watches_cut: 0.into(),
                 gone: 0.into(),
@@ -231,6 +237,29 @@ impl Faults {
             timed_out: i.timed_out.load(Ordering::Relaxed),
             unreachable: i.unreachable.load(Ordering::Relaxed),
         }
+    }
+
+    /// The writes forwarded so far (answered by the apiserver, whatever its answer), by
+    /// method and resource: `"PATCH runners/status"`, `"POST pods"`.
+    pub fn writes(&self) -> std::collections::BTreeMap<String, u64> {
+        self.inner.writes.lock().expect("writes").clone()
+    }
+
+    fn count_write(&self, method: &Method, path: &str) {
+        let Some(t) = target(path) else {
+            return;
+        };
+        let key = match t.subresource {
+            Some(sub) => format!("{method} {}/{sub}", t.resource),
+            None => format!("{method} {}", t.resource),
+        };
+        *self
+            .inner
+            .writes
+            .lock()
+            .expect("writes")
+            .entry(key)
+            .or_default() += 1;
     }
 
     fn conflict_now(&self) -> bool {
@@ -433,6 +462,8 @@ struct Target {
     resource: String,
     /// Object name, if the path names one.
     name: Option<String>,
+    /// Subresource (`status`), if the path names one.
+    subresource: Option<String>,
 }
 
 /// Parses `/api/v1/[namespaces/<ns>/]<resource>[/<name>[/<sub>]]` and the `/apis/<group>/…`
@@ -458,6 +489,7 @@ fn target(path: &str) -> Option<Target> {
         group,
         resource,
         name: rest.get(1).map(|n| (*n).to_owned()),
+        subresource: rest.get(2).map(|n| (*n).to_owned()),
     })
 }
 
@@ -633,6 +665,11 @@ async fn handle(
         return Ok(conflict(&t));
     }
 
+    let write = matches!(
+        parts.method,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    )
+    .then(|| parts.method.clone());
     strip(&mut parts.headers);
     let mut forward = Request::new(kube::client::Body::from(body.to_vec()));
     *forward.method_mut() = parts.method;
@@ -664,6 +701,9 @@ async fn handle(
         }
     };
     faults.inner.forwarded.fetch_add(1, Ordering::Relaxed);
+    if let Some(method) = write {
+        faults.count_write(&method, &path);
+    }
     let (mut parts, body) = response.into_parts();
     strip(&mut parts.headers);
     let body = if is_watch && parts.status.is_success() {
@@ -764,6 +804,7 @@ mod tests {
             group: group.to_owned(),
             resource: resource.to_owned(),
             name: name.map(str::to_owned),
+            subresource: None,
         };
         for (path, want) in [
             (
@@ -772,7 +813,10 @@ mod tests {
             ),
             (
                 "/api/v1/namespaces/a/pods/p1/status",
-                Some(t("", "pods", Some("p1"))),
+                Some(Target {
+                    subresource: Some("status".to_owned()),
+                    ..t("", "pods", Some("p1"))
+                }),
             ),
             ("/api/v1/namespaces/a", Some(t("", "namespaces", Some("a")))),
             ("/api/v1/nodes/n1", Some(t("", "nodes", Some("n1")))),

@@ -99,6 +99,30 @@ async fn a_client_through_the_proxy_lists_and_gets_normally() {
         other => panic!("expected 404, got {other:?}"),
     }
     assert!(proxy.faults().counts().forwarded >= 3);
+    // Reads are not writes; the writes sent through the proxy are counted by request.
+    assert!(
+        proxy.faults().writes().is_empty(),
+        "{:?}",
+        proxy.faults().writes()
+    );
+    via.create(&PostParams::default(), &config_map("two"))
+        .await
+        .unwrap();
+    via.patch(
+        "two",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({"data": {"k": "w"}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        proxy.faults().writes(),
+        [
+            ("PATCH configmaps".to_owned(), 1),
+            ("POST configmaps".to_owned(), 1)
+        ]
+        .into()
+    );
     let _ = std::fs::remove_file(rewritten);
 }
 

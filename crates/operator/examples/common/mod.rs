@@ -342,13 +342,13 @@ impl Load {
 
 /// Busy and total jiffies of all CPUs at one moment, from `/proc/stat`.
 #[derive(Debug, Clone, Copy)]
-#[allow(dead_code)] // bench-lifecycle does not read the machine's CPU
+#[allow(dead_code)] // chaos does not read the machine's CPU
 pub struct MachineCpu {
     pub busy: u64,
     pub total: u64,
 }
 
-#[allow(dead_code)] // bench-lifecycle does not read the machine's CPU
+#[allow(dead_code)] // chaos does not read the machine's CPU
 impl MachineCpu {
     /// Reads the counters now.
     pub fn read() -> anyhow::Result<Self> {
