@@ -10,7 +10,9 @@
 //! [`wait_until_deleting`]) until its store shows them, bounded by a few seconds; what the
 //! store still does not show after that is remembered ([`Unobserved`]) and counted by the next
 //! reconcile as done, so that a watch lagging longer than the wait does not make it create or
-//! delete the same thing twice.
+//! delete the same thing twice. Statuses this process wrote are remembered the same way
+//! ([`StatusWrites`]), so a reconcile does not write again a status its store does not show
+//! yet.
 
 use futures::StreamExt;
 use kube::runtime::reflector::{self, Store};
@@ -306,6 +308,123 @@ impl Unobserved {
     }
 }
 
+/// The statuses this process wrote that its store does not show yet, by object UID.
+///
+/// A reconcile decides whether to write a status by comparing it with the status its store
+/// shows. When the store lags behind this process's own writes (under load it does, by
+/// seconds), the next reconcile of the object — triggered by anything else it watches — sees
+/// the status from before the last write and writes it again: a write that changes nothing
+/// but a timestamp, once per trigger. Kept here instead: what each write was computed from
+/// (the resourceVersion the store showed) and what it produced (the apiserver's answer), so a
+/// reconcile compares with the status the object has, not the one its store still shows.
+///
+/// Exact, not a guess: [`StatusWrites::unseen`] answers only while the store shows a version
+/// that precedes this process's latest write of the object. Once it shows that write, or any
+/// other version (another writer's), the store is the one to go by and the entry goes. An
+/// entry not looked at again goes after [`UNOBSERVED_TTL`].
+#[derive(Debug)]
+pub struct StatusWrites<S> {
+    objects: std::sync::Mutex<StatusWritesInner<S>>,
+}
+
+#[derive(Debug)]
+struct StatusWritesInner<S> {
+    by_uid: std::collections::HashMap<String, Written<S>>,
+    last_pruned: Option<tokio::time::Instant>,
+}
+
+#[derive(Debug)]
+struct Written<S> {
+    /// The versions before the latest write: the one the first unseen write was computed from
+    /// and those the later writes produced.
+    before: Vec<String>,
+    /// The version the latest write produced.
+    version: String,
+    /// The status it produced.
+    status: S,
+    at: tokio::time::Instant,
+}
+
+impl<S> Default for StatusWrites<S> {
+    fn default() -> Self {
+        Self {
+            objects: std::sync::Mutex::new(StatusWritesInner {
+                by_uid: std::collections::HashMap::new(),
+                last_pruned: None,
+            }),
+        }
+    }
+}
+
+impl<S: Clone> StatusWrites<S> {
+    /// The status object `uid` has after this process's latest write of it, while its store
+    /// still shows `stored_version`, a version from before that write; `None` when the store's
+    /// status is the one to go by.
+    pub fn unseen(&self, uid: &str, stored_version: Option<&str>) -> Option<S> {
+        let mut objects = self.objects.lock().expect("status writes");
+        let written = objects.by_uid.get(uid)?;
+        let fresh = written.at.elapsed() < UNOBSERVED_TTL;
+        match stored_version {
+            Some(v) if fresh && written.before.iter().any(|b| b == v) => {
+                Some(written.status.clone())
+            }
+            _ => {
+                objects.by_uid.remove(uid);
+                None
+            }
+        }
+    }
+
+    /// Remembers that this process wrote object `uid`'s status, computed from version
+    /// `computed_from` (what its store showed), and that the apiserver answered with version
+    /// `produced` holding `status`.
+    pub fn record(
+        &self,
+        uid: &str,
+        computed_from: Option<&str>,
+        produced: Option<&str>,
+        status: S,
+    ) {
+        let (Some(from), Some(produced)) = (computed_from, produced) else {
+            return;
+        };
+        let now = tokio::time::Instant::now();
+        let mut objects = self.objects.lock().expect("status writes");
+        // Objects that are gone are never looked up again: their entries expire here, in one
+        // sweep per TTL rather than one per write.
+        if objects
+            .last_pruned
+            .is_none_or(|at| now.duration_since(at) >= UNOBSERVED_TTL)
+        {
+            objects
+                .by_uid
+                .retain(|_, w| now.duration_since(w.at) < UNOBSERVED_TTL);
+            objects.last_pruned = Some(now);
+        }
+        let mut before = match objects.by_uid.remove(uid) {
+            // A write on top of a version from before the unseen ones: the chain goes on.
+            Some(w) if w.before.iter().any(|b| b == from) => {
+                let mut before = w.before;
+                before.push(w.version);
+                before
+            }
+            _ => vec![],
+        };
+        if !before.iter().any(|b| b == from) {
+            before.push(from.to_owned());
+        }
+        objects.by_uid.insert(
+            uid.to_owned(),
+            Written {
+                before,
+                version: produced.to_owned(),
+                status,
+                at: now,
+            },
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -405,5 +524,48 @@ mod tests {
             unobserved.unseen("set", &store, "ns").deleted,
             names(&["a"])
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_status_written_is_the_objects_until_the_store_shows_that_write_or_another() {
+        let writes = StatusWrites::<&str>::default();
+        assert_eq!(writes.unseen("u", Some("1")), None, "nothing written");
+
+        writes.record("u", Some("1"), Some("2"), "pending");
+        assert_eq!(writes.unseen("u", Some("1")), Some("pending"), "store at 1");
+        // A second write while the store still shows 1, then the store shows the first write:
+        // the second is still unseen.
+        writes.record("u", Some("1"), Some("3"), "running");
+        assert_eq!(writes.unseen("u", Some("1")), Some("running"));
+        assert_eq!(writes.unseen("u", Some("2")), Some("running"));
+        // The store shows the latest write: it is the one to go by.
+        assert_eq!(writes.unseen("u", Some("3")), None);
+        assert_eq!(writes.unseen("u", Some("2")), None, "forgotten once seen");
+
+        // Another writer's version: the store is the one to go by.
+        writes.record("v", Some("10"), Some("11"), "pending");
+        assert_eq!(writes.unseen("v", Some("12")), None);
+        assert_eq!(writes.unseen("v", Some("10")), None, "forgotten");
+
+        // Unknown versions write nothing down.
+        writes.record("w", None, Some("5"), "pending");
+        assert_eq!(writes.unseen("w", Some("5")), None);
+        assert_eq!(writes.unseen("w", None), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_status_write_never_seen_is_forgotten_after_the_ttl() {
+        let writes = StatusWrites::<&str>::default();
+        writes.record("u", Some("1"), Some("2"), "pending");
+        tokio::time::advance(UNOBSERVED_TTL - std::time::Duration::from_secs(1)).await;
+        assert_eq!(writes.unseen("u", Some("1")), Some("pending"));
+        tokio::time::advance(std::time::Duration::from_secs(1)).await;
+        assert_eq!(writes.unseen("u", Some("1")), None);
+        // Entries of objects never looked up again go with the next write's sweep.
+        writes.record("gone", Some("1"), Some("2"), "pending");
+        tokio::time::advance(UNOBSERVED_TTL).await;
+        writes.record("u", Some("3"), Some("4"), "running");
+        let objects = writes.objects.lock().unwrap();
+        assert_eq!(objects.by_uid.keys().collect::<Vec<_>>(), ["u"]);
     }
 }

@@ -39,6 +39,7 @@ use hangar_core::health::Health;
 use hangar_core::retirement::{RunnerPod, RunnerStep};
 use hangar_core::runner::{PodFacts, RunnerFacts, RunnerStep as Step};
 use hangar_github::{GitHubApi, GitHubError};
+use hangar_runtime::watch::StatusWrites;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -91,6 +92,7 @@ pub async fn run(
         ctx,
         finished: FinishedRunners::default(),
         tokens: registration::SharedTokens::default(),
+        statuses: StatusWrites::default(),
     });
     // Without the watch (no right to list Secrets), the GET in `client_for` notices a changed
     // Secret once its RECHECK_AFTER has passed, and a missing one is retried by the error policy.
@@ -217,6 +219,8 @@ pub struct RunnerState {
     pub finished: FinishedRunners,
     /// The per-scope registration-token Secrets token-mode Runners' pods read.
     pub tokens: registration::SharedTokens,
+    /// The statuses this controller wrote that the Runner store does not show yet.
+    pub statuses: StatusWrites<RunnerStatus>,
 }
 
 impl AsRef<Context> for RunnerState {
@@ -241,7 +245,7 @@ pub async fn reconcile(runner: Arc<Runner>, state: Arc<RunnerState>) -> Result<A
     let patched = if report.leave_status {
         Ok(())
     } else {
-        patch_status(&runner, ctx, report).await
+        patch_status(&runner, ctx, &state.statuses, report).await
     };
     match result {
         Ok(action) => {
@@ -297,7 +301,7 @@ async fn drive(runner: &Runner, state: &RunnerState, report: &mut Report) -> Res
         state.finished.forget(&uid);
         report.leave_status = true;
         return match plan.step {
-            Step::Retire => retire(runner, since, ctx).await,
+            Step::Retire => retire(runner, since, state).await,
             // The pod goes with it (owner reference).
             _ => Ok(Action::await_change()),
         };
@@ -409,8 +413,9 @@ async fn drive(runner: &Runner, state: &RunnerState, report: &mut Report) -> Res
 async fn retire(
     runner: &Runner,
     since: std::time::SystemTime,
-    ctx: &Context,
+    state: &RunnerState,
 ) -> Result<Action, Error> {
+    let ctx = &*state.ctx;
     let ns = runner.namespace().unwrap_or_default();
     let name = runner.name_any();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
@@ -427,7 +432,7 @@ async fn retire(
             ))?
             .map(Arc::new),
     };
-    let state = pod
+    let pod_state = pod
         .as_deref()
         .map_or(RunnerPod::Absent, retirement::runner_pod);
     let timeout = retirement::timeout(runner, ctx);
@@ -443,7 +448,7 @@ async fn retire(
             ))
     };
     let api: Api<Runner> = Api::namespaced(ctx.client.clone(), &ns);
-    match hangar_core::retirement::runner_step(state, since, timeout, now) {
+    match hangar_core::retirement::runner_step(pod_state, since, timeout, now) {
         RunnerStep::Release { delete_pod: true } => delete_pod().await?,
         RunnerStep::Release { delete_pod: false } => {}
         RunnerStep::Unregister { force_at } => {
@@ -476,6 +481,7 @@ async fn retire(
             patch_status(
                 runner,
                 ctx,
+                &state.statuses,
                 Report {
                     status: None,
                     conditions: vec![retirement::waiting(1, "runner", force_at)],
@@ -723,8 +729,20 @@ fn report_failure(runner: &Runner, error: &Error, report: &mut Report) {
     report.conditions.push(condition);
 }
 
-async fn patch_status(runner: &Runner, ctx: &Context, report: Report) -> Result<(), Error> {
-    let current = runner.status.clone().unwrap_or_default();
+/// Writes the status `report` asks for, if it differs from the status the Runner has: the
+/// store's, or the one this controller wrote last while the store does not show it yet
+/// (`written`), so a lagging watch costs no write.
+async fn patch_status(
+    runner: &Runner,
+    ctx: &Context,
+    written: &StatusWrites<RunnerStatus>,
+    report: Report,
+) -> Result<(), Error> {
+    let uid = runner.uid().unwrap_or_default();
+    let stored_version = runner.resource_version();
+    let current = written
+        .unseen(&uid, stored_version.as_deref())
+        .unwrap_or_else(|| runner.status.clone().unwrap_or_default());
     let desired = report.status.unwrap_or_else(|| current.clone());
     // Later entries of a type win.
     let mut wanted: Vec<Desired> = Vec::new();
@@ -769,16 +787,28 @@ async fn patch_status(runner: &Runner, ctx: &Context, report: Report) -> Result<
         "phase": desired.phase, "ready": desired.ready, "reason": desired.reason, "message": desired.message,
         "conditions": new_conditions,
     }});
-    api.patch_status(
-        &runner.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map(drop)
-    // Deleted meanwhile (its set removed it once its runner finished): nothing to report on.
-    .or_else(ignore_not_found)
-    .map_err(kube_err("patch status of runner", object_name(runner)))
+    let answered = api
+        .patch_status(
+            &runner.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await;
+    match answered {
+        Ok(patched) => {
+            written.record(
+                &uid,
+                stored_version.as_deref(),
+                patched.resource_version().as_deref(),
+                patched.status.unwrap_or_default(),
+            );
+            Ok(())
+        }
+        // Deleted meanwhile (its set removed it once its runner finished): nothing to report on.
+        Err(e) => {
+            ignore_not_found(e).map_err(kube_err("patch status of runner", object_name(runner)))
+        }
+    }
 }
 
 /// Whether `runner` registers with a JIT configuration (`--jit`, or the

@@ -2,9 +2,10 @@
 //! once, so the caller's own back-off (a reconciler's, the webhook batcher's) retries from
 //! freshly observed state, instead of one call retrying stale content for minutes while its
 //! reconcile holds the object. And a watch lagging behind the writes it should show: a set
-//! counts what it created as created until its watch shows it, however late.
+//! counts what it created as created until its watch shows it, however late, and a Runner
+//! does not write again the status its lagging watch does not show yet.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -147,4 +148,105 @@ async fn a_runner_set_whose_stateful_set_watch_lags_creates_each_runner_once() {
     })
     .await;
     created_once("stateful sets", seen, 3);
+}
+
+/// A status with its condition timestamps left out: what a status write can change that a
+/// reader cares about. A write that changes only a timestamp says nothing new.
+fn status_content(runner: &Runner) -> serde_json::Value {
+    let mut status = serde_json::to_value(&runner.status).expect("status serializes");
+    if let Some(conditions) = status.get_mut("conditions").and_then(|c| c.as_array_mut()) {
+        for condition in conditions {
+            if let Some(c) = condition.as_object_mut() {
+                c.remove("lastTransitionTime");
+                c.remove("lastUpdateTime");
+            }
+        }
+    }
+    status
+}
+
+/// The Runner watch lagging behind the Runner controller's own status writes, while its pod's
+/// changes arrive at once: each pod change triggers a reconcile that reads the Runner from its
+/// store, which does not show the status the last reconcile wrote. The controller must not
+/// write that status again (each such write is apiserver and etcd work, and under load the
+/// watch lags most, so they multiply). Every status write of a set's Runner must change what
+/// the status says.
+///
+/// (A standalone Runner costs one such write at its start: its first reconcile adds the
+/// finalizer that a set's Runners are created with, and the status write that follows counts
+/// from the version before it.)
+#[tokio::test]
+async fn a_runner_whose_watch_lags_writes_each_status_change_once() {
+    use futures::StreamExt as _;
+    use kube::runtime::watcher;
+
+    let (h, proxy) = Harness::start_behind_proxy("lagstatus", uncached()).await;
+    let nodes = h.start_nodes("lagstatus", "lagstatus").await;
+    let placement = nodes.placement();
+    // What each Runner's status says at each change, as the apiserver stores it (the test's
+    // own watch does not go through the proxy and does not lag).
+    type Changes = BTreeMap<String, Vec<serde_json::Value>>;
+    let changes = Arc::new(std::sync::Mutex::new(Changes::new()));
+    let recorder = {
+        let changes = changes.clone();
+        let runners = h.api::<Runner>();
+        tokio::spawn(async move {
+            let mut events = std::pin::pin!(watcher::watcher(runners, watcher::Config::default()));
+            while let Some(Ok(event)) = events.next().await {
+                if let watcher::Event::Apply(runner) | watcher::Event::InitApply(runner) = event {
+                    let content = status_content(&runner);
+                    let mut changes = changes.lock().expect("changes");
+                    let of_runner = changes.entry(runner.name_any()).or_default();
+                    if runner.status.is_some() && of_runner.last() != Some(&content) {
+                        of_runner.push(content);
+                    }
+                }
+            }
+        })
+    };
+    proxy.faults().set_watch_delay("runners", LAG);
+    h.apply(
+        &serde_json::json!({
+            "apiVersion": "actions.summerwind.dev/v1alpha1",
+            "kind": "RunnerReplicaSet",
+            "metadata": {"name": "lagging"},
+            "spec": {"replicas": 1, "template": {"spec": {
+                "repository": "octo/app",
+                "labels": ["lagging"],
+                "nodeSelector": placement.node_selector,
+                "tolerations": placement.tolerations,
+            }}},
+        })
+        .to_string(),
+    );
+    let until = Instant::now() + Duration::from_secs(60);
+    let ready = || {
+        changes
+            .lock()
+            .expect("changes")
+            .values()
+            .any(|c| c.last().is_some_and(|s| s["ready"] == true))
+    };
+    while !ready() {
+        assert!(Instant::now() < until, "the runner did not become ready");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Long enough for the lagging watch to show the last write and the reconciles it triggers
+    // to find nothing to write.
+    tokio::time::sleep(LAG + Duration::from_secs(3)).await;
+    recorder.abort();
+    let writes = proxy
+        .faults()
+        .writes()
+        .get("PATCH runners/status")
+        .copied()
+        .unwrap_or_default();
+    let changes = changes.lock().expect("changes").clone();
+    assert_eq!(changes.len(), 1, "one Runner: {changes:#?}");
+    let changed = changes.values().map(Vec::len).sum::<usize>() as u64;
+    assert_eq!(
+        writes, changed,
+        "status writes against changes of what the status says: {changes:#?}"
+    );
+    nodes.shutdown().await.expect("nodes stop");
 }
