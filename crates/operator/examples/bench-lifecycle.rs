@@ -147,23 +147,74 @@ struct RunReport {
     controller_cpu_seconds: f64,
     /// What bringing the pool from 0 (`growth`: N/4) to N registered cost: where a scale-up's
     /// time goes on this machine.
-    scale_up: ScaleUp,
+    scale_up: StepCost,
+    /// What bringing the pool back to 0 cost.
+    scale_down: StepCost,
     /// With `--hold-seconds`: what keeping the N idle runners cost.
     #[serde(skip_serializing_if = "Option::is_none")]
     hold: Option<Hold>,
 }
 
-/// The scale-up step of a run, measured from applying `replicas: N` to all registered.
+/// One step of a run (the scale-up, the scale-down), from its start to its end.
 #[derive(Debug, Serialize)]
-struct ScaleUp {
+struct StepCost {
     /// The machine's busy share of all CPUs: near 1, the stack (apiserver, etcd, the
     /// simulators, the controller) is saturated and the step's time is bought with CPU.
     machine_cpu_busy: f64,
     /// The controller's CPU-seconds.
     controller_cpu_seconds: f64,
+    /// The controller's peak RSS from its start to the end of the step.
+    controller_peak_rss_mib_so_far: f64,
     /// Every component's apiserver requests (the apiserver's `apiserver_request_total`),
-    /// per runner created, by verb and resource, most first.
+    /// per runner created or removed, by verb and resource, most first.
     apiserver_requests_per_runner_by_request: Vec<(String, f64)>,
+}
+
+/// Counters read at a step's start, to measure [`StepCost`] at its end.
+struct StepStart {
+    requests: BTreeMap<(String, String), u64>,
+    machine: common::MachineCpu,
+    controller_cpu: f64,
+}
+
+impl StepStart {
+    async fn now(client: &Client, controller: &[u32]) -> anyhow::Result<Self> {
+        Ok(Self {
+            requests: common::apiserver_requests(client).await?,
+            machine: common::MachineCpu::read()?,
+            controller_cpu: controller_usage(controller)?.1,
+        })
+    }
+
+    /// The cost of the step so far, for `runners` runners created or removed.
+    async fn cost(
+        &self,
+        client: &Client,
+        controller: &[u32],
+        runners: usize,
+    ) -> anyhow::Result<StepCost> {
+        let (rss, cpu) = controller_usage(controller)?;
+        Ok(StepCost {
+            machine_cpu_busy: common::round_us(
+                common::MachineCpu::read()?.busy_share_since(&self.machine),
+            ),
+            controller_cpu_seconds: common::round_us(cpu - self.controller_cpu),
+            controller_peak_rss_mib_so_far: common::round_us(rss),
+            apiserver_requests_per_runner_by_request: per_request(
+                &self.requests,
+                &common::apiserver_requests(client).await?,
+                runners as f64,
+            ),
+        })
+    }
+}
+
+/// The controller's peak RSS (MiB, summed over its processes) and CPU-seconds so far.
+fn controller_usage(controller: &[u32]) -> anyhow::Result<(f64, f64)> {
+    controller.iter().try_fold((0.0, 0.0), |(rss, cpu), &pid| {
+        let (r, c) = common::peak_rss_and_cpu(pid)?;
+        Ok((rss + r, cpu + c))
+    })
 }
 
 /// The cost of keeping N registered idle runners, measured over the hold.
@@ -233,20 +284,22 @@ async fn main() -> anyhow::Result<()> {
                 run.controller_peak_rss_mib,
                 run.controller_cpu_seconds
             );
-            let top: Vec<String> = run
-                .scale_up
-                .apiserver_requests_per_runner_by_request
-                .iter()
-                .take(6)
-                .map(|(request, n)| format!("{request} {n:.2}"))
-                .collect();
-            println!(
-                "  scale-up: machine {:.0}% busy, controller {:.1} CPU s; apiserver requests \
-                 per runner: {}",
-                run.scale_up.machine_cpu_busy * 100.0,
-                run.scale_up.controller_cpu_seconds,
-                top.join(", ")
-            );
+            for (step, cost) in [("scale-up", &run.scale_up), ("scale-down", &run.scale_down)] {
+                let top: Vec<String> = cost
+                    .apiserver_requests_per_runner_by_request
+                    .iter()
+                    .take(6)
+                    .map(|(request, n)| format!("{request} {n:.2}"))
+                    .collect();
+                println!(
+                    "  {step}: machine {:.0}% busy, controller {:.1} CPU s, peak RSS so far \
+                     {:.0} MiB; apiserver requests per runner: {}",
+                    cost.machine_cpu_busy * 100.0,
+                    cost.controller_cpu_seconds,
+                    cost.controller_peak_rss_mib_so_far,
+                    top.join(", ")
+                );
+            }
             if let Some(h) = &run.hold {
                 if let Some(last) = h.by_minute.last() {
                     println!(
@@ -393,13 +446,15 @@ async fn run_on(
         controller_peak_rss_mib: peak_rss_mib,
         controller_cpu_seconds: cpu_seconds,
         scale_up: steps.scale_up,
+        scale_down: steps.scale_down,
         hold: steps.hold,
     })
 }
 
 struct Steps {
     registered: Duration,
-    scale_up: ScaleUp,
+    scale_up: StepCost,
+    scale_down: StepCost,
     jobs_completed: Option<Duration>,
     hold: Option<Hold>,
     gone: Duration,
@@ -491,15 +546,7 @@ async fn scenario_steps(
         .await?;
     }
 
-    let requests_before = common::apiserver_requests(client).await?;
-    let machine_before = common::MachineCpu::read()?;
-    let controller_cpu = || -> anyhow::Result<f64> {
-        controller
-            .iter()
-            .map(|&pid| common::peak_rss_and_cpu(pid).map(|(_, cpu)| cpu))
-            .sum()
-    };
-    let cpu_before = controller_cpu()?;
+    let scale_up_start = StepStart::now(client, controller).await?;
     let started = Instant::now();
     let mut last_report = started;
     apply(n).await?;
@@ -526,17 +573,7 @@ async fn scenario_steps(
     } else {
         n
     };
-    let scale_up = ScaleUp {
-        machine_cpu_busy: common::round_us(
-            common::MachineCpu::read()?.busy_share_since(&machine_before),
-        ),
-        controller_cpu_seconds: common::round_us(controller_cpu()? - cpu_before),
-        apiserver_requests_per_runner_by_request: per_request(
-            &requests_before,
-            &common::apiserver_requests(client).await?,
-            created as f64,
-        ),
-    };
+    let scale_up = scale_up_start.cost(client, controller, created).await?;
 
     let hold = if args.hold_seconds > 0 && scenario != Scenario::Jobs {
         Some(
@@ -585,6 +622,7 @@ async fn scenario_steps(
     // controller's, and this loop would otherwise add five per second.
     let left_runners = metadata_store::<Runner>(client).await?;
     let left_pods = metadata_store::<Pod>(client).await?;
+    let scale_down_start = StepStart::now(client, controller).await?;
     let scaling_down = Instant::now();
     apply(0).await?;
     let deadline = Instant::now() + LIMIT;
@@ -602,12 +640,15 @@ async fn scenario_steps(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let gone = scaling_down.elapsed();
+    let scale_down = scale_down_start.cost(client, controller, n).await?;
     Ok(Steps {
         registered,
         scale_up,
         jobs_completed,
         hold,
-        gone: scaling_down.elapsed(),
+        gone,
+        scale_down,
     })
 }
 
@@ -655,12 +696,7 @@ async fn hold_pool(
         }
         (calls, charged, by_endpoint)
     };
-    let cpu = || -> anyhow::Result<f64> {
-        controller
-            .iter()
-            .map(|&pid| common::peak_rss_and_cpu(pid).map(|(_, cpu)| cpu))
-            .sum()
-    };
+    let cpu = || controller_usage(controller).map(|(_, cpu)| cpu);
     let requests_before = common::apiserver_requests(client).await?;
     let (calls_before, charged_before, endpoints_before) = github_calls(&github.sim);
     let cpu_before = cpu()?;
@@ -709,10 +745,7 @@ async fn hold_pool(
     let requests_after = common::apiserver_requests(client).await?;
 
     let by_request = per_request(&requests_before, &requests_after, minutes);
-    let peak_rss = controller
-        .iter()
-        .map(|&pid| common::peak_rss_and_cpu(pid).map(|(rss, _)| rss))
-        .sum::<anyhow::Result<f64>>()?;
+    let peak_rss = controller_usage(controller)?.0;
     Ok(Hold {
         seconds: minutes * 60.0,
         github_calls_per_minute: (calls_after - calls_before) as f64 / minutes,
