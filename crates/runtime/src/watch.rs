@@ -281,6 +281,20 @@ impl Unobserved {
         }
     }
 
+    /// Forgets that `owner` created `name`: its store shows it. (An entry is otherwise forgotten
+    /// only when [`Unobserved::unseen`] finds it in the store, so a caller that asks only while
+    /// the object is missing says here when it saw it; else an object that vanished after it
+    /// was seen would count as unseen until the TTL.)
+    pub fn seen_created(&self, owner: &str, name: &str) {
+        let mut owners = self.owners.lock().expect("unobserved writes");
+        if let Some(writes) = owners.get_mut(owner) {
+            writes.created.remove(name);
+            if writes.is_empty() {
+                owners.remove(owner);
+            }
+        }
+    }
+
     /// What `owner` wrote in `ns` that `store` does not show yet; forgets what it shows.
     pub fn unseen<K>(&self, owner: &str, store: &Store<K>, ns: &str) -> Unseen
     where
@@ -567,5 +581,17 @@ mod tests {
         writes.record("u", Some("3"), Some("4"), "running");
         let objects = writes.objects.lock().unwrap();
         assert_eq!(objects.by_uid.keys().collect::<Vec<_>>(), ["u"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_creation_seen_once_is_forgotten_and_its_object_may_vanish() {
+        let (store, _writer) = reflector::store::<ConfigMap>();
+        let unobserved = Unobserved::default();
+        unobserved.record("owner", &["a".to_owned()], &[]);
+        assert_eq!(unobserved.unseen("owner", &store, "ns").created, ["a"]);
+        unobserved.seen_created("owner", "a");
+        // Missing from the store now means gone, not on its way.
+        assert!(unobserved.unseen("owner", &store, "ns").created.is_empty());
+        unobserved.seen_created("nobody", "a");
     }
 }

@@ -40,8 +40,8 @@
 //!   answered at once, so a client's own writes are acknowledged long before its watch shows
 //!   them.
 //!
-//! [`Faults::writes`] counts the writes the proxy forwarded, by method and resource: the
-//! writes of its clients alone, which the apiserver's own metrics do not separate.
+//! [`Faults::requests`] counts the requests the proxy forwarded, by verb and resource: its
+//! clients' alone, which the apiserver's own metrics do not separate.
 //!
 //! When the apiserver cannot be reached (it is being restarted), a request is answered 503
 //! with a `Status`, as a load balancer in front of it would.
@@ -127,8 +127,8 @@ struct Shared {
     /// The conflict rate and the RNG it is drawn with.
     conflicts: Mutex<(f64, fastrand::Rng)>,
     forwarded: AtomicU64,
-    /// Writes forwarded, by "METHOD resource[/subresource]".
-    writes: Mutex<std::collections::BTreeMap<String, u64>>,
+    /// Requests forwarded, by "VERB resource[/subresource]".
+    requests: Mutex<std::collections::BTreeMap<String, u64>>,
     watches_open: AtomicU64,
     watches_cut: AtomicU64,
     gone: AtomicU64,
@@ -166,7 +166,7 @@ impl Faults {
                 watch_delays: Mutex::default(),
                 conflicts: Mutex::new((0.0, fastrand::Rng::with_seed(seed))),
                 forwarded: 0.into(),
-                writes: Mutex::default(),
+                requests: Mutex::default(),
                 watches_open: 0.into(),
                 watches_cut: 0.into(),
                 gone: 0.into(),
@@ -239,25 +239,36 @@ impl Faults {
         }
     }
 
-    /// The writes forwarded so far (answered by the apiserver, whatever its answer), by
-    /// method and resource: `"PATCH runners/status"`, `"POST pods"`.
-    pub fn writes(&self) -> std::collections::BTreeMap<String, u64> {
-        self.inner.writes.lock().expect("writes").clone()
+    /// The requests forwarded so far (answered by the apiserver, whatever its answer), by verb
+    /// and resource: `"PATCH runners/status"`, `"POST pods"`, `"GET pods"` (one object),
+    /// `"LIST pods"`, `"WATCH pods"`.
+    pub fn requests(&self) -> std::collections::BTreeMap<String, u64> {
+        self.inner.requests.lock().expect("requests").clone()
     }
 
-    fn count_write(&self, method: &Method, path: &str) {
+    /// How many requests of `request` (as [`Faults::requests`] names them) were forwarded.
+    pub fn forwarded(&self, request: &str) -> u64 {
+        self.requests().get(request).copied().unwrap_or_default()
+    }
+
+    fn count_request(&self, method: &Method, path: &str, is_watch: bool) {
         let Some(t) = target(path) else {
             return;
         };
+        let verb = match method {
+            _ if is_watch => "WATCH",
+            &Method::GET if t.name.is_none() => "LIST",
+            other => other.as_str(),
+        };
         let key = match t.subresource {
-            Some(sub) => format!("{method} {}/{sub}", t.resource),
-            None => format!("{method} {}", t.resource),
+            Some(sub) => format!("{verb} {}/{sub}", t.resource),
+            None => format!("{verb} {}", t.resource),
         };
         *self
             .inner
-            .writes
+            .requests
             .lock()
-            .expect("writes")
+            .expect("requests")
             .entry(key)
             .or_default() += 1;
     }
@@ -665,11 +676,7 @@ async fn handle(
         return Ok(conflict(&t));
     }
 
-    let write = matches!(
-        parts.method,
-        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
-    )
-    .then(|| parts.method.clone());
+    let method = parts.method.clone();
     strip(&mut parts.headers);
     let mut forward = Request::new(kube::client::Body::from(body.to_vec()));
     *forward.method_mut() = parts.method;
@@ -701,9 +708,7 @@ async fn handle(
         }
     };
     faults.inner.forwarded.fetch_add(1, Ordering::Relaxed);
-    if let Some(method) = write {
-        faults.count_write(&method, &path);
-    }
+    faults.count_request(&method, &path, is_watch);
     let (mut parts, body) = response.into_parts();
     strip(&mut parts.headers);
     let body = if is_watch && parts.status.is_success() {

@@ -39,7 +39,7 @@ use hangar_core::health::Health;
 use hangar_core::retirement::{RunnerPod, RunnerStep};
 use hangar_core::runner::{PodFacts, RunnerFacts, RunnerStep as Step};
 use hangar_github::{GitHubApi, GitHubError};
-use hangar_runtime::watch::StatusWrites;
+use hangar_runtime::watch::{StatusWrites, Unobserved};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -93,6 +93,7 @@ pub async fn run(
         finished: FinishedRunners::default(),
         tokens: registration::SharedTokens::default(),
         statuses: StatusWrites::default(),
+        created_pods: Unobserved::default(),
     });
     // Without the watch (no right to list Secrets), the GET in `client_for` notices a changed
     // Secret once its RECHECK_AFTER has passed, and a missing one is retried by the error policy.
@@ -221,7 +222,13 @@ pub struct RunnerState {
     pub tokens: registration::SharedTokens,
     /// The statuses this controller wrote that the Runner store does not show yet.
     pub statuses: StatusWrites<RunnerStatus>,
+    /// The pods this controller created that the pod store does not show yet, by Runner UID.
+    pub created_pods: Unobserved,
 }
+
+/// How soon a Runner whose pod this process created, and the pod store does not show yet, is
+/// looked at again if no watch event comes first.
+const UNSEEN_POD_RECHECK: Duration = Duration::from_secs(5);
 
 impl AsRef<Context> for RunnerState {
     fn as_ref(&self) -> &Context {
@@ -270,6 +277,10 @@ async fn drive(runner: &Runner, state: &RunnerState, report: &mut Report) -> Res
     let deleting_since = retirement::deleting_since(runner);
     let pod_ref = kube::runtime::reflector::ObjectRef::<Pod>::new(&name).within(&ns);
     let pod = ctx.stores.pods.get(&pod_ref);
+    if pod.is_some() {
+        // From now on a pod missing from the store has vanished.
+        state.created_pods.seen_created(&uid, &name);
+    }
     let facts = RunnerFacts {
         deleting: deleting_since.is_some(),
         holds_finalizer: retirement::holds(runner, finalizer::RUNNER),
@@ -318,7 +329,13 @@ async fn drive(runner: &Runner, state: &RunnerState, report: &mut Report) -> Res
         Step::CheckVanished => {
             // A Runner of a set whose pod existed and vanished (force-deleted, node lost) is not
             // resurrected: it is deleted and the set replaces it with a fresh runner. The store
-            // may lag behind our own create, so the API has the last word (a GET, rarely).
+            // may lag behind our own create: a pod this process created that the store has not
+            // shown yet is on its way (its watch event triggers the next reconcile); otherwise
+            // the API has the last word (a GET, rarely).
+            let unseen = state.created_pods.unseen(&uid, &ctx.stores.pods, &ns);
+            if unseen.created.contains(&name) {
+                return Ok(Action::requeue(UNSEEN_POD_RECHECK));
+            }
             let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
             let exists = pods
                 .get_opt(&name)
@@ -344,6 +361,7 @@ async fn drive(runner: &Runner, state: &RunnerState, report: &mut Report) -> Res
                 .github_for(&ns, runner.spec.config.github_api_credentials_from.as_ref())
                 .await?;
             let pod = create_pod(runner, &scope, state, github.as_ref()).await?;
+            state.created_pods.record(&uid, &[pod.name_any()], &[]);
             // The status the new pod implies, exactly as later reconciles derive it from the
             // pod: an unscheduled pod then costs no second status write.
             report.status = Some(status_from_pod(&pod));
