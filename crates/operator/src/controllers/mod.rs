@@ -42,7 +42,7 @@ pub use hangar_runtime::pod::observe::{
     CREATE_CONTAINER_CONFIG_ERROR, annotation, github_scope, k8s_time, object_name, parse_time,
     pod_is_ephemeral, pod_phase, pod_scope, pod_uses_jit, pod_view, ready_since,
     registration_spent, rfc3339, runner_container_state, runner_exited_cleanly, runner_id,
-    runner_observed, runner_run, runner_stopped,
+    runner_observed, runner_run, runner_stopped, started_at,
 };
 
 pub use hangar_runtime::watch::{wait_until_deleting, wait_until_stored};

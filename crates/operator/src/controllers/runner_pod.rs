@@ -364,11 +364,7 @@ async fn unregister(
         runner_exited_cleanly: super::runner_exited_cleanly(pod),
         ephemeral: pod_is_ephemeral(pod),
         ready_since: ready_since(pod),
-        started: pod
-            .status
-            .as_ref()
-            .and_then(|s| s.start_time.as_ref())
-            .map(super::k8s_time),
+        started: super::started_at(pod),
         scheduled,
         deleting: pod.metadata.deletion_timestamp.is_some(),
         created: pod

@@ -108,8 +108,8 @@ const OBSERVED_ENV: [&str; 5] = [
 
 /// Keeps of a runner pod only what the reads here look at, before it is cached: its metadata;
 /// of its spec, the runner container's name, image and [`OBSERVED_ENV`], the node and the
-/// restart policy; of its status, the phase, reason, message, the `Ready` and `PodScheduled`
-/// conditions and the runner container's state. A controller holds every runner pod of the
+/// restart policy; of its status, the phase, reason, message, start time, the `Ready` and
+/// `PodScheduled` conditions and the runner container's state. A controller holds every runner pod of the
 /// cluster in its cache, and the rest (other containers, volumes, mounts, resources, probes,
 /// security contexts, the environment) is most of a pod's size: a k8s-openapi `Container`
 /// alone is 2 KiB before any of its strings.
@@ -163,6 +163,7 @@ pub fn keep_only_what_is_observed(pod: &mut Pod) {
             phase: status.phase,
             reason: status.reason,
             message: status.message,
+            start_time: status.start_time,
             conditions,
             container_statuses,
             ..PodStatus::default()
@@ -324,6 +325,13 @@ pub fn ready_since(pod: &Pod) -> Option<SystemTime> {
         .find(|c| c.type_ == "Ready" && c.status == "True")
         .and_then(|c| c.last_transition_time.as_ref())
         .map(k8s_time)
+}
+
+/// When the kubelet started the pod (`status.startTime`): an unregistration waits for a runner
+/// that may still register from then, not from the pod's creation, which can lie an image
+/// pull or a scheduling wait earlier.
+pub fn started_at(pod: &Pod) -> Option<SystemTime> {
+    pod.status.as_ref()?.start_time.as_ref().map(k8s_time)
 }
 
 /// The GitHub runner ID recorded on the pod.
@@ -537,6 +545,7 @@ mod tests {
                 {"name": "runner", "image": "i", "imageID": "", "ready": false,
                  "restartCount": 0, "state": {"waiting": {"reason": "ImagePullBackOff"}}}]}),
             serde_json::json!({"phase": "Running", "conditions": conditions("True"),
+                "startTime": "2026-11-29T04:58:30Z",
                 "containerStatuses": [docker.clone(),
                 {"name": "runner", "image": "i", "imageID": "", "ready": true,
                  "restartCount": 0, "state": {"running": {}}}]}),
@@ -571,7 +580,7 @@ mod tests {
                     ..Beyond::default()
                 };
                 format!(
-                    "{:?} {} {} {:?} {:?} {:?} {} {} {:?} {:?} {:?} {:?} {:?}",
+                    "{:?} {} {} {:?} {:?} {:?} {} {} {:?} {:?} {:?} {:?} {:?} {:?}",
                     pod_scope(p),
                     pod_is_ephemeral(p),
                     pod_uses_jit(p),
@@ -583,6 +592,7 @@ mod tests {
                     p.spec.as_ref().and_then(|s| s.node_name.clone()),
                     image,
                     ready_since(p),
+                    started_at(p),
                     health_observed(p, false, beyond),
                     pod_view(p, false, Health::Healthy, GitHubState::default()),
                 )
