@@ -122,14 +122,22 @@ fn created_once(what: &str, seen: &Seen, wanted: usize) {
 }
 
 fn lagging_replica_set() -> String {
+    replica_set("lagging", 4, None)
+}
+
+/// A RunnerReplicaSet of `replicas` runners of the `octo/app` repository, labelled `name`, on
+/// `placement`'s nodes if given.
+fn replica_set(name: &str, replicas: u32, placement: Option<&nodesim::Placement>) -> String {
+    let mut spec = serde_json::json!({"repository": "octo/app", "labels": [name]});
+    if let Some(p) = placement {
+        spec["nodeSelector"] = serde_json::json!(p.node_selector);
+        spec["tolerations"] = serde_json::json!(p.tolerations);
+    }
     serde_json::json!({
         "apiVersion": "actions.summerwind.dev/v1alpha1",
         "kind": "RunnerReplicaSet",
-        "metadata": {"name": "lagging"},
-        "spec": {"replicas": 4, "template": {"spec": {
-            "repository": "octo/app",
-            "labels": ["lagging"],
-        }}},
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "template": {"spec": spec}},
     })
     .to_string()
 }
@@ -226,20 +234,7 @@ async fn a_runner_whose_watch_lags_writes_each_status_change_once() {
         })
     };
     proxy.faults().set_watch_delay("runners", LAG);
-    h.apply(
-        &serde_json::json!({
-            "apiVersion": "actions.summerwind.dev/v1alpha1",
-            "kind": "RunnerReplicaSet",
-            "metadata": {"name": "lagging"},
-            "spec": {"replicas": 1, "template": {"spec": {
-                "repository": "octo/app",
-                "labels": ["lagging"],
-                "nodeSelector": placement.node_selector,
-                "tolerations": placement.tolerations,
-            }}},
-        })
-        .to_string(),
-    );
+    h.apply(&replica_set("lagging", 1, Some(&placement)));
     let until = Instant::now() + Duration::from_secs(60);
     let ready = || {
         changes
