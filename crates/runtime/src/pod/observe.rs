@@ -109,10 +109,10 @@ const OBSERVED_ENV: [&str; 5] = [
 /// Keeps of a runner pod only what the reads here look at, before it is cached: its metadata;
 /// of its spec, the runner container's name, image and [`OBSERVED_ENV`], the node and the
 /// restart policy; of its status, the phase, reason, message, start time, the `Ready` and
-/// `PodScheduled` conditions and the runner container's state. A controller holds every runner pod of the
-/// cluster in its cache, and the rest (other containers, volumes, mounts, resources, probes,
-/// security contexts, the environment) is most of a pod's size: a k8s-openapi `Container`
-/// alone is 2 KiB before any of its strings.
+/// `PodScheduled` conditions and the runner container's state. A controller holds every runner
+/// pod of the cluster in its cache, and the rest (other containers, volumes, mounts, resources,
+/// probes, security contexts, the environment) is most of a pod's size: a k8s-openapi
+/// `Container` alone is 2 KiB before any of its strings.
 pub fn keep_only_what_is_observed(pod: &mut Pod) {
     use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodSpec, PodStatus};
     if let Some(spec) = pod.spec.take() {
