@@ -641,15 +641,14 @@ pub fn status_from_pod(pod: &Pod) -> RunnerStatus {
     let mut phase = st.phase.clone().unwrap_or_else(|| "Pending".into());
     let mut reason = st.reason.clone();
     let mut message = st.message.clone();
-    if phase == "Pending" && reason.is_none() && message.is_none() {
-        reason = Some("PodCreated".into());
-        message = Some("runner pod created; waiting for it to start and register".into());
-    }
-    if phase == "Running" && !registered {
+    // One status for the whole way to registration: the pod's own phase says which step it is
+    // at, and each step said here would be one more status write per runner.
+    let on_its_way = phase == "Pending" && reason.is_none() && message.is_none();
+    if on_its_way || (phase == "Running" && !registered) {
         phase = "Pending".into();
         reason = Some("RegistrationPending".into());
         message =
-            Some("the runner pod is running; waiting for the runner to register on GitHub".into());
+            Some("waiting for the runner pod to start and its runner to register on GitHub".into());
     }
     RunnerStatus {
         ready: Some(pod_ready && registered),
@@ -936,20 +935,23 @@ async fn create_pod(
     if !annotations.is_empty() {
         pod.metadata.annotations = Some(annotations);
     }
-    match Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+    // The pod as stored, not as sent: its creation time tells a pod just created from one
+    // that never started (health), and its status says where it is.
+    let pod = match Api::<Pod>::namespaced(ctx.client.clone(), &ns)
         .create(&PostParams::default(), &pod)
         .await
     {
-        Ok(_) => {
+        Ok(created) => {
             info!(runner = %object_name(runner), %scope, jit, "created runner pod");
             if let Some(target) = crate::metrics::ScaleTarget::of_labels(&ns, runner.labels()) {
                 ctx.metrics.runner_pods_created(&target, 1);
             }
+            created
         }
         // The store lags behind our own writes; the pod is there.
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => pod,
         Err(e) => return Err(kube_err("create pod", format!("{ns}/{name}"))(e)),
-    }
+    };
     // A reconcile that still missed the pod would fetch a new credential: for JIT, one that
     // replaces the runner registration the running pod uses.
     super::wait_until_stored(&ctx.stores.pods, &ns, std::slice::from_ref(&name)).await;
@@ -1014,8 +1016,9 @@ mod tests {
     }
 
     #[test]
-    fn a_just_created_pod_and_an_unscheduled_one_imply_the_same_status() {
-        // As sent (no status yet), and as the kubelet-less apiserver stores it.
+    fn a_runner_on_its_way_to_registration_has_one_status() {
+        // As sent (no status yet), as the kubelet-less apiserver stores it, and running
+        // before its runner registers.
         let sent: Pod =
             serde_json::from_value(serde_json::json!({"metadata": {"name": "r-1"}})).unwrap();
         let stored: Pod = serde_json::from_value(serde_json::json!({
@@ -1025,11 +1028,14 @@ mod tests {
             ]},
         }))
         .unwrap();
+        let running = pod(serde_json::json!({}), false);
         let status = status_from_pod(&sent);
         assert_eq!(status.phase.as_deref(), Some("Pending"));
-        assert_eq!(status.reason.as_deref(), Some("PodCreated"));
-        assert_eq!(status, status_from_pod(&stored));
-        assert_eq!(conditions_from_pod(&sent), conditions_from_pod(&stored));
+        assert_eq!(status.reason.as_deref(), Some("RegistrationPending"));
+        for pod in [&stored, &running] {
+            assert_eq!(status, status_from_pod(pod));
+            assert_eq!(conditions_from_pod(&sent), conditions_from_pod(pod));
+        }
     }
 
     #[test]

@@ -259,5 +259,30 @@ async fn a_runner_whose_watch_lags_writes_each_status_change_once() {
         writes, changed,
         "status writes against changes of what the status says: {changes:#?}"
     );
+    // A healthy start says two things: on its way (the pod starting, then the runner
+    // registering), then running. Never unhealthy on the way.
+    let said: Vec<_> = changes
+        .values()
+        .flatten()
+        .map(|status| {
+            let healthy = status["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "Healthy")
+                .map(|c| format!("Healthy={} {}", c["status"], c["reason"]));
+            (status["phase"].clone(), status["reason"].clone(), healthy)
+        })
+        .collect();
+    let starting = Some(r#"Healthy="True" "Starting""#.to_owned());
+    let healthy = Some(r#"Healthy="True" "Healthy""#.to_owned());
+    assert_eq!(
+        said,
+        [
+            ("Pending".into(), "RegistrationPending".into(), starting),
+            ("Running".into(), serde_json::Value::Null, healthy),
+        ],
+        "{changes:#?}"
+    );
     nodes.shutdown().await.expect("nodes stop");
 }
