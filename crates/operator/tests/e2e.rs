@@ -1143,3 +1143,105 @@ async fn two_controllers_each_watching_a_namespace_share_a_repository_without_to
     b.shutdown().await;
     a.shutdown().await;
 }
+
+/// When each object's status changed, as the test's own watch of kind `K` saw it, by name.
+type Changes = std::sync::Arc<std::sync::Mutex<BTreeMap<String, Vec<std::time::Instant>>>>;
+
+fn record_status_changes<K>(api: kube::Api<K>) -> (Changes, tokio::task::JoinHandle<()>)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize,
+    K: std::fmt::Debug + Send + 'static,
+{
+    use futures::StreamExt as _;
+    use kube::runtime::watcher;
+    let changes = Changes::default();
+    let recorder = {
+        let changes = changes.clone();
+        tokio::spawn(async move {
+            let mut last: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+            let mut events = std::pin::pin!(watcher::watcher(api, watcher::Config::default()));
+            while let Some(Ok(event)) = events.next().await {
+                if let watcher::Event::Apply(o) | watcher::Event::InitApply(o) = event {
+                    let status = serde_json::to_value(&o).expect("serializes")["status"].clone();
+                    let name = o.name_any();
+                    if !status.is_null() && last.get(&name) != Some(&status) {
+                        last.insert(name.clone(), status);
+                        let mut changes = changes.lock().expect("changes");
+                        changes
+                            .entry(name)
+                            .or_default()
+                            .push(std::time::Instant::now());
+                    }
+                }
+            }
+        })
+    };
+    (changes, recorder)
+}
+
+/// A busy set's status changes several times per runner (counts, and the conditions built on
+/// them); a deployment and its set each write theirs at most once a second, and what they say
+/// in the end is the truth.
+#[tokio::test]
+async fn a_scaling_deployment_and_its_set_write_their_status_at_most_once_a_second() {
+    use hangar_api::{RunnerDeployment, RunnerReplicaSet};
+    let e = E2e::start("e2e-pace").await;
+    let (deployments, watching_deployments) = record_status_changes(e.h.api::<RunnerDeployment>());
+    let (sets, watching_sets) = record_status_changes(e.h.api::<RunnerReplicaSet>());
+    let rd = Deployment::new("pace", 0, "pace");
+    e.apply(&rd);
+    e.apply(&rd.clone().replicas(6));
+    e.wait_running(6).await;
+    eventually_of(
+        &e,
+        "the deployment and its set to say 6 ready",
+        WAIT,
+        || async {
+            let ready = |status: Option<serde_json::Value>| {
+                status.is_some_and(|s| s["readyReplicas"] == 6 && s["replicas"] == 6)
+            };
+            let rds =
+                e.h.api::<RunnerDeployment>()
+                    .list(&ListParams::default())
+                    .await
+                    .ok()?;
+            let rss =
+                e.h.api::<RunnerReplicaSet>()
+                    .list(&ListParams::default())
+                    .await
+                    .ok()?;
+            let said = rds
+                .items
+                .iter()
+                .all(|d| ready(serde_json::to_value(&d.status).ok()))
+                && rss
+                    .items
+                    .iter()
+                    .all(|s| ready(serde_json::to_value(&s.status).ok()));
+            (said && !rds.items.is_empty() && !rss.items.is_empty()).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    watching_deployments.abort();
+    watching_sets.abort();
+    // The pace is a second between writes; a watch delivers each write a little late, some
+    // later than others.
+    let slack = Duration::from_millis(500);
+    for (kind, changes) in [
+        ("RunnerDeployment", deployments),
+        ("RunnerReplicaSet", sets),
+    ] {
+        let changes = changes.lock().expect("changes").clone();
+        assert!(!changes.is_empty(), "no {kind} status seen");
+        for (name, at) in changes {
+            let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
+            assert!(
+                gaps.iter().all(|gap| *gap >= slack),
+                "{kind} {name}: {} status changes, {gaps:?} apart",
+                at.len()
+            );
+        }
+    }
+    e.shutdown().await;
+}

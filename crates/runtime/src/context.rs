@@ -175,6 +175,8 @@ pub struct Context {
     /// The Runners each RunnerReplicaSet created or deleted that the Runner store may not
     /// show yet.
     pub unobserved_runners: crate::watch::Unobserved,
+    /// When each set's status was last written, to pace the next write.
+    pub status_pace: crate::status_pace::StatusPace,
 }
 
 impl std::fmt::Debug for Stores {
@@ -236,6 +238,7 @@ impl Context {
             github_runners: Default::default(),
             observations: Default::default(),
             unobserved_runners: Default::default(),
+            status_pace: Default::default(),
             client,
             github,
             settings,

@@ -20,6 +20,7 @@
 //! - [`registration`]: how runner pods get their registration credential, and its names.
 //! - [`reservations`]: the compare-and-swap write of an autoscaler's capacity reservations.
 //! - [`retirement`]: what deleted owners and their pods say about retiring runners.
+//! - [`status_pace`]: a set's status writes, at most one per object a second.
 //! - [`serve`]: how the operator's HTTP servers serve: connection cap, timeouts, body limit.
 //! - [`watch`]: one watch per kind feeding a store and the controllers it triggers.
 
@@ -42,5 +43,6 @@ pub mod reservations;
 pub mod retirement;
 pub mod runner_pod;
 pub mod serve;
+pub mod status_pace;
 pub mod watch;
 pub mod workflow_runs;

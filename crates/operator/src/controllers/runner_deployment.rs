@@ -276,20 +276,29 @@ pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<A
         "conditions": conditions,
     }});
     let current = serde_json::to_value(&rd.status).unwrap_or_default();
-    if current != status["status"] {
-        Api::<RunnerDeployment>::namespaced(ctx.client.clone(), &ns)
-            .patch_status(
-                &rd.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&status),
-            )
-            .await
-            .map_err(kube_err(
-                "patch status of runnerdeployment",
-                object_name(rd.as_ref()),
-            ))?;
+    let changed = current != status["status"];
+    let mut held = None;
+    if changed {
+        let api = Api::<RunnerDeployment>::namespaced(ctx.client.clone(), &ns);
+        let patch = Patch::Merge(&status);
+        let write = async {
+            api.patch_status(&rd.name_any(), &PatchParams::default(), &patch)
+                .await
+                .map(drop)
+                .map_err(kube_err(
+                    "patch status of runnerdeployment",
+                    object_name(rd.as_ref()),
+                ))
+        };
+        held = ctx
+            .status_pace
+            .write(&rd.uid().unwrap_or_default(), write)
+            .await?;
     }
-    Ok(Action::requeue(plan.requeue))
+    // Back for the held status, if any.
+    Ok(Action::requeue(
+        held.map_or(plan.requeue, |held| held.min(plan.requeue)),
+    ))
 }
 
 /// A RunnerReplicaSet as the rollout sees it.

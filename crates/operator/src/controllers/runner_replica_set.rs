@@ -429,7 +429,7 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         serde_json::to_value(&new_conditions).unwrap_or_default(),
     );
     let current = serde_json::to_value(&set.status).unwrap_or_default();
-    if conditions_changed
+    let changed = conditions_changed
         || [
             "replicas",
             "readyReplicas",
@@ -438,33 +438,34 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
             "unhealthyReplicas",
         ]
         .iter()
-        .any(|k| current.get(k) != status.get(*k))
-    {
-        Api::<RunnerReplicaSet>::namespaced(ctx.client.clone(), &ns)
-            .patch_status(
-                &set.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&serde_json::json!({ "status": status })),
-            )
-            .await
-            .map_err(kube_err(
-                "patch status of runnerreplicaset",
-                object_name(set.as_ref()),
-            ))?;
+        .any(|k| current.get(k) != status.get(*k));
+    let mut held = None;
+    if changed {
+        let api = Api::<RunnerReplicaSet>::namespaced(ctx.client.clone(), &ns);
+        let patch = Patch::Merge(serde_json::json!({ "status": status }));
+        let write = async {
+            api.patch_status(&set.name_any(), &PatchParams::default(), &patch)
+                .await
+                .map(drop)
+                .map_err(kube_err(
+                    "patch status of runnerreplicaset",
+                    object_name(set.as_ref()),
+                ))
+        };
+        held = ctx
+            .status_pace
+            .write(&set.uid().unwrap_or_default(), write)
+            .await?;
     }
 
-    let requeue = sets::requeue(set.as_ref(), &plan, now, ctx.settings.sync_period);
-    Ok(match retiring {
+    let after = match retiring {
         Some((_, force_at)) => {
-            let left = force_at.duration_since(now).unwrap_or_default();
-            Action::requeue(
-                ctx.settings
-                    .sync_period
-                    .min(left + std::time::Duration::from_millis(100)),
-            )
+            sets::retiring_requeue_after(force_at, now, ctx.settings.sync_period)
         }
-        None => requeue,
-    })
+        None => sets::requeue_after(set.as_ref(), &plan, now, ctx.settings.sync_period),
+    };
+    // Back for the held status, if any.
+    Ok(Action::requeue(held.map_or(after, |held| held.min(after))))
 }
 
 /// How a set deletes a judged pod of a Runner it deletes: only that very pod (its UID), and a

@@ -756,7 +756,7 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
         )
         .await?;
     }
-    patch_status(
+    let held = patch_status(
         &set,
         ctx,
         &owned,
@@ -776,18 +776,14 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
         .collect();
     volumes::sync(&set, &state, &deleted).await?;
 
-    Ok(match retiring {
-        // Decide again when the retirement timeout runs out, if nothing changes before.
+    let after = match retiring {
         Some((_, force_at)) => {
-            let left = force_at.duration_since(now).unwrap_or_default();
-            Action::requeue(
-                ctx.settings
-                    .sync_period
-                    .min(left + std::time::Duration::from_millis(100)),
-            )
+            sets::retiring_requeue_after(force_at, now, ctx.settings.sync_period)
         }
-        None => sets::requeue(set.as_ref(), &plan, now, ctx.settings.sync_period),
-    })
+        None => sets::requeue_after(set.as_ref(), &plan, now, ctx.settings.sync_period),
+    };
+    // Back for the held status, if any.
+    Ok(Action::requeue(held.map_or(after, |held| held.min(after))))
 }
 
 /// A retiring StatefulSet's pods are stamped first, then the StatefulSet ("all my pods were
@@ -986,7 +982,7 @@ async fn patch_status(
     input: &owner_sync::Input,
     plan: &owner_sync::Plan,
     retiring: Option<&Desired>,
-) -> Result<(), Error> {
+) -> Result<Option<std::time::Duration>, Error> {
     let counts = status_counts(ctx, owned, &input.desired_template_hash);
     let retiring_count = owned
         .iter()
@@ -1035,17 +1031,24 @@ async fn patch_status(
         .flatten()
         .any(|(k, v)| current.get(k) != Some(v));
     if !changed {
-        return Ok(());
+        return Ok(None);
     }
-    Api::<RunnerSet>::namespaced(ctx.client.clone(), &set.namespace().unwrap_or_default())
-        .patch_status(
+    let api =
+        Api::<RunnerSet>::namespaced(ctx.client.clone(), &set.namespace().unwrap_or_default());
+    let patch = serde_json::json!({ "status": status });
+    let write = async {
+        api.patch_status(
             &set.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(&serde_json::json!({ "status": status })),
+            &Patch::Merge(&patch),
         )
         .await
         .map(drop)
         .map_err(kube_err("patch status of runnerset", object_name(set)))
+    };
+    ctx.status_pace
+        .write(&set.uid().unwrap_or_default(), write)
+        .await
 }
 
 /// The set's conditions: `Available` from the counts, `Progressing` from the plan and the

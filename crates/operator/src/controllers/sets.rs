@@ -15,7 +15,6 @@ use hangar_core::autoscaler::{
 use hangar_core::owner_sync::{self, Action as PlanAction, RetireReason, Wait};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use tracing::warn;
@@ -172,15 +171,15 @@ fn health_event(
     ctx.event(object, true, reason, new.message.clone());
 }
 
-/// When `set` is reconciled again after a successful run of `plan`: just after a held finished
-/// runner's place is released, soon for waits, else after the sync period (never later than
-/// that).
-pub fn requeue(
+/// How soon `set` is reconciled again after a successful run of `plan`: just after a held
+/// finished runner's place is released, soon for waits, else after the sync period (never
+/// later than that).
+pub fn requeue_after(
     set: &impl ResourceExt,
     plan: &owner_sync::Plan,
     now: SystemTime,
     sync_period: Duration,
-) -> Action {
+) -> Duration {
     let until = |t: SystemTime| t.duration_since(now).unwrap_or_default() + Duration::from_secs(1);
     let requeue = match &plan.wait {
         Some(w) => {
@@ -192,7 +191,18 @@ pub fn requeue(
         None => sync_period,
     };
     let requeue = plan.recheck_at.map_or(requeue, |t| requeue.min(until(t)));
-    Action::requeue(requeue.min(sync_period))
+    requeue.min(sync_period)
+}
+
+/// How soon a set retiring runners is reconciled again: when the retirement timeout (at
+/// `force_at`) runs out, if nothing changes before.
+pub fn retiring_requeue_after(
+    force_at: SystemTime,
+    now: SystemTime,
+    sync_period: Duration,
+) -> Duration {
+    let left = force_at.duration_since(now).unwrap_or_default();
+    sync_period.min(left + Duration::from_millis(100))
 }
 
 /// Merge-patches annotation `key` = `now` onto object `name`: how owner sync marks pods and
