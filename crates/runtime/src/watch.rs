@@ -202,14 +202,18 @@ async fn wait_for_store<K>(
 {
     use kube::runtime::reflector::ObjectRef;
     let deadline = tokio::time::Instant::now() + STORE_WAIT;
-    let all_cached = || {
-        names
-            .iter()
-            .all(|n| cached(store.get(&ObjectRef::<K>::new(n).within(ns)).as_deref()))
-    };
-    while !all_cached() {
+    let is_cached = |n: &String| cached(store.get(&ObjectRef::<K>::new(n).within(ns)).as_deref());
+    while !names.iter().all(is_cached) {
         if tokio::time::Instant::now() >= deadline {
-            tracing::warn!(namespace = ns, objects = ?names, what, "objects not yet so in the cache");
+            // A scale-up writes hundreds at once: a few names say which, the count how many.
+            let missing: Vec<&String> = names.iter().filter(|n| !is_cached(n)).collect();
+            tracing::warn!(
+                namespace = ns,
+                count = missing.len(),
+                first = ?&missing[..missing.len().min(3)],
+                what,
+                "objects not yet so in the cache"
+            );
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
