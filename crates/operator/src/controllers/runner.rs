@@ -361,13 +361,20 @@ async fn drive(runner: &Runner, state: &RunnerState, report: &mut Report) -> Res
                 .github_for(&ns, runner.spec.config.github_api_credentials_from.as_ref())
                 .await?;
             let pod = create_pod(runner, &scope, state, github.as_ref()).await?;
-            state.created_pods.record(&uid, &[pod.name_any()], &[]);
+            let created = [pod.name_any()];
+            state.created_pods.record(&uid, &created, &[]);
             // The status the new pod implies, exactly as later reconciles derive it from the
             // pod: an unscheduled pod then costs no second status write.
             report.status = Some(status_from_pod(&pod));
             report.conditions = conditions_from_pod(&pod);
             report.conditions.push(health_condition(ctx, &pod));
             report.conditions.push(credentials_accepted(runner));
+            // Not held while waiting below: a scale-up has hundreds of these reconciles waiting
+            // at once, and a whole pod is tens of kilobytes.
+            drop(pod);
+            // A reconcile that still missed the pod would fetch a new credential: for JIT, one
+            // that replaces the runner registration the running pod uses.
+            super::wait_until_stored(&ctx.stores.pods, &ns, &created).await;
             return Ok(Action::requeue(ctx.settings.sync_period));
         }
         Step::NoteFinished {
@@ -860,7 +867,8 @@ async fn shared_token_secret(
         .await
 }
 
-/// Creates the Runner's pod (and a JIT configuration's Secret); returns the pod as sent.
+/// Creates the Runner's pod (and a JIT configuration's Secret); returns it as stored, or as
+/// sent when it already existed.
 async fn create_pod(
     runner: &Runner,
     scope: &RunnerScope,
@@ -942,6 +950,7 @@ async fn create_pod(
         .await
     {
         Ok(created) => {
+            drop(pod);
             info!(runner = %object_name(runner), %scope, jit, "created runner pod");
             if let Some(target) = crate::metrics::ScaleTarget::of_labels(&ns, runner.labels()) {
                 ctx.metrics.runner_pods_created(&target, 1);
@@ -952,9 +961,6 @@ async fn create_pod(
         Err(kube::Error::Api(s)) if s.code == 409 => pod,
         Err(e) => return Err(kube_err("create pod", format!("{ns}/{name}"))(e)),
     };
-    // A reconcile that still missed the pod would fetch a new credential: for JIT, one that
-    // replaces the runner registration the running pod uses.
-    super::wait_until_stored(&ctx.stores.pods, &ns, std::slice::from_ref(&name)).await;
     Ok(pod)
 }
 
