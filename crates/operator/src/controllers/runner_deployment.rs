@@ -38,6 +38,7 @@ use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
 use crate::error::{Error, ignore_not_found, kube_err};
 use crate::reconciler::Reconciler;
+use hangar_runtime::status_pace;
 use hangar_runtime::watch::Triggers;
 
 /// Field manager for RunnerReplicaSets.
@@ -277,24 +278,17 @@ pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<A
     }});
     let current = serde_json::to_value(&rd.status).unwrap_or_default();
     let changed = current != status["status"];
-    let mut held = None;
-    if changed {
-        let api = Api::<RunnerDeployment>::namespaced(ctx.client.clone(), &ns);
-        let patch = Patch::Merge(&status);
-        let write = async {
-            api.patch_status(&rd.name_any(), &PatchParams::default(), &patch)
-                .await
-                .map(drop)
-                .map_err(kube_err(
-                    "patch status of runnerdeployment",
-                    object_name(rd.as_ref()),
-                ))
-        };
-        held = ctx
-            .status_pace
-            .write(&rd.uid().unwrap_or_default(), write)
-            .await?;
-    }
+    let held = if changed {
+        status_pace::patch_status(
+            &ctx,
+            rd.as_ref(),
+            status["status"].clone(),
+            "patch status of runnerdeployment",
+        )
+        .await?
+    } else {
+        None
+    };
     // Back for the held status, if any.
     Ok(Action::requeue(
         held.map_or(plan.requeue, |held| held.min(plan.requeue)),

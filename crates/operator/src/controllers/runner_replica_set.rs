@@ -26,7 +26,7 @@ use hangar_core::owner_sync::{self, Action as PlanAction, DeleteReason, OwnerVie
 use hangar_core::template_hash::template_hash;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::runtime::Controller;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -42,6 +42,7 @@ use crate::context::Context;
 use crate::error::{Error, ignore_not_found, kube_err};
 use crate::events::RunnerCount;
 use crate::reconciler::Reconciler;
+use hangar_runtime::status_pace;
 use hangar_runtime::watch::Triggers;
 
 /// The RunnerReplicaSet controller in the shared skeleton.
@@ -439,24 +440,18 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         ]
         .iter()
         .any(|k| current.get(k) != status.get(*k));
-    let mut held = None;
-    if changed {
-        let api = Api::<RunnerReplicaSet>::namespaced(ctx.client.clone(), &ns);
-        let patch = Patch::Merge(serde_json::json!({ "status": status }));
-        let write = async {
-            api.patch_status(&set.name_any(), &PatchParams::default(), &patch)
-                .await
-                .map(drop)
-                .map_err(kube_err(
-                    "patch status of runnerreplicaset",
-                    object_name(set.as_ref()),
-                ))
-        };
-        held = ctx
-            .status_pace
-            .write(&set.uid().unwrap_or_default(), write)
-            .await?;
-    }
+    let held = if changed {
+        let status = serde_json::Value::Object(status);
+        status_pace::patch_status(
+            &ctx,
+            set.as_ref(),
+            status,
+            "patch status of runnerreplicaset",
+        )
+        .await?
+    } else {
+        None
+    };
 
     let after = match retiring {
         Some((_, force_at)) => {

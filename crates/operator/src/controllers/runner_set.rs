@@ -103,6 +103,7 @@ use crate::credentials::GitHubClients;
 use crate::error::{Error, ignore_not_found, kube_err};
 use crate::reconciler::Reconciler;
 use crate::runner_pod::{self, PodDefaults};
+use hangar_runtime::status_pace;
 use hangar_runtime::watch::{Triggers, Unobserved};
 
 pub use hangar_runtime::registration::mode::{
@@ -1033,22 +1034,7 @@ async fn patch_status(
     if !changed {
         return Ok(None);
     }
-    let api =
-        Api::<RunnerSet>::namespaced(ctx.client.clone(), &set.namespace().unwrap_or_default());
-    let patch = serde_json::json!({ "status": status });
-    let write = async {
-        api.patch_status(
-            &set.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .map(drop)
-        .map_err(kube_err("patch status of runnerset", object_name(set)))
-    };
-    ctx.status_pace
-        .write(&set.uid().unwrap_or_default(), write)
-        .await
+    status_pace::patch_status(ctx, set, status, "patch status of runnerset").await
 }
 
 /// The set's conditions: `Available` from the counts, `Progressing` from the plan and the
