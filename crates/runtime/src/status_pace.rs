@@ -53,6 +53,36 @@ impl StatusPace {
         write.await.map(|()| None)
     }
 
+    /// Merge-patches the status of `object` (a set or a deployment) to `status`, paced:
+    /// `Ok(Some(wait))` when the write is held for `wait`, and the caller requeues for it.
+    /// `what` names the call in an error.
+    pub async fn patch_status<K>(
+        &self,
+        client: &kube::Client,
+        object: &K,
+        status: serde_json::Value,
+        what: &'static str,
+    ) -> Result<Option<Duration>, crate::error::Error>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        use kube::ResourceExt as _;
+        use kube::api::{Api, Patch, PatchParams};
+        let api = Api::<K>::namespaced(client.clone(), &object.namespace().unwrap_or_default());
+        let patch = Patch::Merge(serde_json::json!({ "status": status }));
+        let write = async {
+            api.patch_status(&object.name_any(), &PatchParams::default(), &patch)
+                .await
+                .map(drop)
+                .map_err(crate::error::kube_err(
+                    what,
+                    crate::pod::observe::object_name(object),
+                ))
+        };
+        self.write(&object.uid().unwrap_or_default(), write).await
+    }
+
     /// Notes that the status of `uid` is being written now.
     fn wrote(&self, uid: &str) {
         let mut last = self.lock();
@@ -63,37 +93,6 @@ impl StatusPace {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
         self.last.lock().unwrap_or_else(|e| e.into_inner())
     }
-}
-
-/// Merge-patches the status of `object` (a set or a deployment) to `status`, paced by the
-/// context's [`StatusPace`]: `Ok(Some(wait))` when the write is held for `wait`, and the caller
-/// requeues for it. `what` names the call in an error.
-pub async fn patch_status<K>(
-    ctx: &crate::context::Context,
-    object: &K,
-    status: serde_json::Value,
-    what: &'static str,
-) -> Result<Option<Duration>, crate::error::Error>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    use kube::ResourceExt as _;
-    use kube::api::{Api, Patch, PatchParams};
-    let api = Api::<K>::namespaced(ctx.client.clone(), &object.namespace().unwrap_or_default());
-    let patch = Patch::Merge(serde_json::json!({ "status": status }));
-    let write = async {
-        api.patch_status(&object.name_any(), &PatchParams::default(), &patch)
-            .await
-            .map(drop)
-            .map_err(crate::error::kube_err(
-                what,
-                crate::pod::observe::object_name(object),
-            ))
-    };
-    ctx.status_pace
-        .write(&object.uid().unwrap_or_default(), write)
-        .await
 }
 
 /// How long a write must still wait when the last one was `since` ago.

@@ -38,7 +38,6 @@ use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
 use crate::error::{Error, ignore_not_found, kube_err};
 use crate::reconciler::Reconciler;
-use hangar_runtime::status_pace;
 use hangar_runtime::watch::Triggers;
 
 /// Field manager for RunnerReplicaSets.
@@ -279,13 +278,14 @@ pub async fn reconcile(rd: Arc<RunnerDeployment>, ctx: Arc<Context>) -> Result<A
     let current = serde_json::to_value(&rd.status).unwrap_or_default();
     let changed = current != status["status"];
     let held = if changed {
-        status_pace::patch_status(
-            &ctx,
-            rd.as_ref(),
-            status["status"].clone(),
-            "patch status of runnerdeployment",
-        )
-        .await?
+        ctx.status_pace
+            .patch_status(
+                &ctx.client,
+                rd.as_ref(),
+                status["status"].clone(),
+                "patch status of runnerdeployment",
+            )
+            .await?
     } else {
         None
     };

@@ -42,7 +42,6 @@ use crate::context::Context;
 use crate::error::{Error, ignore_not_found, kube_err};
 use crate::events::RunnerCount;
 use crate::reconciler::Reconciler;
-use hangar_runtime::status_pace;
 use hangar_runtime::watch::Triggers;
 
 /// The RunnerReplicaSet controller in the shared skeleton.
@@ -442,13 +441,14 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         .any(|k| current.get(k) != status.get(*k));
     let held = if changed {
         let status = serde_json::Value::Object(status);
-        status_pace::patch_status(
-            &ctx,
-            set.as_ref(),
-            status,
-            "patch status of runnerreplicaset",
-        )
-        .await?
+        ctx.status_pace
+            .patch_status(
+                &ctx.client,
+                set.as_ref(),
+                status,
+                "patch status of runnerreplicaset",
+            )
+            .await?
     } else {
         None
     };

@@ -103,7 +103,6 @@ use crate::credentials::GitHubClients;
 use crate::error::{Error, ignore_not_found, kube_err};
 use crate::reconciler::Reconciler;
 use crate::runner_pod::{self, PodDefaults};
-use hangar_runtime::status_pace;
 use hangar_runtime::watch::{Triggers, Unobserved};
 
 pub use hangar_runtime::registration::mode::{
@@ -1034,7 +1033,9 @@ async fn patch_status(
     if !changed {
         return Ok(None);
     }
-    status_pace::patch_status(ctx, set, status, "patch status of runnerset").await
+    ctx.status_pace
+        .patch_status(&ctx.client, set, status, "patch status of runnerset")
+        .await
 }
 
 /// The set's conditions: `Available` from the counts, `Progressing` from the plan and the
