@@ -776,14 +776,14 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
         .collect();
     volumes::sync(&set, &state, &deleted).await?;
 
-    let after = match retiring {
-        Some((_, force_at)) => {
-            sets::retiring_requeue_after(force_at, now, ctx.settings.sync_period)
-        }
-        None => sets::requeue_after(set.as_ref(), &plan, now, ctx.settings.sync_period),
-    };
-    // Back for the held status, if any.
-    Ok(Action::requeue(held.map_or(after, |held| held.min(after))))
+    Ok(sets::requeue(
+        set.as_ref(),
+        &plan,
+        retiring.map(|(_, force_at)| force_at),
+        held,
+        now,
+        ctx.settings.sync_period,
+    ))
 }
 
 /// A retiring StatefulSet's pods are stamped first, then the StatefulSet ("all my pods were

@@ -15,6 +15,7 @@ use hangar_core::autoscaler::{
 use hangar_core::owner_sync::{self, Action as PlanAction, RetireReason, Wait};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use tracing::warn;
@@ -171,38 +172,41 @@ fn health_event(
     ctx.event(object, true, reason, new.message.clone());
 }
 
-/// How soon `set` is reconciled again after a successful run of `plan`: just after a held
-/// finished runner's place is released, soon for waits, else after the sync period (never
+/// When `set` is reconciled again after a successful run of `plan`: no later than a held status
+/// write may go (`held`, [`hangar_runtime::status_pace`]); while it retires runners, when the
+/// retirement timeout at `force_at` runs out, if nothing changes before; otherwise just after a
+/// held finished runner's place is released, soon for waits, else after the sync period (never
 /// later than that).
-pub fn requeue_after(
+pub fn requeue(
     set: &impl ResourceExt,
     plan: &owner_sync::Plan,
+    force_at: Option<SystemTime>,
+    held: Option<Duration>,
     now: SystemTime,
     sync_period: Duration,
-) -> Duration {
-    let until = |t: SystemTime| t.duration_since(now).unwrap_or_default() + Duration::from_secs(1);
-    let requeue = match &plan.wait {
-        Some(w) => {
-            if matches!(w, Wait::OwnerWithoutTemplateHash(_) | Wait::Inconsistent(_)) {
-                warn!(set = %object_name(set), wait = ?w, "owner sync cannot proceed");
-            }
-            Duration::from_secs(10)
+) -> Action {
+    let after = match force_at {
+        Some(force_at) => {
+            let left = force_at.duration_since(now).unwrap_or_default();
+            left + Duration::from_millis(100)
         }
-        None => sync_period,
+        None => {
+            let until =
+                |t: SystemTime| t.duration_since(now).unwrap_or_default() + Duration::from_secs(1);
+            let requeue = match &plan.wait {
+                Some(w) => {
+                    if matches!(w, Wait::OwnerWithoutTemplateHash(_) | Wait::Inconsistent(_)) {
+                        warn!(set = %object_name(set), wait = ?w, "owner sync cannot proceed");
+                    }
+                    Duration::from_secs(10)
+                }
+                None => sync_period,
+            };
+            plan.recheck_at.map_or(requeue, |t| requeue.min(until(t)))
+        }
     };
-    let requeue = plan.recheck_at.map_or(requeue, |t| requeue.min(until(t)));
-    requeue.min(sync_period)
-}
-
-/// How soon a set retiring runners is reconciled again: when the retirement timeout (at
-/// `force_at`) runs out, if nothing changes before.
-pub fn retiring_requeue_after(
-    force_at: SystemTime,
-    now: SystemTime,
-    sync_period: Duration,
-) -> Duration {
-    let left = force_at.duration_since(now).unwrap_or_default();
-    sync_period.min(left + Duration::from_millis(100))
+    let after = held.map_or(after, |held| held.min(after));
+    Action::requeue(after.min(sync_period))
 }
 
 /// Merge-patches annotation `key` = `now` onto object `name`: how owner sync marks pods and
