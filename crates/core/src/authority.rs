@@ -90,8 +90,19 @@ pub struct Authority {
     pub scope: RunnerScope,
     /// The Secret holding the GitHub credentials to use, or `None` for the controller's own.
     pub credentials_secret: Option<String>,
-    /// The owner that grants it: kind and name, for messages.
-    pub owner: (&'static str, String),
+    /// The owner that grants it.
+    pub owner: Granter,
+}
+
+/// The Runner or RunnerSet a runner pod's authority comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Granter {
+    /// `Runner` or `RunnerSet`.
+    pub kind: &'static str,
+    /// Its name.
+    pub name: String,
+    /// Its UID.
+    pub uid: String,
 }
 
 /// Why a pod carries no authority.
@@ -271,7 +282,11 @@ fn grant(kind: &'static str, name: &str, owner: &Owner) -> Result<Authority, Unt
     Ok(Authority {
         scope,
         credentials_secret: owner.credentials_secret.clone().filter(|s| !s.is_empty()),
-        owner: (kind, name.to_owned()),
+        owner: Granter {
+            kind,
+            name: name.to_owned(),
+            uid: owner.uid.clone(),
+        },
     })
 }
 
@@ -335,7 +350,11 @@ mod tests {
             Ok(Authority {
                 scope: RunnerScope::Organization("octo".into()),
                 credentials_secret: Some("creds".into()),
-                owner: ("Runner", "r1".into()),
+                owner: Granter {
+                    kind: "Runner",
+                    name: "r1".into(),
+                    uid: "u1".into(),
+                },
             })
         );
     }
@@ -353,7 +372,14 @@ mod tests {
         let got = authority("rs-abc-0", &chain).unwrap();
         assert_eq!(got.scope, RunnerScope::Organization("octo".into()));
         assert_eq!(got.credentials_secret, None);
-        assert_eq!(got.owner, ("RunnerSet", "rs".into()));
+        assert_eq!(
+            got.owner,
+            Granter {
+                kind: "RunnerSet",
+                name: "rs".into(),
+                uid: "rs1".into(),
+            }
+        );
     }
 
     #[test]

@@ -42,6 +42,31 @@ async fn scale_from_zero_to_three_and_back_registers_and_removes_every_runner() 
         );
     }
 
+    // Registrations are told on the set, coalesced ("registered 2 runner(s) on GitHub: ..."),
+    // not as one event per pod: an ephemeral pool registers a runner for every job.
+    let set = e.replica_sets().await.remove(0).name_any();
+    let registered = eventually_of(
+        &e,
+        "RunnerRegistered events on the set that count the three runners",
+        WAIT,
+        || async {
+            let events = e.events("RunnerRegistered").await;
+            let on_set: usize = events
+                .iter()
+                .filter(|(kind, name, _)| kind == "RunnerReplicaSet" && *name == set)
+                .map(|(_, _, note)| runner_count(note))
+                .sum();
+            (on_set == 3).then_some(events)
+        },
+    )
+    .await;
+    assert!(
+        registered
+            .iter()
+            .all(|(kind, ..)| kind == "RunnerReplicaSet"),
+        "{registered:?}"
+    );
+
     e.apply(&rd.clone().replicas(0));
     eventually_of(
         &e,
@@ -551,6 +576,28 @@ impl E2e {
             .into_iter()
             .find(|c| c.type_ == kind)?;
         Some((c.status, c.reason, c.message))
+    }
+
+    /// (kind, name, note) of the events with `reason`.
+    async fn events(&self, reason: &str) -> Vec<(String, String, String)> {
+        use k8s_openapi::api::events::v1::Event;
+        self.h
+            .api::<Event>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .map(|e| {
+                let regarding = e.regarding.unwrap_or_default();
+                (
+                    regarding.kind.unwrap_or_default(),
+                    regarding.name.unwrap_or_default(),
+                    e.note.unwrap_or_default(),
+                )
+            })
+            .collect()
     }
 
     /// Notes of Warning events with `reason` about object `name`.
@@ -1244,4 +1291,14 @@ async fn a_scaling_deployment_and_its_set_write_their_status_at_most_once_a_seco
         }
     }
     e.shutdown().await;
+}
+
+/// How many runners an event's note counts ("registered 2 runner(s) ..."); 1 for a note about
+/// one runner.
+fn runner_count(note: &str) -> usize {
+    note.split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .filter(|_| note.contains("runner(s)"))
+        .unwrap_or(1)
 }

@@ -1,5 +1,6 @@
 //! Events that count runners ("created 3 runner(s)", "deleted 2 runner(s) whose runners
-//! finished: a, b"), coalesced per object and reason.
+//! finished: a, b", "registered 2 runner(s) on GitHub: a (id 7), b (id 8)"), coalesced per
+//! object and reason.
 //!
 //! Contract: the first such event of an (object, reason) is published at once; those that
 //! follow within [`WINDOW`] are added up and published as one event when the window ends
@@ -118,7 +119,7 @@ pub const NAMES_SHOWN: usize = 5;
 /// What one event says: `{verb} {count} runner(s)[ {why}][: names]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunnerCount {
-    /// `created`, `deleted`.
+    /// `created`, `deleted`, `registered`.
     pub verb: &'static str,
     /// Why, e.g. `whose runners finished`; empty for none.
     pub why: &'static str,

@@ -377,7 +377,9 @@ async fn pod_response(state: &AdmissionState, req: &AdmissionRequest) -> Admissi
         }
     };
     if scope != authority.scope {
-        let (kind, owner) = &authority.owner;
+        let hangar_core::authority::Granter {
+            kind, name: owner, ..
+        } = &authority.owner;
         return refuse(
             403,
             format!(

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use hangar_api::{Runner, annotation as ann, finalizer};
+use hangar_api::{Runner, RunnerReplicaSet, annotation as ann, finalizer};
 use hangar_core::authority::{Authority, Untrusted};
 use hangar_core::runner_pod::{ForceDelete, PodFacts, PodStep};
 use hangar_core::unregistration::{
@@ -36,10 +36,11 @@ use hangar_core::unregistration::{
 };
 use hangar_github::{GitHubApi, GitHubError, RunnerId};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::Controller;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
@@ -49,6 +50,7 @@ use super::{
 };
 use crate::context::Context;
 use crate::error::{Error, github_err, ignore_not_found, kube_err};
+use crate::events::RunnerCount;
 use crate::reconciler::Reconciler;
 use crate::runner_directory::{Lookup, RunnerDirectory};
 use hangar_runtime::watch::Triggers;
@@ -266,11 +268,15 @@ pub async fn reconcile(pod: Arc<Pod>, state: Arc<RunnerPodState>) -> Result<Acti
                     Lookup::Found(id) => {
                         annotate(&pod, &ctx, &[(ann::RUNNER_ID, Some(id.to_string()))]).await?;
                         info!(pod = %object_name(pod.as_ref()), runner_id = id, "runner registered");
-                        ctx.event(
-                            pod.object_ref(&()),
-                            false,
+                        ctx.runner_events.publish(
+                            registrations_told_on(&pod, &authority, &ctx),
                             "RunnerRegistered",
-                            format!("registered on GitHub as runner {id}"),
+                            RunnerCount {
+                                verb: "registered",
+                                why: "on GitHub",
+                                count: 1,
+                                names: vec![format!("{} (id {id})", pod.name_any())],
+                            },
                         );
                     }
                     Lookup::NotYet { recheck_after } => requeue = recheck_after,
@@ -282,6 +288,36 @@ pub async fn reconcile(pod: Arc<Pod>, state: Arc<RunnerPodState>) -> Result<Acti
             Ok(Action::requeue(requeue))
         }
     }
+}
+
+/// The object a runner's registration is told on: the set it belongs to (its Runner's
+/// RunnerReplicaSet, or its RunnerSet), where registrations of a busy pool are coalesced
+/// ([`crate::events`]); a standalone Runner itself.
+fn registrations_told_on(pod: &Pod, authority: &Authority, ctx: &Context) -> ObjectReference {
+    let namespace = pod.namespace();
+    let on = |api_version: &str, kind: &str, name: &str, uid: &str| ObjectReference {
+        api_version: Some(api_version.to_owned()),
+        kind: Some(kind.to_owned()),
+        name: Some(name.to_owned()),
+        namespace: namespace.clone(),
+        uid: Some(uid.to_owned()),
+        ..Default::default()
+    };
+    let granter = &authority.owner;
+    if granter.kind == "Runner"
+        && let Some(runner) = ctx
+            .stores
+            .runners
+            .get(&ObjectRef::new(&granter.name).within(namespace.as_deref().unwrap_or_default()))
+        && let Some(set) = runner
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true) && o.kind == RunnerReplicaSet::kind(&()).as_ref())
+    {
+        return on(&set.api_version, &set.kind, &set.name, &set.uid);
+    }
+    let api_version = Runner::api_version(&());
+    on(&api_version, granter.kind, &granter.name, &granter.uid)
 }
 
 /// Deletes the Runner that owns `pod`, so a pod deleted by a user is not resurrected.
