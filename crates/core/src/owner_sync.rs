@@ -19,6 +19,10 @@
 //!   [`Input::reflected_before`]), or for [`Input::release_grace`] when nothing says so: its
 //!   job is done and the autoscaler is about to lower the count. Only those places are held; a
 //!   count above the runners that exist is growth and is created at once.
+//! - **A runner whose job is known complete is not counted, even before its pod stops.** An
+//!   ephemeral runner named in [`Input::reflected_completions`] whose pod still looks running
+//!   exits on its own: it neither fills a place nor is surplus, so no other runner retires for
+//!   it (the "completed" delivery often lowers `desired` before the pod's stop is observed).
 //! - **An owner is deleted as finished only when its runner cannot come back**
 //!   ([`PodView::runner_stopped`], judged by [`crate::runner_container::judge`] from the runner
 //!   container's current state). In a pod that restarts its runner container, a run that exited
@@ -534,6 +538,19 @@ pub fn plan(input: &Input) -> Plan {
                 continue;
             }
             plan.actions.extend(delete(owner, DeleteReason::Completed));
+            continue;
+        }
+        if input.ephemeral
+            && !owner.pods.is_empty()
+            && owner
+                .pods
+                .iter()
+                .all(|p| input.reflected_completions.contains(&p.name))
+        {
+            // Its job completed and `desired` already counts that, but its pod has not been
+            // seen to stop yet: the runner is on its way out by itself and takes no other job.
+            // Counted as running, it would be surplus, and another (maybe busy) runner would
+            // retire in its stead and be replaced once this pod stops.
             continue;
         }
         if !owner.settled && owner.pods.is_empty() {

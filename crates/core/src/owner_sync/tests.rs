@@ -569,6 +569,68 @@ fn a_runner_whose_place_was_given_up_still_counts_against_the_absorption() {
 }
 
 #[test]
+fn a_runner_whose_completion_is_reflected_before_its_pod_stops_is_neither_counted_nor_retired() {
+    // Three runners; b's job completed and the autoscaler lowered the count to 2 for it before
+    // b's pod was seen to stop. b is on its way out by itself: retiring another runner in its
+    // stead would kill a useful (maybe busy) runner and replace it once b's pod stops.
+    let owners = vec![running("a", 2), running("b", 3), running("c", 4)];
+    let rows = [
+        ("ephemeral, b's completion reflected", true, true, vec![]),
+        (
+            "ephemeral, nothing reflected: the oldest surplus retires",
+            true,
+            false,
+            vec![("a".to_owned(), RetireReason::ScaleDown)],
+        ),
+        (
+            "static: a finished job does not end the runner",
+            false,
+            true,
+            vec![("a".to_owned(), RetireReason::ScaleDown)],
+        ),
+    ];
+    for (case, ephemeral, reflected, retires) in rows {
+        let mut input = autoscaled(2, owners.clone(), 5, 3);
+        input.ephemeral = ephemeral;
+        if reflected {
+            input.reflected_completions = BTreeSet::from(["b-pod".to_owned()]);
+        }
+        let plan = plan(&input);
+        assert_eq!(retired(&plan), retires, "{case}");
+        assert!(
+            !plan
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::Create { .. })),
+            "{case}: {plan:?}"
+        );
+        if reflected && ephemeral {
+            assert_eq!(plan.counts.running, 2, "{case}: b no longer counts");
+        }
+    }
+    // Once b's pod stops, it goes as finished, and nothing else moves.
+    let mut input = autoscaled(
+        2,
+        vec![
+            running("a", 2),
+            finished("b", 3, t(5), Duration::from_secs(1)),
+            running("c", 4),
+        ],
+        5,
+        3,
+    );
+    input.reflected_completions = BTreeSet::from(["b-pod".to_owned()]);
+    assert_eq!(
+        plan(&input).actions,
+        vec![Action::Delete {
+            owner: "b".into(),
+            reason: DeleteReason::Completed,
+            pods: vec!["b-pod".into()],
+        }]
+    );
+}
+
+#[test]
 fn another_runners_reflected_completion_releases_no_place() {
     let now = t(5);
     let b = finished("b", 4, now, Duration::from_secs(1));
