@@ -14,7 +14,8 @@
 //! Contract: the watch deserializes list and watch bodies straight into a `RunnerPod` (the
 //! type inherits `Pod`'s `kube::Resource`: kind, version, plural, scope), so no full `Pod` is
 //! ever built for the cache; [`RunnerPod::trim`] then drops what remains unread (other
-//! containers, other conditions, other variables) before it is cached. Field names follow Pod
+//! containers, other conditions, other variables, the labels and annotations no read looks up)
+//! before it is cached. Field names follow Pod
 //! JSON, so the reads look the same as on a `Pod`; a field misspelled here would silently read
 //! as absent, which is what `the_slim_pod_holds_every_field_the_full_pod_has` guards against.
 //! Required fields read `null` or absence as their default, as k8s-openapi's do. Everything
@@ -170,6 +171,13 @@ const OBSERVED_ENV: [&str; 2] = ["RUNNER_EPHEMERAL", "ACTIONS_RUNNER_INPUT_JITCO
 /// The conditions the reads look at.
 const OBSERVED_CONDITIONS: [&str; 2] = ["Ready", "PodScheduled"];
 
+/// The labels the reads look at: which RunnerSet a pod's StatefulSet belongs to.
+const OBSERVED_LABELS: [&str; 1] = [hangar_api::label::RUNNERSET_NAME];
+
+/// The annotations the reads look at are ARC's and Hangar's own (`actions-runner/id`, the
+/// unregistration timestamps, `hangar.dev/registration-spent`, …): these prefixes.
+const OBSERVED_ANNOTATION_PREFIXES: [&str; 2] = ["actions-runner/", "hangar.dev/"];
+
 /// A required field: absent or `null` reads as its default, as k8s-openapi reads it.
 fn or_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
 where
@@ -180,10 +188,31 @@ where
 }
 
 impl RunnerPod {
-    /// Keeps only what the reads look at, before the pod is cached: of its spec, the runner
-    /// container with its [`OBSERVED_ENV`]; of its status, the `Ready` and `PodScheduled`
-    /// conditions and the runner container's status. Every list it keeps holds no spare room.
+    /// Keeps only what the reads look at, before the pod is cached: of its metadata, the
+    /// [`OBSERVED_LABELS`] and the annotations under [`OBSERVED_ANNOTATION_PREFIXES`] (a map
+    /// left empty goes: an empty map still holds a node); of its spec, the runner container
+    /// with its [`OBSERVED_ENV`]; of its status, the `Ready` and `PodScheduled` conditions and
+    /// the runner container's status. Every list it keeps holds no spare room. Finalizers,
+    /// owner references, the UID and the resourceVersion are kept whole: writes are compared
+    /// with them and conditioned on them.
     pub fn trim(&mut self) {
+        let meta = &mut self.metadata;
+        if let Some(labels) = &mut meta.labels {
+            labels.retain(|k, _| OBSERVED_LABELS.contains(&k.as_str()));
+        }
+        if let Some(annotations) = &mut meta.annotations {
+            annotations.retain(|k, _| {
+                OBSERVED_ANNOTATION_PREFIXES
+                    .iter()
+                    .any(|p| k.starts_with(p))
+            });
+        }
+        if meta.labels.as_ref().is_some_and(|m| m.is_empty()) {
+            meta.labels = None;
+        }
+        if meta.annotations.as_ref().is_some_and(|m| m.is_empty()) {
+            meta.annotations = None;
+        }
         if let Some(spec) = &mut self.spec {
             keep(&mut spec.containers, |c| c.name == RUNNER_CONTAINER);
             for env in spec.containers.iter_mut().filter_map(|c| c.env.as_mut()) {
@@ -307,8 +336,11 @@ pub(crate) mod tests {
                 "name": "r1", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
                 "creationTimestamp": "2026-11-29T04:57:00Z",
                 "deletionTimestamp": "2026-11-29T05:01:00Z",
-                "labels": {"actions-runner": "", "runnerset-name": "set"},
-                "annotations": {"actions-runner/id": "42"},
+                "labels": {"actions-runner": "", "runnerset-name": "set",
+                           "runner-template-hash": "abc", "team": "ci"},
+                "annotations": {"actions-runner/id": "42",
+                                "hangar.dev/registration-spent": "2026-11-29T05:00:00Z",
+                                "cluster-autoscaler.kubernetes.io/safe-to-evict": "false"},
                 "finalizers": ["actions.summerwind.dev/runner-pod"],
                 "ownerReferences": [{"apiVersion": "actions.summerwind.dev/v1alpha1",
                     "kind": "Runner", "name": "r1", "uid": "ru", "controller": true}]
@@ -428,6 +460,61 @@ pub(crate) mod tests {
                 .unwrap()
                 .exit_code,
             137
+        );
+    }
+
+    /// Every label and annotation a read looks up on a pod survives the trim; the rest goes,
+    /// and a map left empty goes whole.
+    #[test]
+    fn the_trim_keeps_every_label_and_annotation_the_reads_look_up() {
+        use hangar_api::{annotation as a, label};
+        let read = [
+            a::RUNNER_ID,
+            a::UNREGISTRATION_REQUEST_TIMESTAMP,
+            a::UNREGISTRATION_START_TIMESTAMP,
+            a::UNREGISTRATION_COMPLETE_TIMESTAMP,
+            a::UNREGISTRATION_FAILURE_MESSAGE,
+            a::UNREGISTRATION_REFUSED,
+            a::RUNNER_COMPLETION_WAIT_START_TIMESTAMP,
+            a::GITHUB_API_CREDS_SECRET,
+            a::RETIREMENT_TIMEOUT,
+            a::REGISTRATION_SPENT,
+        ];
+        let ignored = [
+            "sync-time",
+            "kubectl.kubernetes.io/last-applied-configuration",
+        ];
+        let annotations: serde_json::Map<_, _> = read
+            .iter()
+            .chain(&ignored)
+            .map(|k| ((*k).to_owned(), json!("v")))
+            .collect();
+        let mut pod: RunnerPod = serde_json::from_value(json!({"metadata": {
+            "labels": {label::RUNNERSET_NAME: "set", label::ACTIONS_RUNNER: "",
+                       label::RUNNER_TEMPLATE_HASH: "h"},
+            "annotations": annotations,
+        }}))
+        .unwrap();
+        pod.trim();
+        let keys = |m: &Option<std::collections::BTreeMap<String, String>>| {
+            m.iter()
+                .flatten()
+                .map(|(k, _)| k.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(keys(&pod.metadata.labels), [label::RUNNERSET_NAME]);
+        let mut want: Vec<_> = read.iter().map(|k| (*k).to_owned()).collect();
+        want.sort();
+        assert_eq!(keys(&pod.metadata.annotations), want);
+
+        let mut pod: RunnerPod = serde_json::from_value(json!({"metadata": {
+            "labels": {label::ACTIONS_RUNNER: ""}, "annotations": {"sync-time": "t"},
+        }}))
+        .unwrap();
+        pod.trim();
+        assert_eq!(
+            (pod.metadata.labels, pod.metadata.annotations),
+            (None, None)
         );
     }
 
