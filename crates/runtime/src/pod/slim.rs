@@ -6,18 +6,20 @@
 //! trimmed: the `PodSpec` struct alone is 1,440 bytes (41 fields inline, a `PodSecurityContext`
 //! among them), `PodStatus` 448, each `Container` 2,144, each `EnvVar` 360 and each
 //! `ContainerStatus` 752, before any of their strings (sizes on 64-bit, asserted by
-//! `the_slim_shapes_are_a_fraction_of_k8s_openapis`). A runner pod trimmed to what the reads
-//! look at still cost about 8.8 KB in the store (heap profile at 1,000 runners). A `RunnerPod`
-//! is 576 bytes plus its strings, about 3 KB: its metadata (a full `ObjectMeta`, which
-//! `kube::Resource` requires) is most of it.
+//! `the_slim_shapes_are_a_fraction_of_k8s_openapis`). A k8s-openapi runner pod trimmed to
+//! what the reads look at still cost about 8.8 KB in the store (worked out from these sizes,
+//! and consistent with a heap profile at 1,000 runners). A `RunnerPod` is 576 bytes (its
+//! runner `Container` 72, an `EnvVar` 48, a `PodCondition` 120, a `ContainerStatus` 208, also
+//! asserted) plus its strings: about 3 KB by the same reckoning, most of it the metadata (a
+//! full `ObjectMeta`, 360 bytes and its maps, which `kube::Resource` requires).
 //!
 //! Contract: the watch deserializes list and watch bodies straight into a `RunnerPod` (the
 //! type inherits `Pod`'s `kube::Resource`: kind, version, plural, scope), so no full `Pod` is
 //! ever built for the cache; [`RunnerPod::trim`] then drops what remains unread (other
 //! containers, other conditions, other variables, the labels and annotations no read looks up)
-//! before it is cached. Field names follow Pod
-//! JSON, so the reads look the same as on a `Pod`; a field misspelled here would silently read
-//! as absent, which is what `the_slim_pod_holds_every_field_the_full_pod_has` guards against.
+//! before it is cached. Field names follow Pod JSON, so the reads look the same as on a `Pod`;
+//! a field misspelled here would silently read as absent, which is what
+//! `the_slim_pod_holds_every_field_the_full_pod_has` guards against.
 //! Required fields read `null` or absence as their default, as k8s-openapi's do. Everything
 //! written to the API stays a `Pod` (merge patches, JSON patches of finalizers, deletes with
 //! preconditions, creation): the cached pod is never sent back. A full `Pod` in hand (one just
