@@ -6,9 +6,8 @@
 //! the kind ([`hangar_runtime::watch::shared_store`]): the apiserver sends each change to this
 //! process once, not once per controller. (kube-runtime's own shared streams do not pass
 //! deletions on, which the controllers need.) Cached objects lose their `managedFields`, and
-//! runner pods all of their spec that no read looks at
-//! ([`hangar_runtime::pod::observe::keep_only_what_is_observed`]): the cache is most of the
-//! controller's memory.
+//! runner pods are read as a [`RunnerPod`], trimmed to what the reads look at
+//! ([`RunnerPod::trim`]): the cache is most of the controller's memory.
 //!
 //! One entry point, [`run`], takes its [`ManagerOptions`]. With a webhook listener
 //! ([`ManagerOptions::webhook`]), the GitHub webhook server runs in the same process on the
@@ -27,7 +26,7 @@ use hangar_api::{
     HorizontalRunnerAutoscaler, Runner, RunnerDeployment, RunnerReplicaSet, RunnerSet, label,
 };
 use hangar_github::GitHubApi;
-use k8s_openapi::api::core::v1::Pod;
+use hangar_runtime::pod::RunnerPod;
 use kube::Client;
 use kube::runtime::watcher;
 use tokio::net::TcpListener;
@@ -154,11 +153,7 @@ pub async fn run(options: ManagerOptions) {
             pods_for_sets,
             pods_for_runner_sets,
         ],
-    ) = shared_trimmed_store(
-        api::<Pod>(&client, ns),
-        runner_pods,
-        hangar_runtime::pod::observe::keep_only_what_is_observed,
-    );
+    ) = shared_trimmed_store(api::<RunnerPod>(&client, ns), runner_pods, RunnerPod::trim);
     let (runners, [runners_for_runners, runners_for_sets]) =
         shared_store(api::<Runner>(&client, ns), all());
     let (replica_sets, [sets_for_sets, sets_for_deployments]) =

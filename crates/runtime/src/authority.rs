@@ -16,7 +16,6 @@ use std::sync::Mutex;
 use hangar_api::{Runner, RunnerConfig, RunnerSet};
 use hangar_core::authority::{self, Authority, Chain, Owner, OwnerRef, StatefulSet, Untrusted};
 use k8s_openapi::api::apps::v1::StatefulSet as K8sStatefulSet;
-use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
 
@@ -39,7 +38,7 @@ impl std::fmt::Debug for Owners<'_> {
 /// The authority `pod` carries, or why it carries none; `Err` only when an owner could not be
 /// read.
 pub async fn of_pod(
-    pod: &Pod,
+    pod: &impl ResourceExt,
     owners: &Owners<'_>,
 ) -> Result<Result<Authority, Untrusted>, kube::Error> {
     let namespace = pod.namespace().unwrap_or_default();
@@ -47,7 +46,11 @@ pub async fn of_pod(
     Ok(authority::authority(&pod.name_any(), &chain))
 }
 
-async fn chain(pod: &Pod, namespace: &str, owners: &Owners<'_>) -> Result<Chain, kube::Error> {
+async fn chain(
+    pod: &impl ResourceExt,
+    namespace: &str,
+    owners: &Owners<'_>,
+) -> Result<Chain, kube::Error> {
     let Some(controller) = pod
         .owner_references()
         .iter()

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 use hangar_api::runner_config::GitHubApiCredentialsFrom;
 use hangar_api::{HorizontalRunnerAutoscaler, Runner, RunnerDeployment, RunnerReplicaSet};
 use hangar_github::{ClientRegistry, GitHubApi};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::Store;
@@ -23,6 +23,7 @@ use kube::runtime::reflector::Store;
 pub use crate::clock::{Clock, SystemClock};
 use crate::credentials::{GitHubClients, LookupError};
 use crate::error::{Backoff, Error};
+use crate::pod::RunnerPod;
 use crate::registration::mode::RunnerSetRegistration;
 use crate::runner_pod::PodDefaults;
 
@@ -125,7 +126,7 @@ impl Default for Settings {
 #[derive(Clone)]
 pub struct Stores {
     /// Runner pods (label `actions-runner`).
-    pub pods: Store<Pod>,
+    pub pods: Store<RunnerPod>,
     /// Runners.
     pub runners: Store<Runner>,
     /// RunnerReplicaSets.
@@ -290,7 +291,11 @@ impl Context {
 
     /// The health of the runner in `pod` now ([`hangar_core::health::classify`]), given whether
     /// its registration credential was taken back.
-    pub fn runner_health(&self, pod: &Pod, credential_spent: bool) -> hangar_core::health::Health {
+    pub fn runner_health(
+        &self,
+        pod: &RunnerPod,
+        credential_spent: bool,
+    ) -> hangar_core::health::Health {
         use crate::pod::observe::{Beyond, health_observed};
         let beyond = Beyond {
             github: self.github_state(pod),
@@ -304,14 +309,18 @@ impl Context {
     /// The runner in `pod` as owner sync sees it ([`crate::pod::observe::pod_view`]), given
     /// whether its registration credential was taken back: with its health now and what GitHub
     /// last said of it.
-    pub fn pod_view(&self, pod: &Pod, credential_spent: bool) -> hangar_core::owner_sync::PodView {
+    pub fn pod_view(
+        &self,
+        pod: &RunnerPod,
+        credential_spent: bool,
+    ) -> hangar_core::owner_sync::PodView {
         let health = self.runner_health(pod, credential_spent);
         crate::pod::observe::pod_view(pod, credential_spent, health, self.github_state(pod))
     }
 
     /// What GitHub last said of the runner in `pod` ([`crate::github_runners`]), asked of the
     /// scope its owner chain granted, never one the pod names.
-    pub fn github_state(&self, pod: &Pod) -> hangar_core::health::GitHubState {
+    pub fn github_state(&self, pod: &RunnerPod) -> hangar_core::health::GitHubState {
         pod.metadata
             .uid
             .as_deref()
@@ -326,7 +335,7 @@ impl Context {
 
     /// Since when the node `pod` runs on reports itself not Ready (`Ready` False or Unknown),
     /// if it does and nodes are watched.
-    fn node_not_ready(&self, pod: &Pod) -> Option<SystemTime> {
+    fn node_not_ready(&self, pod: &RunnerPod) -> Option<SystemTime> {
         let nodes = self.stores.nodes.as_ref()?;
         let name = pod.spec.as_ref()?.node_name.as_deref()?;
         let node = nodes.get(&kube::runtime::reflector::ObjectRef::new(name))?;

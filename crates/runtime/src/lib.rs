@@ -15,8 +15,8 @@
 //! - [`credentials`]: per-resource GitHub credentials; [`conditions`]: status conditions;
 //!   [`events`]: Kubernetes Events, coalesced per set.
 //! - [`managers`]: the field manager of each writer.
-//! - [`pod`]: what a runner pod says, read into core's terms; [`github_runners`]: what GitHub
-//!   last said about each registered runner.
+//! - [`pod`]: what a runner pod says, read into core's terms, and the slim `RunnerPod` the
+//!   caches hold; [`github_runners`]: what GitHub last said about each registered runner.
 //! - [`registration`]: how runner pods get their registration credential, and its names.
 //! - [`reservations`]: the compare-and-swap write of an autoscaler's capacity reservations.
 //! - [`retirement`]: what deleted owners and their pods say about retiring runners.

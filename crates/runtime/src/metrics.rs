@@ -30,7 +30,6 @@ use hangar_api::annotation as ann;
 use hangar_api::horizontal_runner_autoscaler::ScaleTargetKind;
 use hangar_api::label;
 use hangar_github::ClientRegistry;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -38,6 +37,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use crate::pod::RunnerPod;
 
 /// How often, by default, the registered runners' state (online, busy, offline) is refreshed
 /// from GitHub ([`crate::context::Settings::runner_refresh`]).
@@ -536,7 +537,7 @@ pub async fn serve(
 #[derive(Debug, Default)]
 pub struct ScrapeState<'a> {
     /// Runner pods.
-    pub pods: &'a [Arc<Pod>],
+    pub pods: &'a [Arc<RunnerPod>],
     /// Clients and their counters.
     pub github: Option<&'a ClientRegistry>,
     /// Autoscalers.
@@ -680,7 +681,7 @@ fn drop_expired(queue: &mut VecDeque<Pending>, now: Instant) {
 }
 
 /// A runner pod's state for `hangar_runners`.
-pub fn runner_state(pod: &Pod, busy: &HashSet<String>) -> &'static str {
+pub fn runner_state(pod: &RunnerPod, busy: &HashSet<String>) -> &'static str {
     let annotations = pod.annotations();
     if annotations.contains_key(ann::UNREGISTRATION_REQUEST_TIMESTAMP)
         || pod.metadata.deletion_timestamp.is_some()
@@ -702,7 +703,7 @@ pub fn runner_state(pod: &Pod, busy: &HashSet<String>) -> &'static str {
 mod tests {
     use super::*;
 
-    fn pod(name: &str, phase: &str, annotations: &[(&str, &str)]) -> Arc<Pod> {
+    fn pod(name: &str, phase: &str, annotations: &[(&str, &str)]) -> Arc<RunnerPod> {
         Arc::new(
             serde_json::from_value(serde_json::json!({
                 "metadata": {

@@ -10,7 +10,6 @@ use std::time::{Duration, SystemTime};
 use hangar_api::annotation;
 use hangar_core::owner_sync::PodPhase;
 use hangar_core::retirement::RunnerPod;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use tracing::warn;
 
@@ -31,7 +30,7 @@ pub fn timeout_or(obj: &impl ResourceExt, default: Duration) -> Duration {
 }
 
 /// Whether the runner of an existing `pod` may still be running a job, and if not, why.
-pub fn runner_pod(pod: &Pod) -> RunnerPod {
+pub fn runner_pod(pod: &crate::pod::RunnerPod) -> RunnerPod {
     if pod.metadata.deletion_timestamp.is_some() {
         RunnerPod::Deleting
     } else if runner_stopped(pod)

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use hangar_core::retirement::{PodDeletion, PodDeletionVerdict, RunnerPod};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::{Api, ResourceExt};
 
 use super::review::{AdmissionRequest, AdmissionResponse};
@@ -74,7 +74,7 @@ async fn review_pod(
     default_timeout: Duration,
     req: &AdmissionRequest,
 ) -> AdmissionResponse {
-    let Some(pod) = deleted::<Pod>(req) else {
+    let Some(pod) = deleted::<hangar_runtime::pod::RunnerPod>(req) else {
         return AdmissionResponse::allow(&req.uid);
     };
     let guarded = Guarded {
@@ -98,7 +98,7 @@ async fn review_stateful_set(
     };
     let namespace = set.namespace().unwrap_or_default();
     let pod_name = pod_name(&set.name_any());
-    let pod = match Api::<Pod>::namespaced(client.clone(), &namespace)
+    let pod = match Api::<hangar_runtime::pod::RunnerPod>::namespaced(client.clone(), &namespace)
         .get_opt(&pod_name)
         .await
     {

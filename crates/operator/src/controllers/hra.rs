@@ -569,7 +569,7 @@ async fn observe_runners(
     };
     // The target's runners whose pod (from the cache) is as `pick` says.
     let runners_whose_pod =
-        |pick: &dyn Fn(&k8s_openapi::api::core::v1::Pod) -> bool| -> Vec<String> {
+        |pick: &dyn Fn(&hangar_runtime::pod::RunnerPod) -> bool| -> Vec<String> {
             target_runners
                 .iter()
                 .filter(|name| {

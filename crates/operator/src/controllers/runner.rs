@@ -36,9 +36,10 @@ use futures::StreamExt;
 use hangar_api::{Runner, RunnerStatus, annotation as ann, finalizer};
 use hangar_core::RunnerScope;
 use hangar_core::health::Health;
-use hangar_core::retirement::{RunnerPod, RunnerStep};
+use hangar_core::retirement::{self as retiring, RunnerStep};
 use hangar_core::runner::{PodFacts, RunnerFacts, RunnerStep as Step};
 use hangar_github::{GitHubApi, GitHubError};
+use hangar_runtime::pod::RunnerPod;
 use hangar_runtime::watch::{StatusWrites, Unobserved};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -72,7 +73,7 @@ pub fn registration_secret_name(runner: &str) -> String {
 pub async fn run(
     ctx: Arc<Context>,
     runners: Triggers<Runner>,
-    pods: Triggers<Pod>,
+    pods: Triggers<RunnerPod>,
     secrets: Api<PartialObjectMeta<Secret>>,
 ) {
     // Secrets are watched by metadata only (never their data), and not those Hangar writes
@@ -275,7 +276,7 @@ async fn drive(runner: &Runner, state: &RunnerState, report: &mut Report) -> Res
     let api: Api<Runner> = Api::namespaced(ctx.client.clone(), &ns);
     let uid = runner.uid().unwrap_or_default();
     let deleting_since = retirement::deleting_since(runner);
-    let pod_ref = kube::runtime::reflector::ObjectRef::<Pod>::new(&name).within(&ns);
+    let pod_ref = kube::runtime::reflector::ObjectRef::<RunnerPod>::new(&name).within(&ns);
     let pod = ctx.stores.pods.get(&pod_ref);
     if pod.is_some() {
         // From now on a pod missing from the store has vanished.
@@ -336,8 +337,7 @@ async fn drive(runner: &Runner, state: &RunnerState, report: &mut Report) -> Res
             if unseen.created.contains(&name) {
                 return Ok(Action::requeue(UNSEEN_POD_RECHECK));
             }
-            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-            let exists = pods
+            let exists = Api::<RunnerPod>::namespaced(ctx.client.clone(), &ns)
                 .get_opt(&name)
                 .await
                 .map_err(kube_err("get pod", format!("{ns}/{name}")))?
@@ -360,17 +360,19 @@ async fn drive(runner: &Runner, state: &RunnerState, report: &mut Report) -> Res
             let github = ctx
                 .github_for(&ns, runner.spec.config.github_api_credentials_from.as_ref())
                 .await?;
-            let pod = create_pod(runner, &scope, state, github.as_ref()).await?;
+            let pod =
+                RunnerPod::from_pod(&create_pod(runner, &scope, state, github.as_ref()).await?);
             let created = [pod.name_any()];
             state.created_pods.record(&uid, &created, &[]);
             // The status the new pod implies, exactly as later reconciles derive it from the
-            // pod: an unscheduled pod then costs no second status write.
+            // cached pod (the same projection): an unscheduled pod then costs no second status
+            // write.
             report.status = Some(status_from_pod(&pod));
             report.conditions = conditions_from_pod(&pod);
             report.conditions.push(health_condition(ctx, &pod));
             report.conditions.push(credentials_accepted(runner));
             // Not held while waiting below: a scale-up has hundreds of these reconciles waiting
-            // at once, and a whole pod is tens of kilobytes.
+            // at once.
             drop(pod);
             // A reconcile that still missed the pod would fetch a new credential: for JIT, one
             // that replaces the runner registration the running pod uses.
@@ -448,7 +450,7 @@ async fn retire(
     // The store may not have seen a pod created moments ago: only the API says "absent".
     let pod = match stored {
         Some(pod) => Some(pod),
-        None => pods
+        None => Api::<RunnerPod>::namespaced(ctx.client.clone(), &ns)
             .get_opt(&name)
             .await
             .map_err(kube_err(
@@ -459,7 +461,7 @@ async fn retire(
     };
     let pod_state = pod
         .as_deref()
-        .map_or(RunnerPod::Absent, retirement::runner_pod);
+        .map_or(retiring::RunnerPod::Absent, retirement::runner_pod);
     let timeout = retirement::timeout(runner, ctx);
     let now = ctx.now();
     let delete_pod = || async {
@@ -565,7 +567,7 @@ fn credentials_accepted(runner: &Runner) -> Desired {
 }
 
 /// The runner's health as the Runner's `Healthy` condition ([`Context::runner_health`]).
-fn health_condition(ctx: &Context, pod: &Pod) -> Desired {
+fn health_condition(ctx: &Context, pod: &RunnerPod) -> Desired {
     let health = ctx.runner_health(pod, super::registration_spent(pod));
     let reason = health.reason();
     match health {
@@ -584,7 +586,7 @@ fn health_condition(ctx: &Context, pod: &Pod) -> Desired {
 }
 
 /// The conditions a Runner's pod implies.
-pub fn conditions_from_pod(pod: &Pod) -> Vec<Desired> {
+pub fn conditions_from_pod(pod: &RunnerPod) -> Vec<Desired> {
     let status = status_from_pod(pod);
     let unregistered = super::annotation(pod, ann::UNREGISTRATION_COMPLETE_TIMESTAMP).is_some();
     let registered = match runner_id(pod) {
@@ -637,7 +639,7 @@ pub fn conditions_from_pod(pod: &Pod) -> Vec<Desired> {
 }
 
 /// What the Runner's status says about its pod.
-pub fn status_from_pod(pod: &Pod) -> RunnerStatus {
+pub fn status_from_pod(pod: &RunnerPod) -> RunnerStatus {
     let st = pod.status.clone().unwrap_or_default();
     let registered = runner_id(pod).is_some();
     let pod_ready = st
@@ -968,7 +970,7 @@ async fn create_pod(
 mod tests {
     use super::*;
 
-    fn pod(annotations: serde_json::Value, ready: bool) -> Pod {
+    fn pod(annotations: serde_json::Value, ready: bool) -> RunnerPod {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": "r-1", "annotations": annotations},
             "status": {"phase": "Running", "conditions": [
@@ -1025,9 +1027,9 @@ mod tests {
     fn a_runner_on_its_way_to_registration_has_one_status() {
         // As sent (no status yet), as the kubelet-less apiserver stores it, and running
         // before its runner registers.
-        let sent: Pod =
+        let sent: RunnerPod =
             serde_json::from_value(serde_json::json!({"metadata": {"name": "r-1"}})).unwrap();
-        let stored: Pod = serde_json::from_value(serde_json::json!({
+        let stored: RunnerPod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "r-1"},
             "status": {"phase": "Pending", "conditions": [
                 {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}

@@ -35,6 +35,7 @@ use hangar_core::unregistration::{
     Step, Successor,
 };
 use hangar_github::{GitHubApi, GitHubError, RunnerId};
+use hangar_runtime::pod::RunnerPod;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
@@ -77,11 +78,11 @@ impl AsRef<Context> for RunnerPodState {
 
 /// The runner-pod controller in the shared skeleton: failures it reports on a pod are about
 /// its runner.
-const SKELETON: Reconciler<Pod> = Reconciler::new("runner-pod")
+const SKELETON: Reconciler<RunnerPod> = Reconciler::new("runner-pod")
     .explained_by(|_, error| format!("cannot unregister or look up the runner: {error}"));
 
 /// Runs the controller until the stream ends.
-pub async fn run(ctx: Arc<Context>, pods: Triggers<Pod>) {
+pub async fn run(ctx: Arc<Context>, pods: Triggers<RunnerPod>) {
     let pods_store = ctx.stores.pods.clone();
     let state = Arc::new(RunnerPodState {
         directory: RunnerDirectory::new(ctx.settings.registration_check_interval),
@@ -97,7 +98,11 @@ pub async fn run(ctx: Arc<Context>, pods: Triggers<Pod>) {
         .await;
 }
 
-async fn annotate(pod: &Pod, ctx: &Context, pairs: &[(&str, Option<String>)]) -> Result<(), Error> {
+async fn annotate(
+    pod: &RunnerPod,
+    ctx: &Context,
+    pairs: &[(&str, Option<String>)],
+) -> Result<(), Error> {
     let map: serde_json::Map<String, serde_json::Value> = pairs
         .iter()
         .map(|(k, v)| {
@@ -121,7 +126,11 @@ async fn annotate(pod: &Pod, ctx: &Context, pairs: &[(&str, Option<String>)]) ->
         .map_err(kube_err("annotate pod", object_name(pod)))
 }
 
-async fn set_finalizers(pod: &Pod, ctx: &Context, finalizers: Vec<String>) -> Result<(), Error> {
+async fn set_finalizers(
+    pod: &RunnerPod,
+    ctx: &Context,
+    finalizers: Vec<String>,
+) -> Result<(), Error> {
     // A compare-and-swap on the finalizers alone: the `test` fails (422) only if another
     // writer changed them. A resourceVersion precondition would also fail on every kubelet
     // status update, which on a busy node means retrying (and backing off) for many seconds.
@@ -156,7 +165,7 @@ async fn set_finalizers(pod: &Pod, ctx: &Context, finalizers: Vec<String>) -> Re
 }
 
 /// Reconciles one runner pod.
-pub async fn reconcile(pod: Arc<Pod>, state: Arc<RunnerPodState>) -> Result<Action, Error> {
+pub async fn reconcile(pod: Arc<RunnerPod>, state: Arc<RunnerPodState>) -> Result<Action, Error> {
     let ctx = state.ctx.clone();
     let now = ctx.now();
     let has_finalizer = pod.finalizers().iter().any(|f| f == finalizer::RUNNER_POD);
@@ -321,7 +330,7 @@ fn registrations_told_on(pod: &Pod, authority: &Authority, ctx: &Context) -> Obj
 }
 
 /// Deletes the Runner that owns `pod`, so a pod deleted by a user is not resurrected.
-async fn delete_parent_runner(pod: &Pod, ctx: &Context) -> Result<(), Error> {
+async fn delete_parent_runner(pod: &RunnerPod, ctx: &Context) -> Result<(), Error> {
     let ns = pod.namespace().unwrap_or_default();
     let Some(owner) = pod
         .owner_references()
@@ -356,7 +365,7 @@ async fn delete_parent_runner(pod: &Pod, ctx: &Context) -> Result<(), Error> {
 
 /// One step of unregistration. `Ok(None)` when complete, `Ok(Some(delay))` to check again.
 async fn unregister(
-    pod: &Pod,
+    pod: &RunnerPod,
     controller: &RunnerPodState,
     authority: &Authority,
     now: std::time::SystemTime,
@@ -582,7 +591,7 @@ async fn unregister(
 /// Deletes a pod that is on no node, provided it is still the version that was judged
 /// unscheduled: a pod being deleted is never bound, so its runner can never start. A pod that
 /// changed meanwhile (bound, perhaps) is left for the next decision.
-async fn withdraw(pod: &Pod, ctx: &Context) -> Result<(), Error> {
+async fn withdraw(pod: &RunnerPod, ctx: &Context) -> Result<(), Error> {
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: pod.uid(),
@@ -608,7 +617,7 @@ async fn withdraw(pod: &Pod, ctx: &Context) -> Result<(), Error> {
 /// Who would replace `pod` once its finalizer is gone. Only a pod whose retirement was
 /// requested can belong to a retiring StatefulSet (owner sync stamps the pods before their
 /// set), so the StatefulSet is looked up for those alone.
-async fn successor(pod: &Pod, ctx: &Context) -> Result<Successor, Error> {
+async fn successor(pod: &RunnerPod, ctx: &Context) -> Result<Successor, Error> {
     let Some(owner) = pod
         .owner_references()
         .iter()
@@ -653,7 +662,7 @@ async fn successor(pod: &Pod, ctx: &Context) -> Result<Successor, Error> {
 /// the pod (shown by its Runner as `CredentialsValid=False`), as a Warning event on the owner
 /// and in a metric.
 async fn refused(
-    pod: &Pod,
+    pod: &RunnerPod,
     ctx: &Context,
     authority: &Authority,
     start: Option<(&str, Option<String>)>,
@@ -680,7 +689,7 @@ async fn refused(
 
 /// Who a user looks at for a runner pod: its Runner, or its RunnerSet (through the
 /// `runnerset-name` label of a set's pod).
-fn owner_for_events(pod: &Pod) -> Option<k8s_openapi::api::core::v1::ObjectReference> {
+fn owner_for_events(pod: &RunnerPod) -> Option<k8s_openapi::api::core::v1::ObjectReference> {
     let namespace = pod.namespace();
     let controller = pod
         .owner_references()
@@ -711,7 +720,7 @@ fn owner_for_events(pod: &Pod) -> Option<k8s_openapi::api::core::v1::ObjectRefer
 
 /// The runner ID of `pod` in a list of its scope taken from now on (never an older snapshot).
 async fn listed_from_now(
-    pod: &Pod,
+    pod: &RunnerPod,
     state: &RunnerPodState,
     gh_scope: &hangar_github::Scope,
     github: &dyn GitHubApi,
@@ -731,7 +740,7 @@ async fn listed_from_now(
 /// The runner ID of `pod`, from its scope's shared runner list (see
 /// [`crate::runner_directory`]).
 async fn find_runner_id(
-    pod: &Pod,
+    pod: &RunnerPod,
     state: &RunnerPodState,
     authority: &Authority,
 ) -> Result<Lookup, Error> {
@@ -749,7 +758,7 @@ async fn find_runner_id(
 /// The GitHub client for a pod: the credentials its owner names (see the module
 /// documentation).
 async fn github_for_pod(
-    pod: &Pod,
+    pod: &RunnerPod,
     ctx: &Context,
     authority: &Authority,
 ) -> Result<Arc<dyn GitHubApi>, Error> {
@@ -762,7 +771,7 @@ async fn github_for_pod(
 
 /// The authority `pod`'s owner chain grants, remembered for the pod's life (so a pod whose
 /// owner went first is still unregistered as it was registered).
-async fn granted(pod: &Pod, ctx: &Context) -> Result<Result<Authority, Untrusted>, Error> {
+async fn granted(pod: &RunnerPod, ctx: &Context) -> Result<Result<Authority, Untrusted>, Error> {
     let uid = pod.uid().unwrap_or_default();
     if let Some(authority) = ctx.authorities.get(&uid) {
         return Ok(Ok(authority));
@@ -781,7 +790,7 @@ async fn granted(pod: &Pod, ctx: &Context) -> Result<Result<Authority, Untrusted
 }
 
 /// Removes the runner-pod finalizer: Hangar is done with the pod.
-async fn release_finalizer(pod: &Pod, ctx: &Context) -> Result<(), Error> {
+async fn release_finalizer(pod: &RunnerPod, ctx: &Context) -> Result<(), Error> {
     let rest: Vec<String> = pod
         .finalizers()
         .iter()

@@ -24,6 +24,7 @@ use hangar_api::{
 use hangar_core::health::GitHubState;
 use hangar_core::owner_sync::{self, Action as PlanAction, DeleteReason, OwnerView, PodController};
 use hangar_core::template_hash::template_hash;
+use hangar_runtime::pod::RunnerPod;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, PostParams, Preconditions};
@@ -52,7 +53,7 @@ pub async fn run(
     ctx: Arc<Context>,
     sets: Triggers<RunnerReplicaSet>,
     runners: Triggers<Runner>,
-    pods: Triggers<Pod>,
+    pods: Triggers<RunnerPod>,
     hras: Triggers<HorizontalRunnerAutoscaler>,
 ) {
     let stores = ctx.stores.clone();
@@ -78,7 +79,7 @@ pub async fn run(
                 .collect::<Vec<_>>()
         })
         // A pod change (ready, registered, completed) matters to the set owning its Runner.
-        .watches_shared_stream(pods, move |pod: Arc<Pod>| {
+        .watches_shared_stream(pods, move |pod: Arc<RunnerPod>| {
             let ns = pod.namespace()?;
             let runner_owner = pod.owner_references().iter().find(|o| o.kind == "Runner")?;
             let runner = stores
@@ -163,14 +164,14 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
     let desired_template_hash = desired_hash(&set);
     // The pods the plan judges, as it saw them: a pod deleted with its Runner must be one of
     // these, the very object (UID) judged unregistered or finished.
-    let mut seen_pods: BTreeMap<String, Arc<Pod>> = BTreeMap::new();
+    let mut seen_pods: BTreeMap<String, Arc<RunnerPod>> = BTreeMap::new();
     let mut owners: Vec<OwnerView> = runners
         .iter()
         .map(|r| {
             let pod = ctx
                 .stores
                 .pods
-                .get(&ObjectRef::<Pod>::new(&r.name_any()).within(&ns));
+                .get(&ObjectRef::<RunnerPod>::new(&r.name_any()).within(&ns));
             if let Some(pod) = &pod {
                 seen_pods.insert(pod.name_any(), pod.clone());
             }
@@ -468,7 +469,7 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
 /// as the pod garbage collector deletes terminated pods: there is nothing left to stop, and the
 /// kubelet's confirming delete would be one more apiserver write per runner. Its finalizer
 /// still holds it until the runner is unregistered. Any other pod gets its grace period.
-fn pod_deletion(pod: &Pod) -> DeleteParams {
+fn pod_deletion(pod: &RunnerPod) -> DeleteParams {
     let terminal = matches!(
         pod_phase(pod),
         owner_sync::PodPhase::Succeeded | owner_sync::PodPhase::Failed
@@ -499,7 +500,7 @@ async fn apply(
     ctx: &Context,
     action: &PlanAction,
     hash: &str,
-    seen_pods: &BTreeMap<String, Arc<Pod>>,
+    seen_pods: &BTreeMap<String, Arc<RunnerPod>>,
 ) -> Result<Touched, Error> {
     let ns = set.namespace().unwrap_or_default();
     let runners: Api<Runner> = Api::namespaced(ctx.client.clone(), &ns);

@@ -81,6 +81,7 @@ use hangar_core::health::{GitHubState, Health};
 use hangar_core::owner_sync::{self, Action as PlanAction, OwnerView, PodController, PodView};
 use hangar_core::template_hash::template_hash;
 use hangar_github::GitHubApi;
+use hangar_runtime::pod::RunnerPod;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
     Namespace, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplateSpec, Secret,
@@ -155,7 +156,7 @@ const SKELETON: Reconciler<RunnerSet> = Reconciler::new("runnerset");
 pub async fn run(
     ctx: Arc<Context>,
     sets: Api<RunnerSet>,
-    pods: Triggers<Pod>,
+    pods: Triggers<RunnerPod>,
     hras: Triggers<HorizontalRunnerAutoscaler>,
 ) {
     let ns = sets.namespace().map(str::to_owned);
@@ -186,7 +187,7 @@ pub async fn run(
     Controller::new(sets, watcher::Config::default())
         .owns_shared_stream(sts_changes)
         // A pod change (ready, registered, finished) matters to its set.
-        .watches_shared_stream(pods, |pod: Arc<Pod>| {
+        .watches_shared_stream(pods, |pod: Arc<RunnerPod>| {
             let set = pod.labels().get(label::RUNNERSET_NAME)?;
             Some(ObjectRef::new(set).within(&pod.namespace()?))
         })
@@ -436,7 +437,7 @@ pub fn build_stateful_set(
 }
 
 /// The pods of a StatefulSet, from the runner-pod store: `<name>-<ordinal>` controlled by it.
-fn pods_of(ctx: &Context, sts: &StatefulSet) -> Vec<Arc<Pod>> {
+fn pods_of(ctx: &Context, sts: &StatefulSet) -> Vec<Arc<RunnerPod>> {
     let ns = sts.namespace().unwrap_or_default();
     let uid = sts.uid().unwrap_or_default();
     let replicas = sts
@@ -450,7 +451,7 @@ fn pods_of(ctx: &Context, sts: &StatefulSet) -> Vec<Arc<Pod>> {
             let name = format!("{}-{i}", sts.name_any());
             ctx.stores
                 .pods
-                .get(&ObjectRef::<Pod>::new(&name).within(&ns))
+                .get(&ObjectRef::<RunnerPod>::new(&name).within(&ns))
         })
         .filter(|p| {
             p.owner_references()
@@ -475,7 +476,7 @@ const CREDENTIAL_ENV: [&str; 2] = ["RUNNER_TOKEN", "ACTIONS_RUNNER_INPUT_JITCONF
 /// is killed by the deletion), so the StatefulSet is kept and the pod comes back (registered
 /// afresh by the pod webhook; in the fallback mode its credential was taken back, so it cannot
 /// start and counts as finished once it shows so).
-fn stateful_pod_view(pod: &Pod, mut view: PodView) -> PodView {
+fn stateful_pod_view(pod: &RunnerPod, mut view: PodView) -> PodView {
     if replaced_by_its_stateful_set(pod) {
         view.phase = hangar_core::owner_sync::PodPhase::Pending;
         view.runner_stopped = false;
@@ -493,7 +494,7 @@ fn stateful_pod_view(pod: &Pod, mut view: PodView) -> PodView {
 /// StatefulSet's retirement, not a replacement. Whether its runner finished before the
 /// deletion cannot be told reliably: the kubelet's final delete moves `deletionTimestamp` to
 /// the moment the containers stopped; and either way the StatefulSet recreates the pod.
-pub fn replaced_by_its_stateful_set(pod: &Pod) -> bool {
+pub fn replaced_by_its_stateful_set(pod: &RunnerPod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
         && annotation(pod, ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_none()
 }

@@ -227,7 +227,7 @@ where
 pub async fn hand_on_unregistration_request(
     pods: &Api<k8s_openapi::api::core::v1::Pod>,
     requested: &str,
-    pod: &k8s_openapi::api::core::v1::Pod,
+    pod: &hangar_runtime::pod::RunnerPod,
 ) -> Result<(), crate::error::Error> {
     let key = hangar_api::annotation::UNREGISTRATION_REQUEST_TIMESTAMP;
     if pod.metadata.deletion_timestamp.is_some() || super::annotation(pod, key).is_some() {

@@ -14,6 +14,7 @@ use hangar_github::Scope;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
+use super::RunnerPod;
 use crate::runner_pod::RUNNER_CONTAINER;
 
 /// Formats a time the way ARC's timestamp annotations are written (RFC 3339, seconds).
@@ -67,7 +68,7 @@ pub fn pod_scope(pod: &Pod) -> Option<RunnerScope> {
 }
 
 /// Whether the pod's runner is ephemeral (`RUNNER_EPHEMERAL`, default true).
-pub fn pod_is_ephemeral(pod: &Pod) -> bool {
+pub fn pod_is_ephemeral(pod: &RunnerPod) -> bool {
     pod.spec
         .as_ref()
         .and_then(|s| s.containers.iter().find(|c| c.name == RUNNER_CONTAINER))
@@ -84,7 +85,7 @@ pub fn pod_is_ephemeral(pod: &Pod) -> bool {
 
 /// Whether the pod's runner registers with a JIT configuration
 /// (`ACTIONS_RUNNER_INPUT_JITCONFIG`): its runner exists on GitHub before the pod starts.
-pub fn pod_uses_jit(pod: &Pod) -> bool {
+pub fn pod_uses_jit(pod: &RunnerPod) -> bool {
     pod.spec
         .as_ref()
         .and_then(|s| s.containers.iter().find(|c| c.name == RUNNER_CONTAINER))
@@ -96,100 +97,13 @@ pub fn pod_uses_jit(pod: &Pod) -> bool {
         })
 }
 
-/// The runner container's environment variables the reads here look at; a cached runner pod
-/// keeps only these ([`keep_only_what_is_observed`]).
-const OBSERVED_ENV: [&str; 5] = [
-    "RUNNER_ENTERPRISE",
-    "RUNNER_ORG",
-    "RUNNER_REPO",
-    "RUNNER_EPHEMERAL",
-    "ACTIONS_RUNNER_INPUT_JITCONFIG",
-];
-
-/// Keeps of a runner pod only what the reads here look at, before it is cached: its metadata;
-/// of its spec, the runner container's name, image and [`OBSERVED_ENV`], the node and the
-/// restart policy; of its status, the phase, reason, message, start time, the `Ready` and
-/// `PodScheduled` conditions and the runner container's state. A controller holds every runner
-/// pod of the cluster in its cache, and the rest (other containers, volumes, mounts, resources,
-/// probes, security contexts, the environment) is most of a pod's size: a k8s-openapi
-/// `Container` alone is 2 KiB before any of its strings.
-pub fn keep_only_what_is_observed(pod: &mut Pod) {
-    use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodSpec, PodStatus};
-    if let Some(spec) = pod.spec.take() {
-        let containers = kept(
-            spec.containers
-                .into_iter()
-                .filter(|c| c.name == RUNNER_CONTAINER)
-                .map(|c| Container {
-                    env: c.env.map(|env| {
-                        kept(
-                            env.into_iter()
-                                .filter(|e| OBSERVED_ENV.contains(&e.name.as_str())),
-                        )
-                    }),
-                    name: c.name,
-                    image: c.image,
-                    ..Container::default()
-                }),
-        );
-        pod.spec = Some(PodSpec {
-            containers,
-            node_name: spec.node_name,
-            restart_policy: spec.restart_policy,
-            ..PodSpec::default()
-        });
-    }
-    if let Some(status) = pod.status.take() {
-        let conditions = status.conditions.map(|conditions| {
-            kept(
-                conditions
-                    .into_iter()
-                    .filter(|c| c.type_ == "Ready" || c.type_ == "PodScheduled"),
-            )
-        });
-        let container_statuses = status.container_statuses.map(|statuses| {
-            kept(
-                statuses
-                    .into_iter()
-                    .filter(|c| c.name == RUNNER_CONTAINER)
-                    .map(|c| ContainerStatus {
-                        name: c.name,
-                        ready: c.ready,
-                        restart_count: c.restart_count,
-                        state: c.state,
-                        last_state: c.last_state,
-                        ..ContainerStatus::default()
-                    }),
-            )
-        });
-        pod.status = Some(PodStatus {
-            phase: status.phase,
-            reason: status.reason,
-            message: status.message,
-            start_time: status.start_time,
-            conditions,
-            container_statuses,
-            ..PodStatus::default()
-        });
-    }
-}
-
-/// What a trim keeps of a list, in an allocation of its own size. Collecting a filtered
-/// `into_iter()` reuses the source list's allocation, so without this a cached pod would hold
-/// the room of every container and variable it dropped (about 6 KB per runner pod).
-fn kept<T>(items: impl Iterator<Item = T>) -> Vec<T> {
-    let mut list: Vec<T> = items.collect();
-    list.shrink_to_fit();
-    list
-}
-
 /// An annotation's value.
 pub fn annotation<'a>(obj: &'a impl ResourceExt, key: &str) -> Option<&'a str> {
     obj.annotations().get(key).map(String::as_str)
 }
 
 /// The pod's phase.
-pub fn pod_phase(pod: &Pod) -> PodPhase {
+pub fn pod_phase(pod: &RunnerPod) -> PodPhase {
     match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
         Some("Running") => PodPhase::Running,
         Some("Succeeded") => PodPhase::Succeeded,
@@ -200,7 +114,7 @@ pub fn pod_phase(pod: &Pod) -> PodPhase {
 }
 
 /// The runner container's status.
-fn runner_status(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::ContainerStatus> {
+fn runner_status(pod: &RunnerPod) -> Option<&super::slim::ContainerStatus> {
     pod.status
         .as_ref()?
         .container_statuses
@@ -214,7 +128,7 @@ fn runner_status(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::ContainerStat
 pub const CREATE_CONTAINER_CONFIG_ERROR: &str = "CreateContainerConfigError";
 
 /// The runner container's current state, as `hangar_core::runner_container` reads it.
-pub fn runner_container_state(pod: &Pod) -> (i32, hangar_core::runner_container::State) {
+pub fn runner_container_state(pod: &RunnerPod) -> (i32, hangar_core::runner_container::State) {
     use hangar_core::runner_container::State;
     let Some(status) = runner_status(pod) else {
         return (
@@ -224,9 +138,7 @@ pub fn runner_container_state(pod: &Pod) -> (i32, hangar_core::runner_container:
             },
         );
     };
-    let finished = |t: &k8s_openapi::api::core::v1::ContainerStateTerminated| {
-        t.finished_at.as_ref().map(k8s_time)
-    };
+    let finished = |t: &super::slim::ContainerStateTerminated| t.finished_at.as_ref().map(k8s_time);
     let state = status.state.as_ref();
     let last = status
         .last_state
@@ -274,7 +186,7 @@ const CANNOT_CREATE: [&str; 3] = [
 
 /// The runner container's last run exited with code 0 (its current state if terminated, else
 /// the run before it).
-pub fn runner_exited_cleanly(pod: &Pod) -> bool {
+pub fn runner_exited_cleanly(pod: &RunnerPod) -> bool {
     runner_status(pod)
         .and_then(|status| {
             let current = status.state.as_ref().and_then(|s| s.terminated.as_ref());
@@ -289,7 +201,7 @@ pub fn runner_exited_cleanly(pod: &Pod) -> bool {
 
 /// Where the pod's runner is in its life (`hangar_core::runner_container::judge`), given
 /// whether its registration credential was taken back.
-pub fn runner_run(pod: &Pod, credential_spent: bool) -> hangar_core::runner_container::Run {
+pub fn runner_run(pod: &RunnerPod, credential_spent: bool) -> hangar_core::runner_container::Run {
     let (restart_count, state) = runner_container_state(pod);
     hangar_core::runner_container::judge(&runner_observed(
         pod,
@@ -301,7 +213,7 @@ pub fn runner_run(pod: &Pod, credential_spent: bool) -> hangar_core::runner_cont
 
 /// What `hangar_core::runner_container` looks at for `pod`.
 pub fn runner_observed(
-    pod: &Pod,
+    pod: &RunnerPod,
     credential_spent: bool,
     restart_count: i32,
     state: hangar_core::runner_container::State,
@@ -317,18 +229,18 @@ pub fn runner_observed(
 
 /// The pod says its registration credential was taken back
 /// ([`hangar_api::annotation::REGISTRATION_SPENT`]).
-pub fn registration_spent(pod: &Pod) -> bool {
+pub fn registration_spent(pod: &RunnerPod) -> bool {
     annotation(pod, hangar_api::annotation::REGISTRATION_SPENT).is_some()
 }
 
 /// The runner has finished for good: its container exited and no run of the pod can register
 /// again (in a `Never` pod: the runner container terminated).
-pub fn runner_stopped(pod: &Pod) -> bool {
+pub fn runner_stopped(pod: &RunnerPod) -> bool {
     runner_run(pod, registration_spent(pod)).is_finished()
 }
 
 /// When the pod's Ready condition became True, if it is True.
-pub fn ready_since(pod: &Pod) -> Option<SystemTime> {
+pub fn ready_since(pod: &RunnerPod) -> Option<SystemTime> {
     pod.status
         .as_ref()?
         .conditions
@@ -342,12 +254,12 @@ pub fn ready_since(pod: &Pod) -> Option<SystemTime> {
 /// When the kubelet started the pod (`status.startTime`): an unregistration waits for a runner
 /// that may still register from then, not from the pod's creation, which can lie an image
 /// pull or a scheduling wait earlier.
-pub fn started_at(pod: &Pod) -> Option<SystemTime> {
+pub fn started_at(pod: &RunnerPod) -> Option<SystemTime> {
     pod.status.as_ref()?.start_time.as_ref().map(k8s_time)
 }
 
 /// The GitHub runner ID recorded on the pod.
-pub fn runner_id(pod: &Pod) -> Option<u64> {
+pub fn runner_id(pod: &RunnerPod) -> Option<u64> {
     annotation(pod, hangar_api::annotation::RUNNER_ID)?
         .parse()
         .ok()
@@ -369,7 +281,11 @@ pub struct Beyond<'a> {
 /// registration credential was taken back and what is known `beyond` the pod. The runner's
 /// version is the runner image's tag ([`hangar_core::health::image_runner_version`]); a runner
 /// whose version is unknown is never judged by it.
-pub fn health_observed(pod: &Pod, credential_spent: bool, beyond: Beyond<'_>) -> health::Observed {
+pub fn health_observed(
+    pod: &RunnerPod,
+    credential_spent: bool,
+    beyond: Beyond<'_>,
+) -> health::Observed {
     let status = runner_status(pod);
     let condition = |kind: &str| {
         pod.status
@@ -444,7 +360,12 @@ pub fn health_observed(pod: &Pod, credential_spent: bool, beyond: Beyond<'_>) ->
 
 /// The pod as owner sync sees it, given whether its registration credential was taken back,
 /// its runner's health and what GitHub says about it.
-pub fn pod_view(pod: &Pod, credential_spent: bool, health: Health, github: GitHubState) -> PodView {
+pub fn pod_view(
+    pod: &RunnerPod,
+    credential_spent: bool,
+    health: Health,
+    github: GitHubState,
+) -> PodView {
     use hangar_api::annotation as a;
     use hangar_core::runner_container::Run;
     let run = runner_run(pod, credential_spent);
@@ -475,6 +396,7 @@ pub fn object_name(obj: &impl ResourceExt) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pod::slim::tests::{spare_capacity, typed};
 
     #[test]
     fn timestamps_round_trip_at_second_precision() {
@@ -502,12 +424,15 @@ mod tests {
                 name: "app".into()
             })
         );
+        let pod = RunnerPod::from_pod(&pod);
         assert!(!pod_is_ephemeral(&pod));
         assert!(!pod_uses_jit(&pod));
     }
 
-    /// Every read of this module says the same of a runner pod as of its cached projection,
-    /// through a pod's life, and the projection is a fraction of the pod.
+    /// Every read of this module says the same of a runner pod's cached projection (its JSON
+    /// read as a [`RunnerPod`] and trimmed) as of the whole pod (every container, variable,
+    /// condition and status, projected field by field from the k8s-openapi `Pod`), through a
+    /// pod's life; and the projection is the same whichever way it is read.
     #[test]
     fn a_cached_runner_pod_says_what_the_full_pod_says() {
         use crate::runner_pod::{PodDefaults, build};
@@ -578,9 +503,12 @@ mod tests {
             .flat_map(|pod| statuses.iter().map(move |status| (pod.clone(), status)))
         {
             pod.status = Some(serde_json::from_value(status.clone()).unwrap());
-            let mut cached = pod.clone();
-            keep_only_what_is_observed(&mut cached);
-            let reads = |p: &Pod| {
+            let cached = RunnerPod::from_pod(&pod);
+            let full = typed(&pod);
+            let mut trimmed = full.clone();
+            trimmed.trim();
+            assert_eq!(cached, trimmed, "{status}");
+            let reads = |p: &RunnerPod| {
                 let image = p.spec.as_ref().and_then(|s| {
                     s.containers
                         .iter()
@@ -592,8 +520,7 @@ mod tests {
                     ..Beyond::default()
                 };
                 format!(
-                    "{:?} {} {} {:?} {:?} {:?} {} {} {:?} {:?} {:?} {:?} {:?} {:?}",
-                    pod_scope(p),
+                    "{} {} {:?} {:?} {:?} {} {} {:?} {:?} {:?} {:?} {:?} {:?}",
                     pod_is_ephemeral(p),
                     pod_uses_jit(p),
                     pod_phase(p),
@@ -609,35 +536,9 @@ mod tests {
                     pod_view(p, false, Health::Healthy, GitHubState::default()),
                 )
             };
-            assert_eq!(reads(&cached), reads(&pod));
-            let size = |p: &Pod| serde_json::to_vec(&p.spec).unwrap().len();
-            assert!(
-                size(&cached) * 3 < size(&pod),
-                "the cached spec is {} bytes of {}",
-                size(&cached),
-                size(&pod)
-            );
+            assert_eq!(reads(&cached), reads(&full), "{status}");
             assert_eq!(spare_capacity(&cached), 0, "{status}");
         }
-    }
-
-    /// Bytes a pod's lists have allocated and do not use: a cached pod lives as long as the
-    /// runner, so what a trim leaves behind in a list's spare room is held for as long.
-    fn spare_capacity(pod: &Pod) -> usize {
-        fn spare<T>(list: &Vec<T>) -> usize {
-            (list.capacity() - list.len()) * std::mem::size_of::<T>()
-        }
-        let spec = pod.spec.iter().flat_map(|spec| {
-            let env = spec.containers.iter().filter_map(|c| c.env.as_ref());
-            std::iter::once(spare(&spec.containers)).chain(env.map(spare))
-        });
-        let status = pod.status.iter().flat_map(|status| {
-            [
-                status.conditions.as_ref().map_or(0, spare),
-                status.container_statuses.as_ref().map_or(0, spare),
-            ]
-        });
-        spec.chain(status).sum()
     }
 
     #[test]
@@ -650,6 +551,6 @@ mod tests {
             ]}]}
         }))
         .unwrap();
-        assert!(pod_uses_jit(&pod));
+        assert!(pod_uses_jit(&RunnerPod::from_pod(&pod)));
     }
 }

@@ -223,7 +223,7 @@ fn statefulset_names_are_fresh_and_short_enough_for_labels() {
 }
 
 /// A pod with runner container status `status` (`restartCount`, `state`, `lastState`).
-fn pod_with_runner(policy: Option<&str>, status: serde_json::Value) -> Pod {
+fn pod_with_runner(policy: Option<&str>, status: serde_json::Value) -> RunnerPod {
     let mut container = serde_json::json!({
         "name": "runner", "image": "i", "imageID": "", "ready": true,
     });
@@ -418,7 +418,7 @@ fn a_pod_deleted_by_someone_else_stands_for_its_replacement() {
         } else {
             serde_json::json!({"running": {}})
         };
-        let pod: Pod = serde_json::from_value(serde_json::json!({
+        let pod: RunnerPod = serde_json::from_value(serde_json::json!({
             "metadata": meta,
             "spec": {"restartPolicy": "Never", "containers": []},
             "status": {"phase": "Running", "containerStatuses": [{
@@ -626,7 +626,7 @@ fn claims_and_volumes_are_seen_as_volume_reuse_needs_them() {
 }
 
 /// `pod` as owner sync sees it with a healthy runner GitHub says nothing about.
-fn view_of(pod: &Pod, spent: bool) -> PodView {
+fn view_of(pod: &RunnerPod, spent: bool) -> PodView {
     hangar_runtime::pod::observe::pod_view(
         pod,
         spent,
