@@ -302,7 +302,7 @@ pub async fn reconcile(pod: Arc<RunnerPod>, state: Arc<RunnerPodState>) -> Resul
 /// The object a runner's registration is told on: the set it belongs to (its Runner's
 /// RunnerReplicaSet, or its RunnerSet), where registrations of a busy pool are coalesced
 /// ([`crate::events`]); a standalone Runner itself.
-fn registrations_told_on(pod: &Pod, authority: &Authority, ctx: &Context) -> ObjectReference {
+fn registrations_told_on(pod: &RunnerPod, authority: &Authority, ctx: &Context) -> ObjectReference {
     let namespace = pod.namespace();
     let on = |api_version: &str, kind: &str, name: &str, uid: &str| ObjectReference {
         api_version: Some(api_version.to_owned()),
