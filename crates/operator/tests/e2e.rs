@@ -578,17 +578,24 @@ impl E2e {
         Some((c.status, c.reason, c.message))
     }
 
-    /// (kind, name, note) of the events with `reason`.
-    async fn events(&self, reason: &str) -> Vec<(String, String, String)> {
-        use k8s_openapi::api::events::v1::Event;
+    /// The events with `reason`.
+    async fn events_with(&self, reason: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
         self.h
-            .api::<Event>()
+            .api::<k8s_openapi::api::events::v1::Event>()
             .list(&ListParams::default())
             .await
             .unwrap()
             .items
             .into_iter()
             .filter(|e| e.reason.as_deref() == Some(reason))
+            .collect()
+    }
+
+    /// (kind, name, note) of the events with `reason`.
+    async fn events(&self, reason: &str) -> Vec<(String, String, String)> {
+        self.events_with(reason)
+            .await
+            .into_iter()
             .map(|e| {
                 let regarding = e.regarding.unwrap_or_default();
                 (
@@ -602,17 +609,11 @@ impl E2e {
 
     /// Notes of Warning events with `reason` about object `name`.
     async fn warnings(&self, name: &str, reason: &str) -> Vec<String> {
-        use k8s_openapi::api::events::v1::Event;
-        self.h
-            .api::<Event>()
-            .list(&ListParams::default())
+        self.events_with(reason)
             .await
-            .unwrap()
-            .items
             .into_iter()
             .filter(|e| {
                 e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                    && e.reason.as_deref() == Some(reason)
                     && e.type_.as_deref() == Some("Warning")
             })
             .filter_map(|e| e.note)
