@@ -555,8 +555,9 @@ fn poll_registrations(sim: ghsim::Sim) -> (RegistrationLog, JoinHandle<()>) {
     (registered, task)
 }
 
-/// `hangar_webhook_*` and the two latency histograms' `_sum` and `_count` from the
-/// controller's `/metrics`, by series.
+/// `hangar_webhook_*`, the two latency histograms' and the reconciles' `_sum` and `_count`
+/// (how many reconciles each controller ran, and how long they took) from the controller's
+/// `/metrics`, by series.
 async fn scrape_metrics(addr: SocketAddr) -> BTreeMap<String, f64> {
     let Some((200, text)) = http_get(addr, "/metrics").await else {
         eprintln!("could not scrape the controller's metrics at {addr}");
@@ -569,6 +570,8 @@ async fn scrape_metrics(addr: SocketAddr) -> BTreeMap<String, f64> {
                 || l.starts_with("hangar_webhook_delivery_to_pod_seconds_count")
                 || l.starts_with("hangar_job_queue_to_assignment_seconds_sum")
                 || l.starts_with("hangar_job_queue_to_assignment_seconds_count")
+                || l.starts_with("hangar_reconcile_duration_seconds_sum")
+                || l.starts_with("hangar_reconcile_duration_seconds_count")
                 || l.starts_with("rest_client_requests_total")
         })
         .filter_map(|l| {
