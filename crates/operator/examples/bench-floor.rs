@@ -67,7 +67,7 @@ async fn main() -> anyhow::Result<()> {
     let mut options = StartOptions::new(&cluster, hangar_testkit::Binaries::configured());
     options.tie_to_pid = Some(std::process::id());
     let plane = ControlPlane::start(options).await?;
-    let report = run_on(plane.kubeconfig(), &args).await;
+    let report = run_on(plane.kubeconfig(), &cluster, &args).await;
     ControlPlane::stop(&cluster)?;
     let report = report?;
 
@@ -111,6 +111,10 @@ struct Report {
     machine_cpu_busy_while_creating: f64,
     /// CPUs this process used while creating: nodesim's kubelets and the ideal controller.
     bench_process_cpus_while_creating: f64,
+    /// CPU seconds per runner each control-plane component used from the first creation to
+    /// the end of the cleanup (`total`: their sum): the least a runner costs the apiserver and
+    /// etcd, to set beside `bench-webhooks`' `control_plane_cpu_seconds_per_job`.
+    control_plane_cpu_seconds_per_runner: std::collections::BTreeMap<String, f64>,
     drain_seconds: f64,
 }
 
@@ -139,13 +143,18 @@ fn index_of(name: &str) -> Option<usize> {
     name.strip_prefix("floor-")?.parse().ok()
 }
 
-async fn run_on(kubeconfig: &std::path::Path, args: &Args) -> anyhow::Result<Report> {
+async fn run_on(
+    kubeconfig: &std::path::Path,
+    cluster: &std::path::Path,
+    args: &Args,
+) -> anyhow::Result<Report> {
     let World { client, nodes, .. } = World::start(kubeconfig, args.load.nodes).await?;
     let placement = nodes.placement();
     let seen = Arc::new(Mutex::new(Seen::default()));
     let controller = tokio::spawn(ideal_controller(client.clone(), seen.clone()));
 
     let requests_before = common::apiserver_requests(&client).await?;
+    let control_plane_before = common::control_plane_cpu_seconds(cluster)?;
     let cpu_before = common::MachineCpu::read()?;
     let own_before = own_cpu_seconds()?;
     let count = (args.load.rate * args.load.seconds as f64).round() as usize;
@@ -182,6 +191,7 @@ async fn run_on(kubeconfig: &std::path::Path, args: &Args) -> anyhow::Result<Rep
     }
     let drain_seconds = drain_started.elapsed().as_secs_f64();
     let requests_after = common::apiserver_requests(&client).await?;
+    let control_plane_after = common::control_plane_cpu_seconds(cluster)?;
     controller.abort();
     nodes.shutdown().await?;
 
@@ -235,6 +245,11 @@ async fn run_on(kubeconfig: &std::path::Path, args: &Args) -> anyhow::Result<Rep
         apiserver_writes_per_runner_by_request: by_request,
         machine_cpu_busy_while_creating: cpu_after.busy_share_since(&cpu_before),
         bench_process_cpus_while_creating: own_cpus,
+        control_plane_cpu_seconds_per_runner: common::cpu_seconds_per(
+            &control_plane_before,
+            &control_plane_after,
+            count,
+        ),
         drain_seconds,
     })
 }

@@ -189,6 +189,10 @@ struct Usage {
     bench_process_cpus_while_queueing: f64,
     controller_cpu_seconds: f64,
     controller_peak_rss_mib: f64,
+    /// CPU seconds per job each control-plane component used from the start of the load to
+    /// the end of the drain (`total`: their sum): what the controller's writes and watches
+    /// cost the apiserver and etcd.
+    control_plane_cpu_seconds_per_job: BTreeMap<String, f64>,
 }
 
 async fn run_on(
@@ -197,6 +201,7 @@ async fn run_on(
     args: &Args,
     dir: &Path,
 ) -> anyhow::Result<Observed> {
+    let cluster = dir.join("cluster");
     let crds = match program {
         Program::Hangar(_) => hangar_api::crds(),
         Program::Arc(_) => hangar_testkit::arc::crds()?,
@@ -234,6 +239,7 @@ async fn run_on(
     set_up(&client, &github, &nodes, &proxy, args, webhook_addr).await?;
 
     let requests_before = common::apiserver_requests(&client).await?;
+    let control_plane_before = common::control_plane_cpu_seconds(&cluster)?;
     let before = CpuSnapshot::take(&controller.pids())?;
     let t0 = Timestamp::now();
     let ids = queue_jobs(&github.sim, args, &pods).await?;
@@ -256,6 +262,7 @@ async fn run_on(
         Running::Arc(_) => BTreeMap::new(),
     };
     let requests_after = common::apiserver_requests(&client).await?;
+    let control_plane_after = common::control_plane_cpu_seconds(&cluster)?;
     let (apiserver_reads, apiserver_writes) = requests_after
         .into_iter()
         .map(|(key, after)| {
@@ -298,6 +305,11 @@ async fn run_on(
             controller_cpus_while_queueing: controller_cpus,
             bench_process_cpus_while_queueing: bench_cpus,
             controller_cpu_seconds,
+            control_plane_cpu_seconds_per_job: common::cpu_seconds_per(
+                &control_plane_before,
+                &control_plane_after,
+                ids.len(),
+            ),
             controller_peak_rss_mib,
         },
     })

@@ -202,6 +202,23 @@ impl ControlPlane {
             .collect())
     }
 
+    /// The PID of each running component's own program (the watchdog shell's child when its
+    /// lifetime is tied), with the component's name: where a benchmark reads what serving its
+    /// load cost the control plane.
+    pub fn program_pids(dir: &Path) -> Result<Vec<(String, u32)>, ControlPlaneError> {
+        Ok(Self::running(dir)?
+            .into_iter()
+            .filter(|(_, alive)| *alive)
+            .filter_map(|(c, _)| {
+                let pid = match &c.program {
+                    Some(program) => child_running(c.pid, program)?,
+                    None => c.pid,
+                };
+                Some((c.name, pid))
+            })
+            .collect())
+    }
+
     /// Starts `binary` detached (logs in `<dir>/logs/<name>.log`) and records it with the control
     /// plane in `dir`, so that [`ControlPlane::stop`] ends it too. Used by the demo for ghsim,
     /// nodesim and the operator.

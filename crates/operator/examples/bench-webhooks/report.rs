@@ -565,6 +565,7 @@ pub fn summarize(args: &Args, o: &Observed) -> (Report, Vec<JobRecord>) {
             bench_process_cpus_while_queueing: round_us(o.usage.bench_process_cpus_while_queueing),
             controller_cpu_seconds: o.usage.controller_cpu_seconds,
             controller_peak_rss_mib: round_us(o.usage.controller_peak_rss_mib),
+            control_plane_cpu_seconds_per_job: o.usage.control_plane_cpu_seconds_per_job.clone(),
         },
         per_job_records: "target/bench-webhooks/jobs.json",
         saturation: saturation(args.max_replicas, o),

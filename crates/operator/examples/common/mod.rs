@@ -123,6 +123,39 @@ pub fn peak_rss_and_cpu(pid: u32) -> anyhow::Result<(f64, f64)> {
     Ok((peak_kib / 1024.0, ticks / 100.0))
 }
 
+/// CPU seconds each component of the control plane in `cluster` (etcd, kube-apiserver,
+/// kube-controller-manager, kube-scheduler) has used so far, by name. Taken before and after a
+/// load, the difference is what serving that load cost the control plane: the work a
+/// controller's writes and watches cause, which bounds its knee on a small machine.
+#[allow(dead_code)] // chaos and the lifecycle benchmark do not measure it
+pub fn control_plane_cpu_seconds(
+    cluster: &Path,
+) -> anyhow::Result<std::collections::BTreeMap<String, f64>> {
+    let mut cpu = std::collections::BTreeMap::new();
+    for (name, pid) in hangar_testkit::control_plane::ControlPlane::program_pids(cluster)? {
+        *cpu.entry(name).or_insert(0.0) += peak_rss_and_cpu(pid)?.1;
+    }
+    Ok(cpu)
+}
+
+/// Each component's CPU seconds between `before` and `after` divided by `count` (jobs or
+/// runners), rounded to the millisecond, and their sum as `total`.
+#[allow(dead_code)] // chaos and the lifecycle benchmark do not measure it
+pub fn cpu_seconds_per(
+    before: &std::collections::BTreeMap<String, f64>,
+    after: &std::collections::BTreeMap<String, f64>,
+    count: usize,
+) -> std::collections::BTreeMap<String, f64> {
+    let per = |seconds: f64| (seconds / count.max(1) as f64 * 1000.0).round() / 1000.0;
+    let mut out: std::collections::BTreeMap<String, f64> = after
+        .iter()
+        .map(|(name, a)| (name.clone(), a - before.get(name).copied().unwrap_or(0.0)))
+        .collect();
+    let total = out.values().sum();
+    out.insert("total".to_owned(), total);
+    out.into_iter().map(|(k, v)| (k, per(v))).collect()
+}
+
 /// The `hangar` binary to run: `given`, else the one next to this example's directory (where
 /// `cargo xtask <xtask_command>` builds it).
 pub fn hangar_binary(given: Option<&Path>, xtask_command: &str) -> anyhow::Result<PathBuf> {
