@@ -24,6 +24,8 @@
 //! - [`runner_pod`]: what one reconcile of a runner pod does — release or ignore a pod Hangar
 //!   may not act for, unregister and force-delete a deleting one, add the finalizer, look up
 //!   the runner's ID, drive a requested unregistration.
+//! - [`runner_lookup`]: how a runner pod learns its GitHub runner ID with few runner lists —
+//!   from a signed delivery that saw its runner at work, and when a list is worth taking.
 //! - [`runner_container`]: where a runner is in its life, from its container's current state —
 //!   finished for good, running, or back after an exit in a pod that restarts it — and when to
 //!   take a restarting pod's registration credential back.
@@ -54,6 +56,7 @@ pub mod retirement;
 pub mod rollout;
 pub mod runner;
 pub mod runner_container;
+pub mod runner_lookup;
 pub mod runner_pod;
 pub mod scope;
 pub mod sweep;

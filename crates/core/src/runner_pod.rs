@@ -10,7 +10,8 @@
 //!   pod: the Runner must not recreate it); a deleting pod still present
 //!   [`FORCE_DELETE_AFTER`] after its deletion began (unreachable node) is force-deleted;
 //! - a live pod gets the finalizer first ([`PodStep::AddFinalizer`]);
-//! - a live pod with the finalizer has its runner's ID looked up once it runs, and its
+//! - a live pod with the finalizer has its runner's ID looked up once it runs (not once its
+//!   runner finished: a stopped runner's registration is cleaned up by name), and its
 //!   unregistration driven while requested and not complete.
 
 use std::time::{Duration, SystemTime};
@@ -107,7 +108,7 @@ pub fn step(f: &PodFacts) -> PodStep {
         return PodStep::AddFinalizer;
     }
     PodStep::Live {
-        look_up_id: !f.has_runner_id && f.phase == PodPhase::Running,
+        look_up_id: !f.has_runner_id && !f.finished && f.phase == PodPhase::Running,
         unregister: f.unregistration_requested && !f.unregistration_complete,
     }
 }

@@ -36,6 +36,7 @@ use hangar_runtime::watch::{self, api, shared_store, shared_trimmed_store, spawn
 
 use crate::context::{Clock, Context, Settings, Stores, SystemClock};
 use crate::controllers;
+use crate::runner_directory::RunnerDirectory;
 use crate::webhook_server::{WebhookConfig, WebhookServer, WebhookStores};
 
 /// What [`run`] runs: built by [`ManagerOptions::new`] with defaults for everything optional,
@@ -206,10 +207,14 @@ pub async fn run(options: ManagerOptions) {
         deployments: stores.deployments.clone(),
         runner_sets,
     });
+    // Runner IDs, learnt by the runner-pod controller from lists and from the runners the
+    // webhook server's deliveries see at work.
+    let directory = Arc::new(RunnerDirectory::new(settings.registration_check_interval));
     let webhook = match (webhook, &routing) {
         (Some((listener, config)), Some(routing)) => {
             let server =
                 WebhookServer::new(config, routing.clone(), Some(github.clone()), clock.clone());
+            server.report_sightings_to(directory.clone());
             if let Some(exporter) = &settings.exporter {
                 server.set_metrics(exporter.metrics.clone());
             }
@@ -242,7 +247,7 @@ pub async fn run(options: ManagerOptions) {
                 pods_for_runners,
                 api(&client, ns),
             ),
-            controllers::runner_pod::run(ctx.clone(), pods_for_pods),
+            controllers::runner_pod::run(ctx.clone(), pods_for_pods, directory),
             controllers::runner_replica_set::run(
                 ctx.clone(),
                 sets_for_sets,

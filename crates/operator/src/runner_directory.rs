@@ -12,6 +12,14 @@
 //!   scope (the controller's `registration_check_interval`). Lookups arriving while a refresh is in flight wait for it (one lock per scope), so
 //!   a burst of pods coming up costs one list per interval, not one per pod.
 //!
+//! Before either, a lookup may be answered by a sighting: the runner ID a signed `in_progress`
+//! delivery named for a runner of that name ([`RunnerDirectory::sighted`], kept for
+//! [`REMEMBER_SIGHTED`]); whether it vouches for the pod is `hangar_core::runner_lookup`'s
+//! decision, as is how long a runner that has just started waits before it is looked for in a
+//! list (the `hold` of [`RunnerDirectory::find`]). Each sighting's name is also handed to the
+//! runner-pod controller ([`RunnerDirectory::sighted_names`]), so that the pod learns its ID
+//! when its job starts, not when its hold ends.
+//!
 //! The directory also remembers which pods were unregistered in the last [`REMEMBER_REMOVED`]:
 //! a reconcile that runs on a cache from before its own `unregistration-complete` annotation
 //! would otherwise DELETE the same runner a second time.
@@ -20,11 +28,20 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use hangar_core::runner_lookup::Sighting;
 use hangar_github::{GitHubError, Runner, Scope};
 use tokio::time::Instant;
 
 /// How long a completed unregistration is remembered (far longer than any cache lag).
 pub const REMEMBER_REMOVED: Duration = Duration::from_secs(600);
+
+/// How long a sighting is kept: far longer than a runner takes from its job's start to its
+/// pod's next lookup, even after back-offs.
+pub const REMEMBER_SIGHTED: Duration = Duration::from_secs(600);
+
+/// How many sighted names may wait for the runner-pod controller; beyond, a sighting wakes no
+/// pod (its lookup still finds the sighting when the pod's hold ends).
+const SIGHTED_NAMES_QUEUE: usize = 1024;
 
 /// The answer to [`RunnerDirectory::find`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,25 +68,77 @@ pub struct RunnerDirectory {
     min_refresh: Duration,
     scopes: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Snapshot>>>>,
     removed: Mutex<HashMap<String, Instant>>,
+    sightings: Mutex<Sightings>,
+    wake: tokio::sync::mpsc::Sender<String>,
+    woken: Mutex<Option<tokio::sync::mpsc::Receiver<String>>>,
+}
+
+/// The latest sighting of each runner name, and when they were last pruned.
+#[derive(Debug, Default)]
+struct Sightings {
+    by_name: HashMap<String, (Sighting, Instant)>,
+    pruned: Option<Instant>,
 }
 
 impl RunnerDirectory {
     /// A directory that lists a scope's runners at most once per `min_refresh`.
     pub fn new(min_refresh: Duration) -> Self {
+        let (wake, woken) = tokio::sync::mpsc::channel(SIGHTED_NAMES_QUEUE);
         Self {
             min_refresh,
             scopes: Mutex::default(),
             removed: Mutex::default(),
+            sightings: Mutex::default(),
+            wake,
+            woken: Mutex::new(Some(woken)),
         }
     }
 
+    /// The names of runners as they are sighted; only the first call gets them (the runner-pod
+    /// controller).
+    pub fn sighted_names(&self) -> Option<tokio::sync::mpsc::Receiver<String>> {
+        self.woken.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// Records that GitHub reported the runner `name` at work (see the module docs). Only for
+    /// deliveries whose signature was verified.
+    pub fn sighted(&self, name: &str, sighting: Sighting) {
+        let now = Instant::now();
+        let mut sightings = self.sightings.lock().expect("sightings poisoned");
+        // Pruned at most once a minute, so that a busy server does not sweep the map per
+        // delivery.
+        if sightings
+            .pruned
+            .is_none_or(|at| now.saturating_duration_since(at) >= Duration::from_secs(60))
+        {
+            sightings
+                .by_name
+                .retain(|_, (_, at)| now.saturating_duration_since(*at) < REMEMBER_SIGHTED);
+            sightings.pruned = Some(now);
+        }
+        sightings.by_name.insert(name.to_owned(), (sighting, now));
+        drop(sightings);
+        // Full (or nobody listening): the pod's own recheck finds the sighting.
+        let _ = self.wake.try_send(name.to_owned());
+    }
+
+    /// The runner ID of the latest sighting of `name` (in the last [`REMEMBER_SIGHTED`]), if
+    /// `vouches` accepts it.
+    pub fn sighting(&self, name: &str, vouches: impl FnOnce(&Sighting) -> bool) -> Option<u64> {
+        let sightings = self.sightings.lock().expect("sightings poisoned");
+        let (sighting, at) = sightings.by_name.get(name)?;
+        (Instant::now().saturating_duration_since(*at) < REMEMBER_SIGHTED && vouches(sighting))
+            .then_some(sighting.runner_id)
+    }
+
     /// The runner ID `name` is registered under at `scope`, calling `list` (the scope's
-    /// `GET …/runners`) when the snapshot does not know it and is older than the minimum
-    /// refresh interval.
+    /// `GET …/runners`) when the snapshot does not know it, `hold` is over (zero) and the
+    /// snapshot is older than the minimum refresh interval.
     pub async fn find<Fut>(
         &self,
         scope: &Scope,
         name: &str,
+        hold: Duration,
         list: impl FnOnce() -> Fut,
     ) -> Result<Lookup, GitHubError>
     where
@@ -79,6 +148,11 @@ impl RunnerDirectory {
         let mut snapshot = snapshot.lock().await;
         if let Some(id) = snapshot.ids.get(name) {
             return Ok(Lookup::Found(*id));
+        }
+        if !hold.is_zero() {
+            return Ok(Lookup::NotYet {
+                recheck_after: hold,
+            });
         }
         let now = Instant::now();
         if let Some(fetched) = snapshot.fetched {
@@ -133,6 +207,11 @@ impl RunnerDirectory {
     /// registered.
     pub async fn removed(&self, scope: &Scope, name: &str, pod_uid: &str) {
         self.snapshot(scope).lock().await.ids.remove(name);
+        self.sightings
+            .lock()
+            .expect("sightings poisoned")
+            .by_name
+            .remove(name);
         let now = Instant::now();
         let mut removed = self.removed.lock().expect("removed-runner memo poisoned");
         removed.retain(|_, at| now.saturating_duration_since(*at) < REMEMBER_REMOVED);
@@ -215,7 +294,9 @@ mod tests {
             let (directory, github) = (&directory, &github);
             async move {
                 directory
-                    .find(&scope(), &format!("pod-{i}"), || github.list())
+                    .find(&scope(), &format!("pod-{i}"), Duration::ZERO, || {
+                        github.list()
+                    })
                     .await
                     .unwrap()
             }
@@ -230,7 +311,7 @@ mod tests {
         let github = Listing::default();
         let directory = RunnerDirectory::new(MIN_REFRESH);
         let first = directory
-            .find(&scope(), "late", || github.list())
+            .find(&scope(), "late", Duration::ZERO, || github.list())
             .await
             .unwrap();
         assert_eq!(
@@ -242,14 +323,14 @@ mod tests {
         github.register("late");
         tokio::time::advance(Duration::from_secs(1)).await;
         let early = directory
-            .find(&scope(), "late", || github.list())
+            .find(&scope(), "late", Duration::ZERO, || github.list())
             .await
             .unwrap();
         assert!(matches!(early, Lookup::NotYet { recheck_after } if recheck_after < MIN_REFRESH));
         assert_eq!(github.lists(), 1, "no list within the interval");
         tokio::time::advance(MIN_REFRESH).await;
         let found = directory
-            .find(&scope(), "late", || github.list())
+            .find(&scope(), "late", Duration::ZERO, || github.list())
             .await
             .unwrap();
         assert_eq!(found, Lookup::Found(1));
@@ -263,7 +344,7 @@ mod tests {
         let directory = RunnerDirectory::new(MIN_REFRESH);
         assert_eq!(
             directory
-                .find(&scope(), "gone", || github.list())
+                .find(&scope(), "gone", Duration::ZERO, || github.list())
                 .await
                 .unwrap(),
             Lookup::Found(1)
@@ -281,7 +362,7 @@ mod tests {
         let directory = RunnerDirectory::new(MIN_REFRESH);
         assert!(matches!(
             directory
-                .find(&scope(), "late", || github.list())
+                .find(&scope(), "late", Duration::ZERO, || github.list())
                 .await
                 .unwrap(),
             Lookup::NotYet { .. }
@@ -303,5 +384,74 @@ mod tests {
             .unwrap();
         assert_eq!(again, None);
         assert_eq!(github.lists(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_runner_within_its_hold_is_not_looked_for_in_a_list() {
+        let github = Listing::default();
+        github.register("new");
+        let directory = RunnerDirectory::new(MIN_REFRESH);
+        let held = directory
+            .find(&scope(), "new", Duration::from_secs(2), || github.list())
+            .await
+            .unwrap();
+        assert_eq!(
+            held,
+            Lookup::NotYet {
+                recheck_after: Duration::from_secs(2)
+            }
+        );
+        assert_eq!(github.lists(), 0);
+        let found = directory
+            .find(&scope(), "new", Duration::ZERO, || github.list())
+            .await
+            .unwrap();
+        assert_eq!(found, Lookup::Found(1));
+        assert_eq!(github.lists(), 1);
+    }
+
+    fn sighting(runner_id: u64) -> Sighting {
+        Sighting {
+            runner_id,
+            repository: "octo/app".into(),
+            enterprise: None,
+            at: std::time::SystemTime::UNIX_EPOCH,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sighting_answers_when_it_vouches_until_forgotten() {
+        let directory = RunnerDirectory::new(MIN_REFRESH);
+        let mut names = directory
+            .sighted_names()
+            .expect("the first caller gets the names");
+        assert!(directory.sighted_names().is_none());
+        assert_eq!(directory.sighting("busy", |_| true), None);
+        directory.sighted("busy", sighting(42));
+        assert_eq!(directory.sighting("busy", |_| true), Some(42));
+        assert_eq!(names.try_recv().ok().as_deref(), Some("busy"), "handed on");
+        assert_eq!(
+            directory.sighting("busy", |_| false),
+            None,
+            "not vouched for"
+        );
+        assert_eq!(directory.sighting("other", |_| true), None);
+        // The latest sighting of a name wins.
+        directory.sighted("busy", sighting(43));
+        assert_eq!(directory.sighting("busy", |s| s.runner_id == 43), Some(43));
+        // A removed runner's sighting goes with it.
+        directory.removed(&scope(), "busy", "uid-1").await;
+        assert_eq!(directory.sighting("busy", |_| true), None);
+        // Sightings expire.
+        directory.sighted("late", sighting(44));
+        tokio::time::advance(REMEMBER_SIGHTED).await;
+        assert_eq!(directory.sighting("late", |_| true), None);
+        // and are pruned by a later sighting.
+        directory.sighted("later", sighting(45));
+        assert_eq!(
+            directory.sightings.lock().unwrap().by_name.len(),
+            1,
+            "the expired sighting was pruned"
+        );
     }
 }

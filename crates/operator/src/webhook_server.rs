@@ -27,6 +27,10 @@
 //!    candidate uses a group and credentials are configured. When several autoscalers fit in
 //!    one tier, the reply names them and each gets a Warning event (`AmbiguousTrigger`, once
 //!    per dedup window): a job still goes to the first, a legacy event to none in that tier.
+//!    A signed `in_progress` delivery also tells the runner directory which runner took the
+//!    job ([`WebhookServer::report_sightings_to`], `hangar_core::runner_lookup`), so that the
+//!    runner-pod controller learns its ID without a runner list; unsigned deliveries never do
+//!    (anyone could name another pod's runner).
 //! 6. **Record**: the operation, naming its job and delivery, joins a bounded [`Batcher`] and
 //!    the handler waits for its batch's write. **A 2xx means the reservation is stored in the
 //!    cluster**: 202 once the patch succeeded (or found the job already recorded). A full
@@ -80,6 +84,7 @@ use hangar_core::autoscaler::{
     JobOp, JobOrigin, JobOutcome, RepoEvent, ScaleOp, Seen, TargetCandidate, select_target,
     workflow_job_operation,
 };
+use hangar_core::runner_lookup::Sighting;
 use hangar_github::webhook::{WebhookError, WebhookEvent, WorkflowJobAction, WorkflowJobEvent};
 use hangar_github::{GitHubApi, Secret};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -89,6 +94,7 @@ use tracing::{debug, info, warn};
 
 use crate::context::Clock;
 use crate::reservation_write::{Written, job_duration, write_operations};
+use crate::runner_directory::RunnerDirectory;
 
 /// Field manager of the reservation writes.
 pub use hangar_runtime::managers::WEBHOOK as MANAGER;
@@ -291,6 +297,8 @@ pub struct WebhookServer {
     metrics: std::sync::OnceLock<Arc<crate::metrics::Metrics>>,
     /// Publishes Warning events about ambiguous autoscalers; set when serving starts.
     recorder: std::sync::OnceLock<kube::runtime::events::Recorder>,
+    /// Where runners seen at work are reported, if anywhere.
+    sightings: std::sync::OnceLock<Arc<RunnerDirectory>>,
 }
 
 impl std::fmt::Debug for WebhookServer {
@@ -333,6 +341,7 @@ impl WebhookServer {
             stats: Stats::default(),
             metrics: std::sync::OnceLock::new(),
             recorder: std::sync::OnceLock::new(),
+            sightings: std::sync::OnceLock::new(),
         })
     }
 
@@ -340,6 +349,12 @@ impl WebhookServer {
     /// outcome = the HTTP status answered). Only the first call counts.
     pub fn set_metrics(&self, metrics: Arc<crate::metrics::Metrics>) {
         let _ = self.metrics.set(metrics);
+    }
+
+    /// Reports the runner each signed `in_progress` delivery names to `directory` (see the
+    /// module docs). Only the first call counts.
+    pub fn report_sightings_to(&self, directory: Arc<RunnerDirectory>) {
+        let _ = self.sightings.set(directory);
     }
 
     /// The counters.
@@ -494,6 +509,9 @@ impl WebhookServer {
                 self.record_queue_time(metrics, event, now).await;
             }
         }
+        if event.action == WorkflowJobAction::InProgress {
+            self.report_sighting(event, now);
+        }
         let outcome = workflow_job_operation(
             action_name(event.action),
             job.conclusion.map(|c| c.as_str()),
@@ -595,6 +613,29 @@ impl WebhookServer {
                 routed.ambiguity_note()
             ),
         )
+    }
+
+    /// Tells the runner directory which runner took `event`'s job, when the delivery's
+    /// signature was verified (the server has secrets) and it names the runner.
+    fn report_sighting(&self, event: &WorkflowJobEvent, now: SystemTime) {
+        let job = &event.workflow_job;
+        let (Some(directory), false, Some(runner_id), Some(name)) = (
+            self.sightings.get(),
+            self.config.secrets.is_empty(),
+            job.runner_id,
+            job.runner_name.as_deref().filter(|n| !n.is_empty()),
+        ) else {
+            return;
+        };
+        directory.sighted(
+            name,
+            Sighting {
+                runner_id,
+                repository: event.repository.full_name.clone(),
+                enterprise: event.enterprise.as_ref().and_then(|e| e.slug.clone()),
+                at: now,
+            },
+        );
     }
 
     /// A legacy `check_run`, `pull_request` or `push` delivery: reserves the matching

@@ -731,6 +731,69 @@ async fn waiting_job_takes_a_finished_runners_place_unheard(kind: &str) {
     s.shutdown().await;
 }
 
+/// A runner that takes a job learns its GitHub ID from the job's signed `in_progress`
+/// delivery, as the job starts: no runner list is taken for it.
+#[tokio::test]
+async fn a_runner_seen_at_work_learns_its_id_from_the_delivery_without_a_runner_list() {
+    // Nothing else lists runners within the test: runners are first looked for in a list a
+    // minute after their pods start, the busy-runner refresh and the leaked-registration sweep
+    // are off.
+    let s = Stack::start_configured("as-seen", true, |c| {
+        c.registration_check_interval = Duration::from_secs(60);
+        c.runner_refresh = Duration::from_secs(3600);
+        c.leaked_registration_sweep = Duration::ZERO;
+    })
+    .await;
+    assert_eq!(s.subscribe(SECRET).await, 200);
+    s.apply_deployment("seen", "seen", 0);
+    s.apply_hra("seen", webhook_spec(0, 2));
+    wait_reconciled(&s, "seen", 0).await;
+
+    let jobs = s.submit(2, "seen", Duration::from_secs(20), "success");
+    let ran = eventually_of(&s, "both jobs on runners", WAIT, || async {
+        let ran = s.h.runners_of(&jobs);
+        (ran.len() == 2).then_some(ran)
+    })
+    .await;
+    let ids: BTreeMap<String, String> = s.h.sim.read(|w, _| {
+        w.runners
+            .values()
+            .filter(|r| ran.contains(&r.name))
+            .map(|r| (r.name.clone(), r.id.to_string()))
+            .collect()
+    });
+    assert_eq!(ids.len(), 2, "both runners registered");
+    eventually_of(
+        &s,
+        "each pod annotated with its runner's ID while its job runs",
+        Duration::from_secs(30),
+        || async {
+            let annotated: BTreeMap<String, String> = s
+                .pods()
+                .await
+                .iter()
+                .filter_map(|p| {
+                    let id = p.annotations().get("actions-runner/id")?;
+                    Some((p.name_any(), id.clone()))
+                })
+                .filter(|(name, _)| ran.contains(name))
+                .collect();
+            (annotated == ids).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        !s.h.all_completed(&jobs, "success"),
+        "learnt while the jobs ran, not at their end"
+    );
+    assert_eq!(
+        s.api_calls("GET /repos/{owner}/{repo}/actions/runners"),
+        0,
+        "no runner list"
+    );
+    s.shutdown().await;
+}
+
 #[tokio::test]
 async fn duplicated_and_reordered_deliveries_neither_double_scale_nor_strand_a_job() {
     let mut s = Stack::start("as-faults", true).await;

@@ -23,11 +23,12 @@ use std::path::{Path, PathBuf};
 const ALLOWED: &[(&str, &[&str])] = &[
     ("main",              &["admission", "leader", "manager", "webhook_server"]),
     ("lib",               &[]),
-    ("manager",           &["controllers", "pull", "sweep", "webhook_server"]),
+    ("manager",           &["controllers", "pull", "runner_directory", "sweep", "webhook_server"]),
     ("leader",            &[]),
     ("controllers",       &["runner_directory"]),
     ("admission",         &[]),
-    ("webhook_server",    &["reservation_write"]),
+    // Runners seen at work in deliveries are reported to the runner directory.
+    ("webhook_server",    &["reservation_write", "runner_directory"]),
     // The pull recovery routes jobs by the webhook server's table (`candidates`,
     // `WebhookStores`, `HraKey`) and writes with the same compare-and-swap.
     ("pull",              &["reservation_write", "webhook_server"]),

@@ -41,7 +41,8 @@ pub struct Settings {
     /// Safety-net requeue interval for healthy objects.
     pub sync_period: Duration,
     /// The least time between two lists of a scope's runners while runner pods wait to be seen
-    /// registered (the runner-pod controller's runner directory).
+    /// registered (the runner-pod controller's runner directory), and how long after its pod
+    /// started a runner is first looked for in a list (a job's delivery may name it sooner).
     pub registration_check_interval: Duration,
     /// Runner labels added to every RunnerDeployment's runners (`--common-runner-labels`).
     pub common_runner_labels: Vec<String>,

@@ -150,6 +150,17 @@ fn one_row_per_branch() {
             },
         ),
         (
+            "running without an ID, its runner finished: nothing to look up",
+            PodFacts {
+                finished: true,
+                ..in_phase(Running, live())
+            },
+            Live {
+                look_up_id: false,
+                unregister: false,
+            },
+        ),
+        (
             "running with its ID: nothing to look up",
             live(),
             Live {

@@ -29,6 +29,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use hangar_api::{Runner, RunnerReplicaSet, annotation as ann, finalizer};
 use hangar_core::authority::{Authority, Untrusted};
+use hangar_core::runner_lookup;
 use hangar_core::runner_pod::{ForceDelete, PodFacts, PodStep};
 use hangar_core::unregistration::{
     self, AfterDelete, AfterNotFound, DeleteOutcome, Finished, ListedByName, PodState, Release,
@@ -66,8 +67,9 @@ const CHANGED_RECHECK: Duration = Duration::from_secs(1);
 pub struct RunnerPodState {
     /// What every reconciler shares.
     pub ctx: Arc<Context>,
-    /// Runner IDs by scope and name, shared by all runner pods (one list per scope at a time).
-    pub directory: RunnerDirectory,
+    /// Runner IDs by scope and name, shared by all runner pods (one list per scope at a time)
+    /// and fed sightings by the webhook server.
+    pub directory: Arc<RunnerDirectory>,
 }
 
 impl AsRef<Context> for RunnerPodState {
@@ -81,14 +83,32 @@ impl AsRef<Context> for RunnerPodState {
 const SKELETON: Reconciler<RunnerPod> = Reconciler::new("runner-pod")
     .explained_by(|_, error| format!("cannot unregister or look up the runner: {error}"));
 
-/// Runs the controller until the stream ends.
-pub async fn run(ctx: Arc<Context>, pods: Triggers<RunnerPod>) {
+/// Runs the controller until the stream ends, learning runner IDs through `directory`.
+pub async fn run(ctx: Arc<Context>, pods: Triggers<RunnerPod>, directory: Arc<RunnerDirectory>) {
     let pods_store = ctx.stores.pods.clone();
-    let state = Arc::new(RunnerPodState {
-        directory: RunnerDirectory::new(ctx.settings.registration_check_interval),
-        ctx,
+    // A runner seen at work (see `crate::runner_directory`) has its pod looked up at once.
+    let sighted = directory.sighted_names().map(|names| {
+        let pods = pods_store.clone();
+        futures::stream::unfold(names, |mut names| async move {
+            names.recv().await.map(|name| (name, names))
+        })
+        .flat_map(move |name| {
+            let named: Vec<ObjectRef<RunnerPod>> = pods
+                .state()
+                .iter()
+                .filter(|pod| pod.metadata.name.as_deref() == Some(name.as_str()))
+                .map(|pod| ObjectRef::from_obj(pod.as_ref()))
+                .collect();
+            futures::stream::iter(named)
+        })
     });
-    Controller::for_shared_stream(pods, pods_store)
+    let state = Arc::new(RunnerPodState { directory, ctx });
+    let controller = Controller::for_shared_stream(pods, pods_store);
+    let controller = match sighted {
+        Some(sighted) => controller.reconcile_on(sighted),
+        None => controller,
+    };
+    controller
         .run(
             SKELETON.reconcile(reconcile),
             SKELETON.error_policy(),
@@ -737,18 +757,31 @@ async fn listed_from_now(
         .map_err(github_err("list runners", &gh_scope.config_path()))
 }
 
-/// The runner ID of `pod`, from its scope's shared runner list (see
-/// [`crate::runner_directory`]).
+/// The runner ID of `pod`, from a sighting of its runner at work or its scope's shared runner
+/// list, not listed while its runner has only just started (see [`crate::runner_directory`]
+/// and `hangar_core::runner_lookup`).
 async fn find_runner_id(
     pod: &RunnerPod,
     state: &RunnerPodState,
     authority: &Authority,
 ) -> Result<Lookup, Error> {
+    let name = pod.name_any();
+    let started = super::started_at(pod);
+    if let Some(id) = state.directory.sighting(&name, |sighting| {
+        runner_lookup::vouches_for(sighting, &authority.scope, started)
+    }) {
+        return Ok(Lookup::Found(id));
+    }
+    let hold = runner_lookup::list_hold(
+        started,
+        state.ctx.now(),
+        state.ctx.settings.registration_check_interval,
+    );
     let gh_scope = &github_scope(&authority.scope);
     let github = github_for_pod(pod, &state.ctx, authority).await?;
     state
         .directory
-        .find(gh_scope, &pod.name_any(), || {
+        .find(gh_scope, &name, hold, || {
             github.list_runners_revalidated(gh_scope)
         })
         .await

@@ -582,3 +582,59 @@ fn an_organizations_visible_groups_leave_out_those_it_inherits_from_its_enterpri
     );
     assert!(group_names(groups).contains("enterprise-arm"));
 }
+
+/// A signed `in_progress` delivery of job `job_id`, run by runner `name` (ID `runner_id`).
+fn at_work(job_id: u64, name: &str, runner_id: u64) -> Value {
+    let mut payload = workflow_job("in_progress", job_id, &["linux"], None);
+    payload["workflow_job"]["status"] = json!("in_progress");
+    payload["workflow_job"]["runner_id"] = json!(runner_id);
+    payload["workflow_job"]["runner_name"] = json!(name);
+    payload
+}
+
+#[tokio::test]
+async fn signed_in_progress_deliveries_report_the_runner_at_work() {
+    let f = start(|_| {}).await;
+    let directory = Arc::new(RunnerDirectory::new(Duration::from_secs(3)));
+    f.server.report_sightings_to(directory.clone());
+    assert_eq!(
+        post(&f, "workflow_job", "d-1", &at_work(1, "rd-abc", 42))
+            .await
+            .0,
+        200
+    );
+    let mut seen = None;
+    assert_eq!(
+        directory.sighting("rd-abc", |s| {
+            seen = Some(s.clone());
+            true
+        }),
+        Some(42)
+    );
+    let seen = seen.unwrap();
+    assert_eq!(seen.repository, "octo/app");
+    assert_eq!(seen.enterprise, None);
+    // A job not yet on a runner names none.
+    let mut nameless = at_work(2, "", 43);
+    nameless["workflow_job"]["runner_id"] = Value::Null;
+    assert_eq!(post(&f, "workflow_job", "d-2", &nameless).await.0, 200);
+    assert_eq!(directory.sighting("", |_| true), None);
+}
+
+#[tokio::test]
+async fn unsigned_deliveries_report_no_runner() {
+    let f = start(|config| config.secrets.clear()).await;
+    let directory = Arc::new(RunnerDirectory::new(Duration::from_secs(3)));
+    f.server.report_sightings_to(directory.clone());
+    assert_eq!(
+        post(&f, "workflow_job", "d-1", &at_work(1, "rd-abc", 42))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        directory.sighting("rd-abc", |_| true),
+        None,
+        "anyone could have sent it"
+    );
+}
