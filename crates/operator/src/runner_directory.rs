@@ -16,9 +16,9 @@
 //! delivery named for a runner of that name ([`RunnerDirectory::sighted`], kept for
 //! [`REMEMBER_SIGHTED`]); whether it vouches for the pod is `hangar_core::runner_lookup`'s
 //! decision, as is how long a runner that has just started waits before it is looked for in a
-//! list (the `hold` of [`RunnerDirectory::find`]). Each sighting's name is also handed to the
-//! runner-pod controller ([`RunnerDirectory::sighted_names`]), so that the pod learns its ID
-//! when its job starts, not when its hold ends.
+//! list (the `hold` of [`RunnerDirectory::find`]). A sighting wakes no pod: the pod finds it
+//! when its hold ends, so a runner whose job is over by then costs neither a list nor the
+//! writes of being reported registered.
 //!
 //! The directory also remembers which pods were unregistered in the last [`REMEMBER_REMOVED`]:
 //! a reconcile that runs on a cache from before its own `unregistration-complete` annotation
@@ -38,10 +38,6 @@ pub const REMEMBER_REMOVED: Duration = Duration::from_secs(600);
 /// How long a sighting is kept: far longer than a runner takes from its job's start to its
 /// pod's next lookup, even after back-offs.
 pub const REMEMBER_SIGHTED: Duration = Duration::from_secs(600);
-
-/// How many sighted names may wait for the runner-pod controller; beyond, a sighting wakes no
-/// pod (its lookup still finds the sighting when the pod's hold ends).
-const SIGHTED_NAMES_QUEUE: usize = 1024;
 
 /// The answer to [`RunnerDirectory::find`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,8 +65,6 @@ pub struct RunnerDirectory {
     scopes: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Snapshot>>>>,
     removed: Mutex<HashMap<String, Instant>>,
     sightings: Mutex<Sightings>,
-    wake: tokio::sync::mpsc::Sender<String>,
-    woken: Mutex<Option<tokio::sync::mpsc::Receiver<String>>>,
 }
 
 /// The latest sighting of each runner name, and when they were last pruned.
@@ -83,21 +77,12 @@ struct Sightings {
 impl RunnerDirectory {
     /// A directory that lists a scope's runners at most once per `min_refresh`.
     pub fn new(min_refresh: Duration) -> Self {
-        let (wake, woken) = tokio::sync::mpsc::channel(SIGHTED_NAMES_QUEUE);
         Self {
             min_refresh,
             scopes: Mutex::default(),
             removed: Mutex::default(),
             sightings: Mutex::default(),
-            wake,
-            woken: Mutex::new(Some(woken)),
         }
-    }
-
-    /// The names of runners as they are sighted; only the first call gets them (the runner-pod
-    /// controller).
-    pub fn sighted_names(&self) -> Option<tokio::sync::mpsc::Receiver<String>> {
-        self.woken.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     /// Records that GitHub reported the runner `name` at work (see the module docs). Only for
@@ -117,9 +102,6 @@ impl RunnerDirectory {
             sightings.pruned = Some(now);
         }
         sightings.by_name.insert(name.to_owned(), (sighting, now));
-        drop(sightings);
-        // Full (or nobody listening): the pod's own recheck finds the sighting.
-        let _ = self.wake.try_send(name.to_owned());
     }
 
     /// The runner ID of the latest sighting of `name` (in the last [`REMEMBER_SIGHTED`]), if
@@ -422,14 +404,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_sighting_answers_when_it_vouches_until_forgotten() {
         let directory = RunnerDirectory::new(MIN_REFRESH);
-        let mut names = directory
-            .sighted_names()
-            .expect("the first caller gets the names");
-        assert!(directory.sighted_names().is_none());
         assert_eq!(directory.sighting("busy", |_| true), None);
         directory.sighted("busy", sighting(42));
         assert_eq!(directory.sighting("busy", |_| true), Some(42));
-        assert_eq!(names.try_recv().ok().as_deref(), Some("busy"), "handed on");
         assert_eq!(
             directory.sighting("busy", |_| false),
             None,

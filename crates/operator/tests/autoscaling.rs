@@ -732,14 +732,14 @@ async fn waiting_job_takes_a_finished_runners_place_unheard(kind: &str) {
 }
 
 /// A runner that takes a job learns its GitHub ID from the job's signed `in_progress`
-/// delivery, as the job starts: no runner list is taken for it.
+/// delivery: no runner list is taken for it.
 #[tokio::test]
 async fn a_runner_seen_at_work_learns_its_id_from_the_delivery_without_a_runner_list() {
-    // Nothing else lists runners within the test: runners are first looked for in a list a
-    // minute after their pods start, the busy-runner refresh and the leaked-registration sweep
-    // are off.
+    // Runners are looked up 10 s after their pods start, by then long at work; nothing else
+    // lists runners within the test (the busy-runner refresh and the leaked-registration sweep
+    // are off).
     let s = Stack::start_configured("as-seen", true, |c| {
-        c.registration_check_interval = Duration::from_secs(60);
+        c.registration_check_interval = Duration::from_secs(10);
         c.runner_refresh = Duration::from_secs(3600);
         c.leaked_registration_sweep = Duration::ZERO;
     })
@@ -749,7 +749,7 @@ async fn a_runner_seen_at_work_learns_its_id_from_the_delivery_without_a_runner_
     s.apply_hra("seen", webhook_spec(0, 2));
     wait_reconciled(&s, "seen", 0).await;
 
-    let jobs = s.submit(2, "seen", Duration::from_secs(20), "success");
+    let jobs = s.submit(2, "seen", Duration::from_secs(40), "success");
     let ran = eventually_of(&s, "both jobs on runners", WAIT, || async {
         let ran = s.h.runners_of(&jobs);
         (ran.len() == 2).then_some(ran)
@@ -766,7 +766,7 @@ async fn a_runner_seen_at_work_learns_its_id_from_the_delivery_without_a_runner_
     eventually_of(
         &s,
         "each pod annotated with its runner's ID while its job runs",
-        Duration::from_secs(30),
+        Duration::from_secs(35),
         || async {
             let annotated: BTreeMap<String, String> = s
                 .pods()

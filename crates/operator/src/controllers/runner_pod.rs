@@ -86,29 +86,8 @@ const SKELETON: Reconciler<RunnerPod> = Reconciler::new("runner-pod")
 /// Runs the controller until the stream ends, learning runner IDs through `directory`.
 pub async fn run(ctx: Arc<Context>, pods: Triggers<RunnerPod>, directory: Arc<RunnerDirectory>) {
     let pods_store = ctx.stores.pods.clone();
-    // A runner seen at work (see `crate::runner_directory`) has its pod looked up at once.
-    let sighted = directory.sighted_names().map(|names| {
-        let pods = pods_store.clone();
-        futures::stream::unfold(names, |mut names| async move {
-            names.recv().await.map(|name| (name, names))
-        })
-        .flat_map(move |name| {
-            let named: Vec<ObjectRef<RunnerPod>> = pods
-                .state()
-                .iter()
-                .filter(|pod| pod.metadata.name.as_deref() == Some(name.as_str()))
-                .map(|pod| ObjectRef::from_obj(pod.as_ref()))
-                .collect();
-            futures::stream::iter(named)
-        })
-    });
     let state = Arc::new(RunnerPodState { directory, ctx });
-    let controller = Controller::for_shared_stream(pods, pods_store);
-    let controller = match sighted {
-        Some(sighted) => controller.reconcile_on(sighted),
-        None => controller,
-    };
-    controller
+    Controller::for_shared_stream(pods, pods_store)
         .run(
             SKELETON.reconcile(reconcile),
             SKELETON.error_policy(),
