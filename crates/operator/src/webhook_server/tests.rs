@@ -592,9 +592,12 @@ fn at_work(job_id: u64, name: &str, runner_id: u64) -> Value {
     payload
 }
 
-#[tokio::test]
-async fn signed_in_progress_deliveries_report_the_runner_at_work() {
-    let f = start(|_| {}).await;
+/// A server configured by `configure` reporting sightings to the directory it returns, after
+/// a delivery saying runner `rd-abc` (ID 42) took job 1.
+async fn reporting_after_one_runner_at_work(
+    configure: impl FnOnce(&mut WebhookConfig),
+) -> (Fixture, Arc<RunnerDirectory>) {
+    let f = start(configure).await;
     let directory = Arc::new(RunnerDirectory::new(Duration::from_secs(3)));
     f.server.report_sightings_to(directory.clone());
     assert_eq!(
@@ -603,6 +606,12 @@ async fn signed_in_progress_deliveries_report_the_runner_at_work() {
             .0,
         200
     );
+    (f, directory)
+}
+
+#[tokio::test]
+async fn signed_in_progress_deliveries_report_the_runner_at_work() {
+    let (f, directory) = reporting_after_one_runner_at_work(|_| {}).await;
     let mut seen = None;
     assert_eq!(
         directory.sighting("rd-abc", |s| {
@@ -623,15 +632,7 @@ async fn signed_in_progress_deliveries_report_the_runner_at_work() {
 
 #[tokio::test]
 async fn unsigned_deliveries_report_no_runner() {
-    let f = start(|config| config.secrets.clear()).await;
-    let directory = Arc::new(RunnerDirectory::new(Duration::from_secs(3)));
-    f.server.report_sightings_to(directory.clone());
-    assert_eq!(
-        post(&f, "workflow_job", "d-1", &at_work(1, "rd-abc", 42))
-            .await
-            .0,
-        200
-    );
+    let (_f, directory) = reporting_after_one_runner_at_work(|config| config.secrets.clear()).await;
     assert_eq!(
         directory.sighting("rd-abc", |_| true),
         None,
