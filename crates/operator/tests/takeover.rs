@@ -39,8 +39,10 @@ const RD_LABEL: &str = "takeover-rd";
 const RS_LABEL: &str = "takeover-rs";
 /// The finalizer Hangar puts on sets, which ARC does not know (the way back removes it).
 const HANGAR_SET_FINALIZER: &str = "hangar.dev/retire-runners";
-/// Long enough to be running on both sides of a switch.
-const LONG_JOB_MS: u64 = 40_000;
+/// Long enough to be running on both sides of a switch, and through the middle of the takeover
+/// that `kubectl get` is asked to show, however slowly a loaded 2-core machine takes the
+/// switch's steps (a CI run once spent over half of a 40 s job on them).
+const LONG_JOB_MS: u64 = 90_000;
 /// Long enough for a poll of the autoscaler's metric to count it.
 const MEDIUM_JOB_MS: u64 = 15_000;
 const SHORT_JOB_MS: u64 = 2_000;
