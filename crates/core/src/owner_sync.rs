@@ -23,6 +23,11 @@
 //!   ephemeral runner named in [`Input::reflected_completions`] whose pod still looks running
 //!   exits on its own: it neither fills a place nor is surplus, so no other runner retires for
 //!   it (the "completed" delivery often lowers `desired` before the pod's stop is observed).
+//!   One GitHub has said is done with its job ([`Input::completions_heard`]) but whose
+//!   completion `desired` may not reflect yet is treated as finished from that moment: it
+//!   holds its place under the same rules as a finished runner (so a place the count absorbs
+//!   goes to a new runner at once, without waiting for the kubelet to report the exit), and it
+//!   is deleted only once its pod is seen to stop.
 //! - **An owner is deleted as finished only when its runner cannot come back**
 //!   ([`PodView::runner_stopped`], judged by [`crate::runner_container::judge`] from the runner
 //!   container's current state). In a pod that restarts its runner container, a run that exited
@@ -65,7 +70,7 @@
 //!   are seen are held, each until its completion is reflected or the grace ends.
 //! - An impossible count (ARC panics) is reported as [`Wait::Inconsistent`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 /// How long a finished ephemeral runner of an autoscaled set (one with an `effectiveTime`) keeps
@@ -146,6 +151,13 @@ impl PodView {
             PodKind::Pending
         }
     }
+}
+
+/// Whether a finished runner's pod was seen to stop, or only GitHub said its job is done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stopped {
+    Yes,
+    No,
 }
 
 fn elapsed(since: SystemTime, now: SystemTime) -> Duration {
@@ -274,6 +286,12 @@ pub struct Input {
     /// A finished runner named here gives up its place at once instead of after
     /// `release_grace`.
     pub reflected_completions: BTreeSet<String>,
+    /// Runners (by pod name) that GitHub said are done with their job (a signed `completed`
+    /// delivery naming the runner, received after its pod started, for a job its scope can
+    /// run), with when that was heard. An ephemeral runner named here exits by itself: until
+    /// its pod is seen to stop it is not counted as running, and its place is held or given up
+    /// as a finished runner's would be (from the time heard).
+    pub completions_heard: BTreeMap<String, SystemTime>,
     /// How many finished runners whose completions `desired` may still count give up their
     /// places at once: the autoscaler's reservations keep its count at `desired` or above even
     /// once that many completions arrive (jobs wait beyond its maximum), so their places are
@@ -447,8 +465,9 @@ pub fn plan(input: &Input) -> Plan {
     // Pass 1: owners on their way out, finished owners, and the rest grouped by template.
     let mut live: Vec<(&OwnerView, Counts)> = vec![];
     // Finished owners of an autoscaled ephemeral set that may still hold their place, with
-    // the time their runner finished.
-    let mut finished: Vec<(&OwnerView, SystemTime)> = vec![];
+    // the time their runner finished and whether their pods were seen to stop (else GitHub
+    // said the job is done, and the owner is not deleted before its pod stops).
+    let mut finished: Vec<(&OwnerView, SystemTime, Stopped)> = vec![];
     // Retiring owners whose runner is unhealthy: still there, and still reported.
     let mut retiring_unhealthy: Vec<&OwnerView> = vec![];
     // Finished owners whose runner ended in trouble (an OOM kill): they go as finished, and
@@ -501,13 +520,17 @@ pub fn plan(input: &Input) -> Plan {
                 .push(request_unregistration(owner, RetireReason::Restarted));
             continue;
         }
+        let current = owner.template_hash.as_deref() == Some(&input.desired_template_hash);
+        let demand_since = |at: SystemTime| input.effective_time.is_some_and(|e| e > at);
+        let holds_place = |at: SystemTime| {
+            holds_finished && current && elapsed(at, now) < input.release_grace && !demand_since(at)
+        };
         let mut counts = count(owner);
         if !owner.pods.is_empty() && counts.completed as usize == owner.pods.len() {
             if let Some(pod) = owner.pods.iter().find(|p| !p.health.is_capacity()) {
                 finished_unhealthy.push((owner.name.clone(), pod.health.clone()));
             }
             let finished_at = owner.pods.iter().filter_map(|p| p.finished_at).max();
-            let current = owner.template_hash.as_deref() == Some(&input.desired_template_hash);
             let failure = owner
                 .pods
                 .iter()
@@ -516,7 +539,6 @@ pub fn plan(input: &Input) -> Plan {
                 failed.push((owner, finished_at));
                 continue;
             }
-            let demand_since = |at: SystemTime| input.effective_time.is_some_and(|e| e > at);
             let observed_after = |p: &PodView| {
                 let observed = input.reflected_before;
                 p.finished_at
@@ -527,14 +549,8 @@ pub fn plan(input: &Input) -> Plan {
                 .pods
                 .iter()
                 .all(|p| input.reflected_completions.contains(&p.name) || observed_after(p));
-            if let Some(at) = finished_at.filter(|at| {
-                holds_finished
-                    && current
-                    && !reflected
-                    && elapsed(*at, now) < input.release_grace
-                    && !demand_since(*at)
-            }) {
-                finished.push((owner, at));
+            if let Some(at) = finished_at.filter(|at| !reflected && holds_place(*at)) {
+                finished.push((owner, at, Stopped::Yes));
                 continue;
             }
             plan.actions.extend(delete(owner, DeleteReason::Completed));
@@ -551,6 +567,25 @@ pub fn plan(input: &Input) -> Plan {
             // seen to stop yet: the runner is on its way out by itself and takes no other job.
             // Counted as running, it would be surplus, and another (maybe busy) runner would
             // retire in its stead and be replaced once this pod stops.
+            continue;
+        }
+        let heard = owner
+            .pods
+            .iter()
+            .map(|p| input.completions_heard.get(&p.name).copied())
+            .collect::<Option<Vec<_>>>()
+            .and_then(|at| at.into_iter().max());
+        if input.ephemeral
+            && !owner.pods.is_empty()
+            && let Some(at) = heard
+        {
+            // GitHub said its job is done, but its pod has not been seen to stop: the runner
+            // exits by itself and takes no other job. It holds its place as a finished runner
+            // would, from when that was heard (so a place the count absorbs is filled now, not
+            // when the kubelet reports the exit), and goes once its pod is seen to stop.
+            if holds_place(at) {
+                finished.push((owner, at, Stopped::No));
+            }
             continue;
         }
         if !owner.settled && owner.pods.is_empty() {
@@ -677,23 +712,25 @@ pub fn plan(input: &Input) -> Plan {
     // their completions are reflected or the grace is over, so that the absorption still counts
     // their completions until then (a deleted one would be forgotten while its completion is
     // still to come). The rest go.
-    finished.sort_by_key(|(_, at)| std::cmp::Reverse(*at));
+    finished.sort_by_key(|(_, at, _)| std::cmp::Reverse(*at));
     let absorbed = finished.len().min(input.absorbed_completions as usize);
     let held = (finished.len() - absorbed).min(desired.saturating_sub(running + pending) as usize);
     let kept = absorbed + held;
-    for (owner, _) in &finished[kept..] {
-        plan.actions.extend(delete(owner, DeleteReason::Completed));
+    for (owner, _, stopped) in &finished[kept..] {
+        if *stopped == Stopped::Yes {
+            plan.actions.extend(delete(owner, DeleteReason::Completed));
+        }
     }
     plan.recheck_at = finished[..kept]
         .iter()
-        .map(|(_, at)| *at + input.release_grace)
+        .map(|(_, at, _)| *at + input.release_grace)
         .chain(plan.recheck_at)
         .min();
     let absorption_half_spent = absorbed.saturating_mul(2) >= input.absorbed_completions as usize;
     if input.completions_counted && (held > 0 || absorption_half_spent) {
         plan.observe_at = finished[..kept]
             .iter()
-            .map(|(_, at)| *at + Duration::from_secs(1))
+            .map(|(_, at, _)| *at + Duration::from_secs(1))
             .max();
     }
     let maybe_running = running + pending + held as u32 + held_failed as u32;

@@ -20,6 +20,12 @@
 //!   less than the lookup interval ago is not looked for in a list until that interval has
 //!   passed since its start ([`list_hold`]); meanwhile a job's sighting may name it. A runner
 //!   that sits idle costs the list it cost before, one interval after it started.
+//!
+//! The same signed deliveries say when a runner is done: a `completed` delivery naming it
+//! ([`Sighting::job_done`]) tells owner sync that an ephemeral runner is on its way out before
+//! the kubelet reports its exit (`owner_sync::Input::completions_heard`), under the same
+//! [`vouches_for`] rule. Deliveries may arrive out of order; a runner's `in_progress` arriving
+//! after its `completed` does not bring it back to work ([`supersedes`]).
 
 use std::time::{Duration, SystemTime};
 
@@ -37,6 +43,16 @@ pub struct Sighting {
     pub enterprise: Option<String>,
     /// When the delivery was received.
     pub at: SystemTime,
+    /// The delivery said the job is completed (else `in_progress`): an ephemeral runner is done.
+    pub job_done: bool,
+}
+
+/// Whether a sighting `arriving` for a runner name replaces the one `kept` for it: the latest
+/// delivery wins, except that the runner a `completed` delivery said is done is not brought
+/// back to work by its own `in_progress` delivered late (same runner ID). A runner of the same
+/// name with another ID is another registration (a RunnerSet's pod reuses its name).
+pub fn supersedes(arriving: &Sighting, kept: &Sighting) -> bool {
+    !(kept.job_done && !arriving.job_done && kept.runner_id == arriving.runner_id)
 }
 
 /// Whether `sighting` of a runner named like a pod may be taken as that pod's registration:
@@ -99,6 +115,29 @@ mod tests {
             repository: repository.into(),
             enterprise: enterprise.map(Into::into),
             at,
+            job_done: false,
+        }
+    }
+
+    #[test]
+    fn a_late_in_progress_does_not_bring_a_done_runner_back_to_work() {
+        let at_work = |id| Sighting {
+            runner_id: id,
+            ..seen("octo/app", None, t(1_000))
+        };
+        let done = |id| Sighting {
+            job_done: true,
+            ..at_work(id)
+        };
+        let rows = [
+            ("at work, then done", done(7), at_work(7), true),
+            ("done, then its own late in_progress", at_work(7), done(7), false),
+            ("done, then another runner of the name at work", at_work(8), done(7), true),
+            ("at work twice (a redelivery)", at_work(7), at_work(7), true),
+            ("done twice", done(7), done(7), true),
+        ];
+        for (case, arriving, kept, replaces) in rows {
+            assert_eq!(supersedes(&arriving, &kept), replaces, "{case}");
         }
     }
 

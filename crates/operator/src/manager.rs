@@ -247,13 +247,14 @@ pub async fn run(options: ManagerOptions) {
                 pods_for_runners,
                 api(&client, ns),
             ),
-            controllers::runner_pod::run(ctx.clone(), pods_for_pods, directory),
+            controllers::runner_pod::run(ctx.clone(), pods_for_pods, directory.clone()),
             controllers::runner_replica_set::run(
                 ctx.clone(),
                 sets_for_sets,
                 runners_for_sets,
                 pods_for_sets,
                 hras_for_sets,
+                directory.clone(),
             ),
             controllers::runner_deployment::run(
                 ctx.clone(),

@@ -20,6 +20,11 @@
 //! when its hold ends, so a runner whose job is over by then costs neither a list nor the
 //! writes of being reported registered.
 //!
+//! A sighting from a `completed` delivery also says the runner is done with its job: the
+//! RunnerReplicaSet controller learns it at once ([`RunnerDirectory::done_runners`]) and gives
+//! the place of a runner on its way out to a new one without waiting for the kubelet to
+//! report the exit ([`RunnerDirectory::completion`], `hangar_core::owner_sync`).
+//!
 //! The directory also remembers which pods were unregistered in the last [`REMEMBER_REMOVED`]:
 //! a reconcile that runs on a cache from before its own `unregistration-complete` annotation
 //! would otherwise DELETE the same runner a second time.
@@ -28,7 +33,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hangar_core::runner_lookup::Sighting;
+use hangar_core::runner_lookup::{self, Sighting};
 use hangar_github::{GitHubError, Runner, Scope};
 use tokio::time::Instant;
 
@@ -65,6 +70,8 @@ pub struct RunnerDirectory {
     scopes: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Snapshot>>>>,
     removed: Mutex<HashMap<String, Instant>>,
     sightings: Mutex<Sightings>,
+    /// Told the name of each runner a `completed` delivery said is done, once subscribed.
+    done: Mutex<Option<futures::channel::mpsc::UnboundedSender<String>>>,
 }
 
 /// The latest sighting of each runner name, and when they were last pruned.
@@ -82,7 +89,16 @@ impl RunnerDirectory {
             scopes: Mutex::default(),
             removed: Mutex::default(),
             sightings: Mutex::default(),
+            done: Mutex::default(),
         }
+    }
+
+    /// The names of the runners that `completed` deliveries say are done, from now on, as
+    /// they arrive (one subscriber: a new subscription replaces the previous one).
+    pub fn done_runners(&self) -> futures::channel::mpsc::UnboundedReceiver<String> {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        *self.done.lock().expect("done-runner channel poisoned") = Some(tx);
+        rx
     }
 
     /// Records that GitHub reported the runner `name` at work (see the module docs). Only for
@@ -101,7 +117,33 @@ impl RunnerDirectory {
                 .retain(|_, (_, at)| now.saturating_duration_since(*at) < REMEMBER_SIGHTED);
             sightings.pruned = Some(now);
         }
+        if let Some((kept, _)) = sightings.by_name.get(name)
+            && !runner_lookup::supersedes(&sighting, kept)
+        {
+            return;
+        }
+        let done = sighting.job_done;
         sightings.by_name.insert(name.to_owned(), (sighting, now));
+        drop(sightings);
+        if done && let Some(tx) = &*self.done.lock().expect("done-runner channel poisoned") {
+            // A subscriber that ended has nothing to wake.
+            let _ = tx.unbounded_send(name.to_owned());
+        }
+    }
+
+    /// When a `completed` delivery said the runner `name` is done (its latest sighting, in the
+    /// last [`REMEMBER_SIGHTED`]), if `vouches` accepts that sighting.
+    pub fn completion(
+        &self,
+        name: &str,
+        vouches: impl FnOnce(&Sighting) -> bool,
+    ) -> Option<std::time::SystemTime> {
+        let sightings = self.sightings.lock().expect("sightings poisoned");
+        let (sighting, at) = sightings.by_name.get(name)?;
+        (sighting.job_done
+            && Instant::now().saturating_duration_since(*at) < REMEMBER_SIGHTED
+            && vouches(sighting))
+        .then_some(sighting.at)
     }
 
     /// The runner ID of the latest sighting of `name` (in the last [`REMEMBER_SIGHTED`]), if
@@ -398,7 +440,36 @@ mod tests {
             repository: "octo/app".into(),
             enterprise: None,
             at: std::time::SystemTime::UNIX_EPOCH,
+            job_done: false,
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_runner_said_done_is_told_to_the_subscriber_and_answered_until_forgotten() {
+        use futures::StreamExt;
+        let directory = RunnerDirectory::new(MIN_REFRESH);
+        let mut done = directory.done_runners();
+        directory.sighted("a", sighting(42));
+        assert_eq!(directory.completion("a", |_| true), None, "only at work");
+        let finished = Sighting {
+            job_done: true,
+            ..sighting(42)
+        };
+        directory.sighted("a", finished.clone());
+        assert_eq!(done.next().await.as_deref(), Some("a"));
+        assert_eq!(
+            directory.completion("a", |_| true),
+            Some(finished.at),
+            "done"
+        );
+        assert_eq!(directory.completion("a", |_| false), None, "not vouched for");
+        assert_eq!(directory.sighting("a", |_| true), Some(42), "its ID still known");
+        // Its own in_progress, delivered late, does not bring it back to work.
+        directory.sighted("a", sighting(42));
+        assert!(directory.completion("a", |_| true).is_some());
+        tokio::time::advance(REMEMBER_SIGHTED).await;
+        assert_eq!(directory.completion("a", |_| true), None, "forgotten");
+        assert!(done.try_next().is_err(), "nothing else was told");
     }
 
     #[tokio::test(start_paused = true)]

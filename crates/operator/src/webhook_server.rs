@@ -29,8 +29,9 @@
 //!    per dedup window): a job still goes to the first, a legacy event to none in that tier.
 //!    A signed `in_progress` delivery also tells the runner directory which runner took the
 //!    job ([`WebhookServer::report_sightings_to`], `hangar_core::runner_lookup`), so that the
-//!    runner-pod controller learns its ID without a runner list; unsigned deliveries never do
-//!    (anyone could name another pod's runner).
+//!    runner-pod controller learns its ID without a runner list, and a signed `completed` one
+//!    which runner is done, so that its set fills its place without waiting for the kubelet to
+//!    report the exit; unsigned deliveries never do (anyone could name another pod's runner).
 //! 6. **Record**: the operation, naming its job and delivery, joins a bounded [`Batcher`] and
 //!    the handler waits for its batch's write. **A 2xx means the reservation is stored in the
 //!    cluster**: 202 once the patch succeeded (or found the job already recorded). A full
@@ -351,8 +352,8 @@ impl WebhookServer {
         let _ = self.metrics.set(metrics);
     }
 
-    /// Reports the runner each signed `in_progress` delivery names to `directory` (see the
-    /// module docs). Only the first call counts.
+    /// Reports the runner each signed `in_progress` or `completed` delivery names to
+    /// `directory` (see the module docs). Only the first call counts.
     pub fn report_sightings_to(&self, directory: Arc<RunnerDirectory>) {
         let _ = self.sightings.set(directory);
     }
@@ -509,7 +510,10 @@ impl WebhookServer {
                 self.record_queue_time(metrics, event, now).await;
             }
         }
-        if event.action == WorkflowJobAction::InProgress {
+        if matches!(
+            event.action,
+            WorkflowJobAction::InProgress | WorkflowJobAction::Completed
+        ) {
             self.report_sighting(event, now);
         }
         let outcome = workflow_job_operation(
@@ -615,8 +619,8 @@ impl WebhookServer {
         )
     }
 
-    /// Tells the runner directory which runner took `event`'s job, when the delivery's
-    /// signature was verified (the server has secrets) and it names the runner.
+    /// Tells the runner directory which runner took `event`'s job, or finished it, when the
+    /// delivery's signature was verified (the server has secrets) and it names the runner.
     fn report_sighting(&self, event: &WorkflowJobEvent, now: SystemTime) {
         let job = &event.workflow_job;
         let (Some(directory), false, Some(runner_id), Some(name)) = (
@@ -634,6 +638,7 @@ impl WebhookServer {
                 repository: event.repository.full_name.clone(),
                 enterprise: event.enterprise.as_ref().and_then(|e| e.slug.clone()),
                 at: now,
+                job_done: event.action == WorkflowJobAction::Completed,
             },
         );
     }

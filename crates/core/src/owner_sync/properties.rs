@@ -119,6 +119,7 @@ prop_compose! {
         absorbed_completions in 0u32..3,
         completions_counted in any::<bool>(),
         reflected_before in proptest::option::of(0u64..60),
+        heard in proptest::option::of(0u64..60),
     ) -> Input {
         // The autoscaler may have accounted for every runner's job, even one still running
         // (its completion delivered before the pod's status says so): that must not matter.
@@ -127,6 +128,16 @@ prop_compose! {
         } else {
             Default::default()
         };
+        // GitHub may have said any runner is done, even one whose pod has not started or
+        // has stopped long ago, at any time: that must not matter either.
+        let completions_heard = heard
+            .map(|at| {
+                owners
+                    .iter()
+                    .flat_map(|o| o.pods.iter().map(move |p| (p.name.clone(), t(at))))
+                    .collect()
+            })
+            .unwrap_or_default();
         Input {
             desired,
             desired_template_hash: "new".into(),
@@ -135,6 +146,7 @@ prop_compose! {
             owners,
             now: t(now),
             reflected_completions,
+            completions_heard,
             absorbed_completions,
             completions_counted,
             reflected_before: reflected_before.map(t),

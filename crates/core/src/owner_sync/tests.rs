@@ -1,7 +1,7 @@
 //! Owner-sync decisions, one test per branch. Fixtures are builders: `owner("a").running()`
 //! reads as the situation it describes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use super::*;
@@ -63,6 +63,7 @@ fn input(desired: u32, owners: Vec<OwnerView>, now_min: u64) -> Input {
         owners,
         now: t(now_min),
         reflected_completions: BTreeSet::new(),
+        completions_heard: BTreeMap::new(),
         absorbed_completions: 0,
         completions_counted: false,
         reflected_before: None,
@@ -620,6 +621,115 @@ fn a_runner_whose_completion_is_reflected_before_its_pod_stops_is_neither_counte
         3,
     );
     input.reflected_completions = BTreeSet::from(["b-pod".to_owned()]);
+    assert_eq!(
+        plan(&input).actions,
+        vec![Action::Delete {
+            owner: "b".into(),
+            reason: DeleteReason::Completed,
+            pods: vec!["b-pod".into()],
+        }]
+    );
+}
+
+#[test]
+fn a_runner_github_said_is_done_is_finished_before_its_pod_stops() {
+    // Three runners at maxReplicas 3; GitHub said b's job is done two seconds ago, before the
+    // kubelet reported b's runner exiting. The count (3) has not heard of it yet.
+    let now = t(5);
+    let heard = now - Duration::from_secs(2);
+    let owners = || vec![running("a", 2), running("b", 3), running("c", 4)];
+    let secs = Duration::from_secs;
+    let (before, after, long_ago) = (
+        heard - secs(1),
+        heard + secs(1),
+        now - RELEASE_GRACE - secs(1),
+    );
+    // Each row: whether runners are ephemeral, completions the count absorbs, the set's
+    // effectiveTime (the latest demand), when b was heard done, and the plan.
+    let rows: [(&str, bool, u32, Option<SystemTime>, SystemTime, Vec<Action>); 6] = [
+        (
+            "jobs wait beyond the maximum (the count absorbs b's completion): b's place is \
+             filled at once, and b is not deleted while its pod runs",
+            true,
+            1,
+            Some(before),
+            heard,
+            vec![Action::Create { count: 1 }],
+        ),
+        (
+            "nothing says the count absorbs it: b holds its place, as a finished runner would",
+            true,
+            0,
+            Some(before),
+            heard,
+            vec![],
+        ),
+        (
+            "demand arrived after b was heard done: its place is filled at once",
+            true,
+            0,
+            Some(after),
+            heard,
+            vec![Action::Create { count: 1 }],
+        ),
+        (
+            "no autoscaler: nothing holds the place of a finished runner",
+            true,
+            0,
+            None,
+            heard,
+            vec![Action::Create { count: 1 }],
+        ),
+        (
+            "static runners take the next job: b still counts",
+            false,
+            1,
+            Some(before),
+            heard,
+            vec![],
+        ),
+        (
+            "heard long ago (beyond the release grace): b no longer holds its place",
+            true,
+            0,
+            Some(long_ago - secs(1)),
+            long_ago,
+            vec![Action::Create { count: 1 }],
+        ),
+    ];
+    for (case, ephemeral, absorbed, effective, at, actions) in rows {
+        let mut input = input(3, owners(), 5);
+        input.effective_time = effective;
+        input.ephemeral = ephemeral;
+        input.absorbed_completions = absorbed;
+        input.completions_heard = BTreeMap::from([("b-pod".to_owned(), at)]);
+        let plan = plan(&input);
+        assert_eq!(plan.actions, actions, "{case}");
+        if ephemeral {
+            assert_eq!(plan.counts.running, 2, "{case}: b no longer counts");
+        }
+    }
+    // Another runner's completion changes nothing here.
+    let mut input = autoscaled(3, owners(), 5, 4);
+    input.absorbed_completions = 1;
+    input.completions_heard = BTreeMap::from([("elsewhere-pod".to_owned(), heard)]);
+    assert_eq!(plan(&input).actions, vec![]);
+    // Once b's pod is seen to stop it goes as finished, its place already taken by the new one.
+    let mut input = autoscaled(
+        3,
+        vec![
+            running("a", 2),
+            finished("b", 3, now, Duration::from_secs(1)),
+            running("c", 4),
+            running("d", 5),
+        ],
+        5,
+        4,
+    );
+    input.absorbed_completions = 1;
+    input.completions_heard = BTreeMap::from([("b-pod".to_owned(), heard)]);
+    assert_eq!(plan(&input).actions, vec![]);
+    input.absorbed_completions = 0;
     assert_eq!(
         plan(&input).actions,
         vec![Action::Delete {

@@ -21,7 +21,9 @@ use hangar_api::horizontal_runner_autoscaler::ScaleTargetKind;
 use hangar_api::{
     HorizontalRunnerAutoscaler, Runner, RunnerReplicaSet, annotation as ann, finalizer, label,
 };
+use hangar_core::RunnerScope;
 use hangar_core::health::GitHubState;
+use hangar_core::runner_lookup;
 use hangar_core::owner_sync::{self, Action as PlanAction, DeleteReason, OwnerView, PodController};
 use hangar_core::template_hash::template_hash;
 use hangar_runtime::pod::RunnerPod;
@@ -36,17 +38,33 @@ use tracing::{info, warn};
 
 use super::{
     annotation, k8s_time, object_name, pod_phase, registration_spent, retirement, rfc3339, sets,
-    wait_until_deleting, wait_until_stored,
+    started_at, wait_until_deleting, wait_until_stored,
 };
 use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
 use crate::error::{Error, ignore_not_found, kube_err};
 use crate::events::RunnerCount;
 use crate::reconciler::Reconciler;
+use crate::runner_directory::RunnerDirectory;
 use hangar_runtime::watch::Triggers;
 
 /// The RunnerReplicaSet controller in the shared skeleton.
 const SKELETON: Reconciler<RunnerReplicaSet> = Reconciler::new("runnerreplicaset");
+
+/// What the controller's reconciles share.
+#[derive(Debug)]
+pub struct SetState {
+    /// The shared context.
+    pub ctx: Arc<Context>,
+    /// Which runners GitHub said are done with their job.
+    pub directory: Arc<RunnerDirectory>,
+}
+
+impl AsRef<Context> for SetState {
+    fn as_ref(&self) -> &Context {
+        &self.ctx
+    }
+}
 
 /// Runs the controller until the stream ends.
 pub async fn run(
@@ -55,10 +73,36 @@ pub async fn run(
     runners: Triggers<Runner>,
     pods: Triggers<RunnerPod>,
     hras: Triggers<HorizontalRunnerAutoscaler>,
+    directory: Arc<RunnerDirectory>,
 ) {
     let stores = ctx.stores.clone();
     let replica_sets = ctx.stores.replica_sets.clone();
+    // A runner GitHub said is done matters to its set at once: its place may go to a new
+    // runner before the kubelet reports the exit.
+    let done_stores = ctx.stores.clone();
+    let done = directory.done_runners().flat_map(move |name| {
+        futures::stream::iter(
+            done_stores
+                .runners
+                .state()
+                .into_iter()
+                .filter(|r| r.name_any() == name)
+                .filter_map(|r| {
+                    let set = r
+                        .owner_references()
+                        .iter()
+                        .find(|o| o.kind == "RunnerReplicaSet")?;
+                    Some(ObjectRef::new(&set.name).within(&r.namespace()?))
+                })
+                .collect::<Vec<_>>(),
+        )
+    });
+    let state = Arc::new(SetState {
+        ctx: ctx.clone(),
+        directory,
+    });
     Controller::for_shared_stream(sets, ctx.stores.replica_sets.clone())
+        .reconcile_on(done)
         .owns_shared_stream(runners)
         // An autoscaler's change matters to the sets of the RunnerDeployment it scales.
         .watches_shared_stream(hras, move |hra: Arc<HorizontalRunnerAutoscaler>| {
@@ -91,9 +135,38 @@ pub async fn run(
                 .find(|o| o.kind == "RunnerReplicaSet")?;
             Some(ObjectRef::new(&set.name).within(&ns))
         })
-        .run(SKELETON.reconcile(reconcile), SKELETON.error_policy(), ctx)
+        .run(SKELETON.reconcile(reconcile), SKELETON.error_policy(), state)
         .for_each(|_| async {})
         .await;
+}
+
+/// The set's runners that a signed `completed` delivery said are done, with when it was
+/// heard: only deliveries for a job the Runner's scope can run, received after its pod started
+/// (`hangar_core::runner_lookup::vouches_for`).
+fn completions_heard(
+    runners: &[Arc<Runner>],
+    pods: &BTreeMap<String, Arc<RunnerPod>>,
+    directory: &RunnerDirectory,
+) -> BTreeMap<String, std::time::SystemTime> {
+    runners
+        .iter()
+        .filter_map(|runner| {
+            let name = runner.name_any();
+            let pod = pods.get(&name)?;
+            let config = &runner.spec.config;
+            let scope = RunnerScope::from_fields(
+                config.enterprise.as_deref(),
+                config.organization.as_deref(),
+                config.repository.as_deref(),
+            )
+            .ok()?;
+            let started = started_at(pod);
+            let at = directory.completion(&name, |sighting| {
+                runner_lookup::vouches_for(sighting, &scope, started)
+            })?;
+            Some((name, at))
+        })
+        .collect()
 }
 
 /// How many API writes one reconcile has in flight at once (Runner creates, deletes,
@@ -125,7 +198,8 @@ fn placeholder_template(set: &RunnerReplicaSet) -> super::placeholder::Template<
 }
 
 /// Reconciles one RunnerReplicaSet.
-pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(set: Arc<RunnerReplicaSet>, state: Arc<SetState>) -> Result<Action, Error> {
+    let ctx = state.ctx.clone();
     let deleting = retirement::deleting_since(set.as_ref());
     let holds = retirement::holds(set.as_ref(), finalizer::RETIRE_RUNNERS);
     // A deployment's sets are covered by the deployment's registration-only runner.
@@ -252,6 +326,7 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, ctx: Arc<Context>) -> Result<
         release_grace: ctx.settings.release_grace,
         failed_runner_backoff: ctx.settings.health.failed_runner_backoff,
         reflected_completions: known.reflected.clone(),
+        completions_heard: completions_heard(&runners, &seen_pods, &state.directory),
         absorbed_completions: known.absorbed,
         completions_counted: known.counted.is_some(),
         reflected_before: known.reflected_before,

@@ -673,6 +673,9 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
         release_grace: ctx.settings.release_grace,
         failed_runner_backoff: ctx.settings.health.failed_runner_backoff,
         reflected_completions: known.reflected.clone(),
+        // A RunnerSet learns that a runner is done from its pod (the kubelet); only
+        // RunnerReplicaSets are told by `completed` deliveries (ADR 0021).
+        completions_heard: Default::default(),
         absorbed_completions: known.absorbed,
         completions_counted: known.counted.is_some(),
         reflected_before: known.reflected_before,

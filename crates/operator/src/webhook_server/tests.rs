@@ -631,6 +631,22 @@ async fn signed_in_progress_deliveries_report_the_runner_at_work() {
 }
 
 #[tokio::test]
+async fn signed_completed_deliveries_report_the_runner_done() {
+    let (f, directory) = reporting_after_one_runner_at_work(|_| {}).await;
+    let mut done = directory.done_runners();
+    assert_eq!(directory.completion("rd-abc", |_| true), None, "at work");
+    let mut finished = workflow_job("completed", 1, &["linux"], Some("success"));
+    finished["workflow_job"]["runner_name"] = json!("rd-abc");
+    assert_eq!(post(&f, "workflow_job", "d-2", &finished).await.0, 202);
+    assert_eq!(
+        futures::StreamExt::next(&mut done).await.as_deref(),
+        Some("rd-abc")
+    );
+    assert!(directory.completion("rd-abc", |_| true).is_some());
+    assert_eq!(directory.sighting("rd-abc", |_| true), Some(42));
+}
+
+#[tokio::test]
 async fn unsigned_deliveries_report_no_runner() {
     let (_f, directory) = reporting_after_one_runner_at_work(|config| config.secrets.clear()).await;
     assert_eq!(
