@@ -26,6 +26,7 @@ use kube::ResourceExt;
 use kube::api::ListParams;
 use kube::runtime::{WatchStreamExt, watcher};
 use nodesim::NodeSimHandle;
+use nodesim::program::{PodMatch, RunnerFault, RunnerFaults};
 use serde_json::{Value, json};
 use support::Harness;
 
@@ -39,6 +40,8 @@ struct Stack {
     exporter: Arc<hangar::metrics::Exporter>,
     webhook_url: String,
     nodes: Option<NodeSimHandle>,
+    /// The switches of the nodes' runner faults.
+    faults: Option<RunnerFaults>,
     watchers: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -80,16 +83,18 @@ impl Stack {
             config,
         )
         .await;
-        let nodes = if with_nodes {
-            Some(h.start_nodes("as", prefix).await)
+        let (nodes, faults) = if with_nodes {
+            let (nodes, faults) = h.start_nodes_with_faults("as", prefix).await;
+            (Some(nodes), Some(faults))
         } else {
-            None
+            (None, None)
         };
         Self {
             h,
             exporter,
             webhook_url,
             nodes,
+            faults,
             watchers: vec![],
         }
     }
@@ -791,6 +796,52 @@ async fn a_runner_seen_at_work_learns_its_id_from_the_delivery_without_a_runner_
         0,
         "no runner list"
     );
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_runner_github_said_is_done_is_replaced_before_its_pod_stops() {
+    // Runners stay up after their job (actions/runner slow to exit): the kubelet reports them
+    // running, while GitHub has their jobs completed. The signed `completed` delivery tells the
+    // set that the runner is done, so the next job gets a runner meanwhile.
+    let s = Stack::start("as-done", true).await;
+    assert_eq!(s.subscribe(SECRET).await, 200);
+    let faults = s.faults.as_ref().expect("nodes");
+    let slow = faults.add(RunnerFault::SlowExit, PodMatch::NamePrefix("done-".into()));
+    s.apply_deployment("done", "done", 1);
+    let first = s.submit(1, "done", Duration::from_secs(1), "success");
+    eventually_of(&s, "the first job done", WAIT, || async {
+        s.all_completed(&first, "success").then_some(())
+    })
+    .await;
+    let done = s.h.runners_of(&first);
+    let second = s.submit(1, "done", Duration::from_secs(1), "success");
+    eventually_of(&s, "the second job done on a new runner", WAIT, || async {
+        s.all_completed(&second, "success").then_some(())
+    })
+    .await;
+    assert!(s.h.runners_of(&second).is_disjoint(&done));
+    let lingering: Vec<String> = s
+        .pods()
+        .await
+        .iter()
+        .filter(|p| done.contains(&p.name_any()))
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .map(|p| p.name_any())
+        .collect();
+    assert_eq!(
+        lingering.len(),
+        1,
+        "the first runner's pod still runs: {lingering:?}\n{}",
+        s.describe().await
+    );
+    // Once it exits, its Runner goes as finished.
+    faults.remove(slow);
+    eventually_of(&s, "the first runner's pod gone", WAIT, || async {
+        let pods = s.pods().await;
+        (!pods.iter().any(|p| done.contains(&p.name_any()))).then_some(())
+    })
+    .await;
     s.shutdown().await;
 }
 

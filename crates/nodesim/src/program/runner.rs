@@ -503,6 +503,7 @@ impl Runner<'_> {
                 Ok(None) => {}
                 Ok(Some(job)) => match self.run_job(&mut client, job).await {
                     JobEnd::Completed { removed } if removed || self.env.ephemeral => {
+                        self.linger_while_slow_to_exit().await;
                         // The ephemeral listener exits 0 after its job; run.sh passes it on.
                         return Exit::success();
                     }
@@ -522,6 +523,16 @@ impl Runner<'_> {
                         return self.stop_idle(&mut client).await;
                     }
                 }
+            }
+        }
+    }
+
+    /// Waits while [`RunnerFault::SlowExit`] holds for this runner's pod.
+    async fn linger_while_slow_to_exit(&self) {
+        let mut changes = self.program.faults.changes();
+        while self.program.faults.applies(RunnerFault::SlowExit, self.ctx) {
+            if changes.changed().await.is_err() {
+                return;
             }
         }
     }
@@ -810,6 +821,10 @@ pub enum RunnerFault {
     /// `offline_after`), and they poll again (reconnecting if their session is gone) once it
     /// is removed. Their containers keep running.
     CutOff,
+    /// Ephemeral runners that finish a job while the fault holds do not exit until it is
+    /// removed (actions/runner's cleanup after a job, slow on a busy node): GitHub has the job
+    /// completed and the runner gone, while the kubelet still reports the container running.
+    SlowExit,
 }
 
 /// Which runner pods a [`RunnerFault`] applies to.

@@ -543,6 +543,26 @@ async fn a_cut_off_runner_goes_offline_keeps_running_and_comes_back_when_healed(
     .await;
 }
 
+#[tokio::test]
+async fn a_runner_slow_to_exit_lingers_after_its_job_until_the_fault_is_removed() {
+    let gh = github().await;
+    let program = RunnerProgram::new();
+    let id = program
+        .faults()
+        .add(RunnerFault::SlowExit, PodMatch::NamePrefix("runner-".into()));
+    let (run, _control) = start(program.clone(), &repo_env(&gh, "slow-1", true));
+    until("the runner online", || online(&gh, "slow-1")).await;
+    let job = submit(&gh, 1, Duration::from_millis(100))[0];
+    until("its job done", || {
+        job_state(&gh, job).0 == JobStatus::Completed
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!run.is_finished(), "done with its job, not exited yet");
+    program.faults().remove(id);
+    assert_eq!(run.await.unwrap(), Exit::success());
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_jit_runner_needs_no_registration_call_and_takes_one_job() {
     let gh = github().await;
