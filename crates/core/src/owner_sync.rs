@@ -525,12 +525,26 @@ pub fn plan(input: &Input) -> Plan {
         let holds_place = |at: SystemTime| {
             holds_finished && current && elapsed(at, now) < input.release_grace && !demand_since(at)
         };
+        // When a pod's runner ended: when GitHub said its job is done, or else when its
+        // container stopped (whichever came first).
+        let ended = |p: &PodView| {
+            [p.finished_at, input.completions_heard.get(&p.name).copied()]
+                .into_iter()
+                .flatten()
+                .min()
+        };
+        // The count comes from an observation made at least a second after the runner ended.
+        let observed_after = |p: &PodView| {
+            ended(p)
+                .zip(input.reflected_before)
+                .is_some_and(|(at, observed)| at + Duration::from_secs(1) <= observed)
+        };
         let mut counts = count(owner);
         if !owner.pods.is_empty() && counts.completed as usize == owner.pods.len() {
             if let Some(pod) = owner.pods.iter().find(|p| !p.health.is_capacity()) {
                 finished_unhealthy.push((owner.name.clone(), pod.health.clone()));
             }
-            let finished_at = owner.pods.iter().filter_map(|p| p.finished_at).max();
+            let finished_at = owner.pods.iter().filter_map(ended).max();
             let failure = owner
                 .pods
                 .iter()
@@ -539,12 +553,6 @@ pub fn plan(input: &Input) -> Plan {
                 failed.push((owner, finished_at));
                 continue;
             }
-            let observed_after = |p: &PodView| {
-                let observed = input.reflected_before;
-                p.finished_at
-                    .zip(observed)
-                    .is_some_and(|(at, observed)| at + Duration::from_secs(1) <= observed)
-            };
             let reflected = owner
                 .pods
                 .iter()
@@ -582,8 +590,9 @@ pub fn plan(input: &Input) -> Plan {
             // GitHub said its job is done, but its pod has not been seen to stop: the runner
             // exits by itself and takes no other job. It holds its place as a finished runner
             // would, from when that was heard (so a place the count absorbs is filled now, not
-            // when the kubelet reports the exit), and goes once its pod is seen to stop.
-            if holds_place(at) {
+            // when the kubelet reports the exit), and goes once its pod is seen to stop. Once
+            // an observation accounts for it, it holds nothing.
+            if !owner.pods.iter().all(observed_after) && holds_place(at) {
                 finished.push((owner, at, Stopped::No));
             }
             continue;

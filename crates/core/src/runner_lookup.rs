@@ -131,8 +131,18 @@ mod tests {
         };
         let rows = [
             ("at work, then done", done(7), at_work(7), true),
-            ("done, then its own late in_progress", at_work(7), done(7), false),
-            ("done, then another runner of the name at work", at_work(8), done(7), true),
+            (
+                "done, then its own late in_progress",
+                at_work(7),
+                done(7),
+                false,
+            ),
+            (
+                "done, then another runner of the name at work",
+                at_work(8),
+                done(7),
+                true,
+            ),
             ("at work twice (a redelivery)", at_work(7), at_work(7), true),
             ("done twice", done(7), done(7), true),
         ];

@@ -462,8 +462,16 @@ mod tests {
             Some(finished.at),
             "done"
         );
-        assert_eq!(directory.completion("a", |_| false), None, "not vouched for");
-        assert_eq!(directory.sighting("a", |_| true), Some(42), "its ID still known");
+        assert_eq!(
+            directory.completion("a", |_| false),
+            None,
+            "not vouched for"
+        );
+        assert_eq!(
+            directory.sighting("a", |_| true),
+            Some(42),
+            "its ID still known"
+        );
         // Its own in_progress, delivered late, does not bring it back to work.
         directory.sighted("a", sighting(42));
         assert!(directory.completion("a", |_| true).is_some());

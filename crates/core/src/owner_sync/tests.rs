@@ -709,6 +709,21 @@ fn a_runner_github_said_is_done_is_finished_before_its_pod_stops() {
             assert_eq!(plan.counts.running, 2, "{case}: b no longer counts");
         }
     }
+    // Counted by the queued-runs metric: an observation made a second or more after b was
+    // heard done accounts for it, so b holds nothing; an earlier one does not.
+    for (observed, actions) in [
+        (
+            heard + Duration::from_secs(1),
+            vec![Action::Create { count: 1 }],
+        ),
+        (heard + Duration::from_millis(500), vec![]),
+    ] {
+        let mut input = input(3, owners(), 5);
+        input.completions_counted = true;
+        input.reflected_before = Some(observed);
+        input.completions_heard = BTreeMap::from([("b-pod".to_owned(), heard)]);
+        assert_eq!(plan(&input).actions, actions, "observed at {observed:?}");
+    }
     // Another runner's completion changes nothing here.
     let mut input = autoscaled(3, owners(), 5, 4);
     input.absorbed_completions = 1;

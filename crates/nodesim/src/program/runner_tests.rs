@@ -547,9 +547,10 @@ async fn a_cut_off_runner_goes_offline_keeps_running_and_comes_back_when_healed(
 async fn a_runner_slow_to_exit_lingers_after_its_job_until_the_fault_is_removed() {
     let gh = github().await;
     let program = RunnerProgram::new();
-    let id = program
-        .faults()
-        .add(RunnerFault::SlowExit, PodMatch::NamePrefix("runner-".into()));
+    let id = program.faults().add(
+        RunnerFault::SlowExit,
+        PodMatch::NamePrefix("runner-".into()),
+    );
     let (run, _control) = start(program.clone(), &repo_env(&gh, "slow-1", true));
     until("the runner online", || online(&gh, "slow-1")).await;
     let job = submit(&gh, 1, Duration::from_millis(100))[0];

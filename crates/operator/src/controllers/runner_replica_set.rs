@@ -23,8 +23,8 @@ use hangar_api::{
 };
 use hangar_core::RunnerScope;
 use hangar_core::health::GitHubState;
-use hangar_core::runner_lookup;
 use hangar_core::owner_sync::{self, Action as PlanAction, DeleteReason, OwnerView, PodController};
+use hangar_core::runner_lookup;
 use hangar_core::template_hash::template_hash;
 use hangar_runtime::pod::RunnerPod;
 use k8s_openapi::api::core::v1::Pod;
@@ -135,7 +135,11 @@ pub async fn run(
                 .find(|o| o.kind == "RunnerReplicaSet")?;
             Some(ObjectRef::new(&set.name).within(&ns))
         })
-        .run(SKELETON.reconcile(reconcile), SKELETON.error_policy(), state)
+        .run(
+            SKELETON.reconcile(reconcile),
+            SKELETON.error_policy(),
+            state,
+        )
         .for_each(|_| async {})
         .await;
 }
