@@ -72,6 +72,15 @@ fn input(desired: u32, owners: Vec<OwnerView>, now_min: u64) -> Input {
     }
 }
 
+/// Owner `name` (with its one pod `<name>-pod`) deleted as finished.
+fn deleted_as_finished(name: &str) -> Action {
+    Action::Delete {
+        owner: name.into(),
+        reason: DeleteReason::Completed,
+        pods: vec![format!("{name}-pod")],
+    }
+}
+
 fn retired(plan: &Plan) -> Vec<(String, RetireReason)> {
     plan.actions
         .iter()
@@ -621,14 +630,7 @@ fn a_runner_whose_completion_is_reflected_before_its_pod_stops_is_neither_counte
         3,
     );
     input.reflected_completions = BTreeSet::from(["b-pod".to_owned()]);
-    assert_eq!(
-        plan(&input).actions,
-        vec![Action::Delete {
-            owner: "b".into(),
-            reason: DeleteReason::Completed,
-            pods: vec!["b-pod".into()],
-        }]
-    );
+    assert_eq!(plan(&input).actions, vec![deleted_as_finished("b")]);
 }
 
 #[test]
@@ -745,14 +747,7 @@ fn a_runner_github_said_is_done_is_finished_before_its_pod_stops() {
     input.completions_heard = BTreeMap::from([("b-pod".to_owned(), heard)]);
     assert_eq!(plan(&input).actions, vec![]);
     input.absorbed_completions = 0;
-    assert_eq!(
-        plan(&input).actions,
-        vec![Action::Delete {
-            owner: "b".into(),
-            reason: DeleteReason::Completed,
-            pods: vec!["b-pod".into()],
-        }]
-    );
+    assert_eq!(plan(&input).actions, vec![deleted_as_finished("b")]);
 }
 
 #[test]
