@@ -526,12 +526,17 @@ pub fn plan(input: &Input) -> Plan {
             holds_finished && current && elapsed(at, now) < input.release_grace && !demand_since(at)
         };
         // When a pod's runner ended: when GitHub said its job is done, or else when its
-        // container stopped (whichever came first).
+        // container stopped (whichever came first), in whole seconds as the kubelet's times
+        // are, so that runners ending within one second share one observation.
         let ended = |p: &PodView| {
-            [p.finished_at, input.completions_heard.get(&p.name).copied()]
-                .into_iter()
-                .flatten()
-                .min()
+            let heard = input.completions_heard.get(&p.name).copied();
+            [
+                p.finished_at,
+                heard.map(crate::runner_lookup::truncate_to_seconds),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
         };
         // The count comes from an observation made at least a second after the runner ended.
         let observed_after = |p: &PodView| {
@@ -580,7 +585,13 @@ pub fn plan(input: &Input) -> Plan {
         let heard = owner
             .pods
             .iter()
-            .map(|p| input.completions_heard.get(&p.name).copied())
+            .map(|p| {
+                input
+                    .completions_heard
+                    .contains_key(&p.name)
+                    .then(|| ended(p))
+                    .flatten()
+            })
             .collect::<Option<Vec<_>>>()
             .and_then(|at| at.into_iter().max());
         if input.ephemeral

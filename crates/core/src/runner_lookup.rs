@@ -94,7 +94,8 @@ pub fn list_hold(started: Option<SystemTime>, now: SystemTime, interval: Duratio
     }
 }
 
-fn truncate_to_seconds(t: SystemTime) -> SystemTime {
+/// `t` without its fraction of a second, as Kubernetes records times.
+pub(crate) fn truncate_to_seconds(t: SystemTime) -> SystemTime {
     match t.duration_since(SystemTime::UNIX_EPOCH) {
         Ok(since) => SystemTime::UNIX_EPOCH + Duration::from_secs(since.as_secs()),
         Err(_) => t,
