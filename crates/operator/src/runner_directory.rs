@@ -477,7 +477,7 @@ mod tests {
         assert!(directory.completion("a", |_| true).is_some());
         tokio::time::advance(REMEMBER_SIGHTED).await;
         assert_eq!(directory.completion("a", |_| true), None, "forgotten");
-        assert!(done.try_next().is_err(), "nothing else was told");
+        assert!(done.try_recv().is_err(), "nothing else was told");
     }
 
     #[tokio::test(start_paused = true)]

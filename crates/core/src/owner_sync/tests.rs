@@ -648,7 +648,15 @@ fn a_runner_github_said_is_done_is_finished_before_its_pod_stops() {
     );
     // Each row: whether runners are ephemeral, completions the count absorbs, the set's
     // effectiveTime (the latest demand), when b was heard done, and the plan.
-    let rows: [(&str, bool, u32, Option<SystemTime>, SystemTime, Vec<Action>); 6] = [
+    type Row = (
+        &'static str,
+        bool,
+        u32,
+        Option<SystemTime>,
+        SystemTime,
+        Vec<Action>,
+    );
+    let rows: [Row; 6] = [
         (
             "jobs wait beyond the maximum (the count absorbs b's completion): b's place is \
              filled at once, and b is not deleted while its pod runs",
