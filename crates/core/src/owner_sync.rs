@@ -585,13 +585,7 @@ pub fn plan(input: &Input) -> Plan {
         let heard = owner
             .pods
             .iter()
-            .map(|p| {
-                input
-                    .completions_heard
-                    .contains_key(&p.name)
-                    .then(|| ended(p))
-                    .flatten()
-            })
+            .map(|p| ended(p).filter(|_| input.completions_heard.contains_key(&p.name)))
             .collect::<Option<Vec<_>>>()
             .and_then(|at| at.into_iter().max());
         if input.ephemeral

@@ -151,7 +151,8 @@ fn owner_reference(runner: &Runner) -> Option<OwnerReference> {
     runner.controller_owner_ref(&())
 }
 
-fn scope_of(runner: &Runner) -> Result<RunnerScope, Error> {
+/// The GitHub scope a Runner's spec names (its owner chain's authority).
+pub(crate) fn scope_of(runner: &Runner) -> Result<RunnerScope, Error> {
     let c = &runner.spec.config;
     RunnerScope::from_fields(
         c.enterprise.as_deref(),

@@ -21,7 +21,6 @@ use hangar_api::horizontal_runner_autoscaler::ScaleTargetKind;
 use hangar_api::{
     HorizontalRunnerAutoscaler, Runner, RunnerReplicaSet, annotation as ann, finalizer, label,
 };
-use hangar_core::RunnerScope;
 use hangar_core::health::GitHubState;
 use hangar_core::owner_sync::{self, Action as PlanAction, DeleteReason, OwnerView, PodController};
 use hangar_core::runner_lookup;
@@ -157,13 +156,7 @@ fn completions_heard(
         .filter_map(|runner| {
             let name = runner.name_any();
             let pod = pods.get(&name)?;
-            let config = &runner.spec.config;
-            let scope = RunnerScope::from_fields(
-                config.enterprise.as_deref(),
-                config.organization.as_deref(),
-                config.repository.as_deref(),
-            )
-            .ok()?;
+            let scope = super::runner::scope_of(runner).ok()?;
             let started = started_at(pod);
             let at = directory.completion(&name, |sighting| {
                 runner_lookup::vouches_for(sighting, &scope, started)
