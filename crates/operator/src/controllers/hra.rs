@@ -418,6 +418,7 @@ pub async fn reconcile(
                 "patch status of horizontalrunnerautoscaler",
                 object_name(hra.as_ref()),
             ))?;
+        debug!(autoscaler = %object_name(hra.as_ref()), observed = ?new_status.metrics_observed_time, "status written");
     }
 
     Ok(Action::requeue(plan.requeue))

@@ -329,6 +329,19 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, state: Arc<SetState>) -> Resu
         reflected_before: known.reflected_before,
     };
     let plan = owner_sync::plan(&input);
+    // What owner sync was told and what it decided: why a full pool did or did not replace a
+    // finished runner.
+    tracing::debug!(
+        set = %object_name(set.as_ref()),
+        desired,
+        absorbed = input.absorbed_completions,
+        reflected_before = ?input.reflected_before,
+        heard = input.completions_heard.len(),
+        counts = ?plan.counts,
+        actions = plan.actions.len(),
+        observe_at = ?plan.observe_at,
+        "planned"
+    );
     sets::ask_for_observation(&ctx, &known, &plan);
     // The actions touch different Runners (at most one each), so they go out together: one at
     // a time, a burst's finished Runners would each cost a round trip before the next is
