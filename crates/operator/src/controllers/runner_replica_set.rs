@@ -33,7 +33,7 @@ use kube::runtime::Controller;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::{
     annotation, k8s_time, object_name, pod_phase, registration_spent, retirement, rfc3339, sets,
@@ -331,7 +331,7 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, state: Arc<SetState>) -> Resu
     let plan = owner_sync::plan(&input);
     // What owner sync was told and what it decided: why a full pool did or did not replace a
     // finished runner.
-    tracing::debug!(
+    debug!(
         set = %object_name(set.as_ref()),
         desired,
         absorbed = input.absorbed_completions,
