@@ -34,6 +34,8 @@
 //!   answered as kube-apiserver answers one etcd did not commit in time: `504` with a
 //!   `Status` of reason `Timeout`, without reaching it. Reads and watches still work, as
 //!   they do from the apiserver's watch cache while etcd is slow or without a leader.
+//! - [`Faults::set_deletes_timing_out`]: the same for DELETE requests alone, so that a client's
+//!   deletions fail while what leads up to them (creations, annotations, statuses) works.
 //! - [`Faults::set_watch_delay`]: while set for a resource, every byte of its watch streams
 //!   (open ones too) reaches the client that long after the apiserver sent it, in order, as
 //!   from an apiserver whose watch cache lags behind etcd under load. Writes and lists are
@@ -122,6 +124,7 @@ struct Shared {
     disconnects: watch::Sender<u64>,
     watch_gone: std::sync::atomic::AtomicBool,
     writes_timing_out: std::sync::atomic::AtomicBool,
+    deletes_timing_out: std::sync::atomic::AtomicBool,
     /// How long each watched resource's events are held back.
     watch_delays: Mutex<std::collections::BTreeMap<String, Duration>>,
     /// The conflict rate and the RNG it is drawn with.
@@ -163,6 +166,7 @@ impl Faults {
                 disconnects: watch::channel(0).0,
                 watch_gone: false.into(),
                 writes_timing_out: false.into(),
+                deletes_timing_out: false.into(),
                 watch_delays: Mutex::default(),
                 conflicts: Mutex::new((0.0, fastrand::Rng::with_seed(seed))),
                 forwarded: 0.into(),
@@ -197,6 +201,11 @@ impl Faults {
         self.inner.writes_timing_out.store(on, Ordering::SeqCst);
     }
 
+    /// While `on`, every DELETE is answered 504 Timeout without reaching the apiserver.
+    pub fn set_deletes_timing_out(&self, on: bool) {
+        self.inner.deletes_timing_out.store(on, Ordering::SeqCst);
+    }
+
     /// Holds back every event of `resource`'s watches (its plural, such as `runners`) by
     /// `delay`; zero is off. Events already held keep the delay they got.
     pub fn set_watch_delay(&self, resource: &str, delay: Duration) {
@@ -218,6 +227,7 @@ impl Faults {
         self.set_watch_gone(false);
         self.set_write_conflicts(0.0);
         self.set_writes_timing_out(false);
+        self.set_deletes_timing_out(false);
         self.inner
             .watch_delays
             .lock()
@@ -648,10 +658,13 @@ async fn handle(
         faults.inner.gone.fetch_add(1, Ordering::Relaxed);
         return Ok(gone(rv));
     }
-    if matches!(
+    let write = matches!(
         parts.method,
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE
-    ) && faults.inner.writes_timing_out.load(Ordering::SeqCst)
+    );
+    if (write && faults.inner.writes_timing_out.load(Ordering::SeqCst))
+        || (parts.method == Method::DELETE
+            && faults.inner.deletes_timing_out.load(Ordering::SeqCst))
     {
         faults.inner.timed_out.fetch_add(1, Ordering::Relaxed);
         return Ok(failure(

@@ -224,6 +224,33 @@ async fn while_writes_time_out_reads_work_and_every_write_gets_504_without_landi
 }
 
 #[tokio::test]
+async fn while_deletes_time_out_other_writes_land_and_deletes_get_504() {
+    let cluster = TestCluster::get();
+    let ns = TestNamespace::create(cluster, "proxy-deletes").await;
+    let (proxy, mut config) = FaultProxy::in_front_of(cluster, 8).await.unwrap();
+    config.default_retry = false;
+    let via: Api<ConfigMap> = ns.api(Client::try_from(config).unwrap());
+    proxy.faults().set_deletes_timing_out(true);
+    via.create(&PostParams::default(), &config_map("cm"))
+        .await
+        .unwrap();
+    let merge = serde_json::json!({"data": {"k": "w"}});
+    via.patch("cm", &PatchParams::default(), &Patch::Merge(&merge))
+        .await
+        .unwrap();
+    match via.delete("cm", &Default::default()).await {
+        Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (504, "Timeout")),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert_eq!(via.get("cm").await.unwrap().data.unwrap()["k"], "w");
+    assert_eq!(proxy.faults().counts().timed_out, 1);
+
+    proxy.faults().clear();
+    via.delete("cm", &Default::default()).await.unwrap();
+    assert!(via.get_opt("cm").await.unwrap().is_none());
+}
+
+#[tokio::test]
 async fn a_watch_through_the_proxy_streams_and_ends_on_disconnect_watches() {
     let cluster = TestCluster::get();
     let ns = TestNamespace::create(cluster, "proxy-watch").await;

@@ -185,7 +185,9 @@ impl Harness {
             hangar_testkit::fault_proxy::FaultProxy::in_front_of(TestCluster::get(), 11)
                 .await
                 .expect("the fault proxy starts");
-        let client = kube::Client::try_from(config).expect("a client through the proxy");
+        // The client `hangar run` builds: no retries of its own (ADR 0015), so the faults
+        // reach the controllers.
+        let client = hangar::kube_client::uncounted(config).expect("a client through the proxy");
         let harness = Self::launch_with(prefix, options, |_| {}, None, Some(client))
             .await
             .0;
