@@ -242,6 +242,16 @@ async fn jit_mode_registers_each_runner_with_one_call_and_no_token_in_pods() {
             .count()
     });
     assert_eq!(known, 2);
+    // One registration each, and no second one later (a Runner reconciled again before its
+    // store showed its pod would register its runner anew).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let registrations: u64 = ghsim::accounting::snapshot(&h.sim)
+        .api_calls
+        .iter()
+        .filter(|c| c.endpoint.ends_with("/generate-jitconfig"))
+        .map(|c| c.calls)
+        .sum();
+    assert_eq!(registrations, 2, "one JIT registration per runner");
 }
 
 #[tokio::test]

@@ -6,13 +6,13 @@
 //! not pass deletions on, which the controllers need.)
 //!
 //! Contract: nothing here decides anything. A store lags behind the writes of this process, so
-//! a reconcile that created or deleted objects waits ([`wait_until_stored`],
-//! [`wait_until_deleting`]) until its store shows them, bounded by a few seconds; what the
-//! store still does not show after that is remembered ([`Unobserved`]) and counted by the next
-//! reconcile as done, so that a watch lagging longer than the wait does not make it create or
-//! delete the same thing twice. Statuses this process wrote are remembered the same way
-//! ([`StatusWrites`]), so a reconcile does not write again a status its store does not show
-//! yet.
+//! what a reconcile created or deleted that its store does not show yet is remembered
+//! ([`Unobserved`]) and counted by the next reconcile as done, so that a lagging watch does
+//! not make it create or delete the same thing twice. A reconcile that created objects also
+//! waits until its store shows them ([`wait_until_stored`], bounded by a few seconds), so that
+//! the usual next reconcile works from an exact store. Statuses this process wrote are
+//! remembered the same way ([`StatusWrites`]), so a reconcile does not write again a status its
+//! store does not show yet.
 
 use futures::StreamExt;
 use kube::runtime::reflector::{self, Store};
@@ -176,21 +176,6 @@ pub async fn wait_until_stored<K>(
     wait_for_store(store, ns, names, "created", |o| o.is_some()).await;
 }
 
-/// [`wait_until_stored`] for objects this reconcile just deleted: waits until `store` shows
-/// each of `names` deleting or gone, so the next reconcile does not delete them again.
-pub async fn wait_until_deleting<K>(
-    store: &kube::runtime::reflector::Store<K>,
-    ns: &str,
-    names: &[String],
-) where
-    K: kube::Resource<DynamicType = ()> + Clone + 'static,
-{
-    wait_for_store(store, ns, names, "deleted", |o| {
-        o.is_none_or(|o| o.meta().deletion_timestamp.is_some())
-    })
-    .await;
-}
-
 async fn wait_for_store<K>(
     store: &kube::runtime::reflector::Store<K>,
     ns: &str,
@@ -293,6 +278,17 @@ impl Unobserved {
         let mut owners = self.owners.lock().expect("unobserved writes");
         if let Some(writes) = owners.get_mut(owner) {
             writes.created.remove(name);
+            if writes.is_empty() {
+                owners.remove(owner);
+            }
+        }
+    }
+
+    /// Forgets that `owner` deleted `name`: the deletion failed, and the object stays.
+    pub fn deletion_failed(&self, owner: &str, name: &str) {
+        let mut owners = self.owners.lock().expect("unobserved writes");
+        if let Some(writes) = owners.get_mut(owner) {
+            writes.deleted.remove(name);
             if writes.is_empty() {
                 owners.remove(owner);
             }
@@ -542,6 +538,24 @@ mod tests {
             unobserved.unseen("set", &store, "ns").deleted,
             names(&["a"])
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_deletion_leaves_the_object_counted_as_it_is() {
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let unobserved = Unobserved::default();
+        show(&mut writer, "a", false);
+        show(&mut writer, "b", false);
+        unobserved.record("set", &[], &names(&["a", "b"]));
+        unobserved.deletion_failed("set", "a");
+        assert_eq!(
+            unobserved.unseen("set", &store, "ns").deleted,
+            names(&["b"])
+        );
+        unobserved.deletion_failed("set", "b");
+        assert_eq!(unobserved.unseen("set", &store, "ns"), Unseen::default());
+        assert!(unobserved.owners.lock().unwrap().is_empty());
+        unobserved.deletion_failed("nobody", "a");
     }
 
     #[tokio::test(start_paused = true)]

@@ -45,4 +45,4 @@ pub use hangar_runtime::pod::observe::{
     runner_observed, runner_run, runner_stopped, started_at,
 };
 
-pub use hangar_runtime::watch::{wait_until_deleting, wait_until_stored};
+pub use hangar_runtime::watch::wait_until_stored;

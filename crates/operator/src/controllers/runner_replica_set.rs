@@ -37,7 +37,7 @@ use tracing::{debug, info, warn};
 
 use super::{
     annotation, k8s_time, object_name, pod_phase, registration_spent, retirement, rfc3339, sets,
-    started_at, wait_until_deleting, wait_until_stored,
+    started_at, wait_until_stored,
 };
 use crate::conditions::{self, Desired, kind, reason};
 use crate::context::Context;
@@ -57,6 +57,11 @@ pub struct SetState {
     pub ctx: Arc<Context>,
     /// Which runners GitHub said are done with their job.
     pub directory: Arc<RunnerDirectory>,
+    /// Deletions that failed after their pass had ended, by set UID: the set's next pass
+    /// reports the first, and its error decides when the set is retried.
+    failed_deletions: Arc<std::sync::Mutex<BTreeMap<String, Error>>>,
+    /// Wakes a set whose deletion failed after its pass had ended.
+    wake: futures::channel::mpsc::UnboundedSender<ObjectRef<RunnerReplicaSet>>,
 }
 
 impl AsRef<Context> for SetState {
@@ -96,12 +101,16 @@ pub async fn run(
                 .collect::<Vec<_>>(),
         )
     });
+    let (wake, woken) = futures::channel::mpsc::unbounded();
     let state = Arc::new(SetState {
         ctx: ctx.clone(),
         directory,
+        failed_deletions: Default::default(),
+        wake,
     });
     Controller::for_shared_stream(sets, ctx.stores.replica_sets.clone())
         .reconcile_on(done)
+        .reconcile_on(woken)
         .owns_shared_stream(runners)
         // An autoscaler's change matters to the sets of the RunnerDeployment it scales.
         .watches_shared_stream(hras, move |hra: Arc<HorizontalRunnerAutoscaler>| {
@@ -218,6 +227,14 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, state: Arc<SetState>) -> Resu
         retirement::set_finalizer(&sets_api, set.as_ref(), finalizer::RETIRE_RUNNERS, true).await?;
     }
     let uid = set.uid().unwrap_or_default();
+    let failed = state
+        .failed_deletions
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&uid);
+    if let Some(error) = failed {
+        return Err(error);
+    }
     let now = ctx.now();
     let runners: Vec<Arc<Runner>> = ctx
         .stores
@@ -346,31 +363,27 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, state: Arc<SetState>) -> Resu
     // The actions touch different Runners (at most one each), so they go out together: one at
     // a time, a burst's finished Runners would each cost a round trip before the next is
     // deleted, and new demand would wait behind them.
-    let (set_ref, ctx_ref, hash) = (&*set, &*ctx, input.desired_template_hash.as_str());
+    let (set_ref, state_ref, hash) = (&*set, &*state, input.desired_template_hash.as_str());
     let seen_ref = &seen_pods;
     let applied: Vec<Result<Touched, Error>> = futures::stream::iter(plan.actions.clone())
-        .map(|action| async move { apply(set_ref, ctx_ref, &action, hash, seen_ref).await })
+        .map(|action| async move { apply(set_ref, state_ref, &action, hash, seen_ref).await })
         .buffer_unordered(APPLY_CONCURRENCY)
         .collect()
         .await;
     // The next reconcile is triggered by the controller's own watch of Runners, not by the
     // store's: run before the store caught up, it would count created Runners as missing and
-    // create more, and delete deleted ones again. One wait for the whole pass (not one per
-    // Runner, which under load held new demand back for as long as a burst took to delete).
-    let (mut created, mut deleted, mut failure) = (vec![], vec![], None);
+    // create more. One wait for the whole pass (not one per Runner). Deletions were recorded
+    // as they were handed over, and are not waited for.
+    let (mut created, mut failure) = (vec![], None);
     for result in applied {
         match result {
             Ok(Touched::Created(names)) => created.extend(names),
-            Ok(Touched::Deleted(name)) => deleted.push(name),
-            Ok(Touched::Annotated) => {}
+            Ok(Touched::Other) => {}
             Err(e) => failure = failure.or(Some(e)),
         }
     }
-    ctx.unobserved_runners.record(&uid, &created, &deleted);
-    tokio::join!(
-        wait_until_stored(&ctx.stores.runners, &ns, &created),
-        wait_until_deleting(&ctx.stores.runners, &ns, &deleted),
-    );
+    ctx.unobserved_runners.record(&uid, &created, &[]);
+    wait_until_stored(&ctx.stores.runners, &ns, &created).await;
     if let Some(e) = failure {
         return Err(e);
     }
@@ -573,20 +586,52 @@ fn pod_deletion(pod: &RunnerPod) -> DeleteParams {
     }
 }
 
-/// The Runners one applied action created or deleted, for the store wait at the end of a pass.
+/// Deletes a Runner owner sync judged finished or unregistered, after the judged pods (only
+/// those very pods: their UIDs).
+async fn delete_runner(
+    ctx: &Context,
+    ns: &str,
+    owner: &str,
+    judged: &[Arc<RunnerPod>],
+) -> Result<(), Error> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    // The judged pods too, rather than leaving them to the garbage collector, which on a young
+    // cluster may not watch Runners yet (it rediscovers resources every 30 s). Their finalizer
+    // still holds them until the runner is unregistered. They go first: a collector that sees
+    // the Runner gone while the pod is not yet deleting deletes the pod itself, a second write
+    // for the apiserver. A pod the plan did not judge (created after the Runner was judged
+    // unregistered) is left to the Runner's own retirement, which unregisters it before it goes.
+    for pod in judged {
+        let name = pod.name_any();
+        match pods.delete(&name, &pod_deletion(pod)).await {
+            Ok(_) => {}
+            // Not the pod that was judged: it is not ours to delete.
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}
+            Err(e) => return Err(kube_err("delete pod of runner", format!("{ns}/{name}"))(e)),
+        }
+    }
+    Api::<Runner>::namespaced(ctx.client.clone(), ns)
+        .delete(owner, &DeleteParams::background())
+        .await
+        .map(drop)
+        .or_else(ignore_not_found)
+        .map_err(kube_err("delete runner", format!("{ns}/{owner}")))
+}
+
+/// The Runners one applied action created, for the store wait at the end of a pass.
 enum Touched {
     Created(Vec<String>),
-    Deleted(String),
-    Annotated,
+    Other,
 }
 
 async fn apply(
     set: &RunnerReplicaSet,
-    ctx: &Context,
+    state: &SetState,
     action: &PlanAction,
     hash: &str,
     seen_pods: &BTreeMap<String, Arc<RunnerPod>>,
 ) -> Result<Touched, Error> {
+    let ctx = &*state.ctx;
     let ns = set.namespace().unwrap_or_default();
     let runners: Api<Runner> = Api::namespaced(ctx.client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
@@ -622,32 +667,38 @@ async fn apply(
             reason,
             pods: judged,
         } => {
-            // The judged pods too, rather than leaving them to the garbage collector, which on
-            // a young cluster may not watch Runners yet (it rediscovers resources every 30 s).
-            // Their finalizer still holds them until the runner is unregistered. They go first:
-            // a collector that sees the Runner gone while the pod is not yet deleting deletes
-            // the pod itself, a second write for the apiserver. A pod the plan did not judge
-            // (created after the Runner was judged unregistered) is left to the Runner's own
-            // retirement, which unregisters it before it goes.
-            for pod in judged.iter().filter_map(|name| seen_pods.get(name)) {
-                let name = pod.name_any();
-                match pods.delete(&name, &pod_deletion(pod)).await {
-                    Ok(_) => {}
-                    // Not the pod that was judged: it is not ours to delete.
-                    Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}
-                    Err(e) => {
-                        return Err(kube_err("delete pod of runner", format!("{ns}/{name}"))(e));
+            // In the background: a pass that waited for its deletions (two round trips, slow
+            // under the burst of a pool's finishing jobs) held up the next pass, and with it
+            // the replacement for a job that finished meanwhile. The Runner counts as deleting
+            // from now on ([`Context::unobserved_runners`]); a deletion that fails is undone
+            // there and reported by the set's next pass.
+            let set_uid = set.uid().unwrap_or_default();
+            ctx.unobserved_runners
+                .record(&set_uid, &[], std::slice::from_ref(owner));
+            let judged: Vec<Arc<RunnerPod>> = judged
+                .iter()
+                .filter_map(|name| seen_pods.get(name).cloned())
+                .collect();
+            let (state_ctx, owner, reason) = (state.ctx.clone(), owner.clone(), *reason);
+            let (set_name, set_ref) = (object_name(set), ObjectRef::from_obj(set));
+            let (failed, wake) = (state.failed_deletions.clone(), state.wake.clone());
+            tokio::spawn(async move {
+                match delete_runner(&state_ctx, &ns, &owner, &judged).await {
+                    Ok(()) => info!(set = %set_name, runner = owner, ?reason, "deleted runner"),
+                    Err(error) => {
+                        state_ctx
+                            .unobserved_runners
+                            .deletion_failed(&set_uid, &owner);
+                        failed
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .entry(set_uid)
+                            .or_insert(error);
+                        let _ = wake.unbounded_send(set_ref);
                     }
                 }
-            }
-            runners
-                .delete(owner, &DeleteParams::background())
-                .await
-                .map(drop)
-                .or_else(ignore_not_found)
-                .map_err(kube_err("delete runner", format!("{ns}/{owner}")))?;
-            info!(set = %object_name(set), runner = owner, ?reason, "deleted runner");
-            return Ok(Touched::Deleted(owner.clone()));
+            });
+            return Ok(Touched::Other);
         }
         PlanAction::RequestUnregistration {
             owner,
@@ -695,7 +746,7 @@ async fn apply(
             warn!(set = %object_name(set), runner = owner, "asked to scale a Runner to zero; ignored");
         }
     }
-    Ok(Touched::Annotated)
+    Ok(Touched::Other)
 }
 
 /// A new Runner for the set: the template, named `<set>-<random>`, labelled with the template

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt as _;
 use kube::api::{ObjectMeta, PostParams};
 
-use crate::support::{Harness, runner_set_manifest, uncached};
+use crate::support::{Harness, eventually, runner_set_manifest, uncached};
 
 #[tokio::test]
 async fn a_write_the_apiserver_times_out_fails_at_once_and_is_sent_once() {
@@ -284,5 +284,70 @@ async fn a_runner_whose_watch_lags_writes_each_status_change_once() {
         ],
         "{changes:#?}"
     );
+    nodes.shutdown().await.expect("nodes stop");
+}
+
+/// A set deletes a finished runner's pod and Runner in the background, its pass not waiting
+/// for them, and counts the Runner as deleting from then on. When the apiserver times those
+/// deletions out, that count must be taken back: once deletions work again the set deletes
+/// the Runner on its next try, well before its memory of the deletion would have expired
+/// (60 s). Meanwhile the finished runner's place goes to a new runner.
+#[tokio::test]
+async fn a_finished_runner_whose_deletion_timed_out_is_deleted_once_deletions_work_again() {
+    let (h, proxy) = Harness::start_behind_proxy("deltimeout", uncached()).await;
+    let nodes = h.start_nodes("deltimeout", "deltimeout").await;
+    proxy.faults().set_deletes_timing_out(true);
+    h.apply(&replica_set("finishing", 1, Some(&nodes.placement())));
+    let first = eventually("a runner registered", Duration::from_secs(60), || async {
+        h.registered().into_iter().next()
+    })
+    .await;
+    let jobs = h.submit_jobs(
+        1,
+        vec!["finishing".into()],
+        Duration::from_secs(1),
+        "success",
+    );
+    eventually("the job done", Duration::from_secs(60), || async {
+        h.all_completed(&jobs, "success").then_some(())
+    })
+    .await;
+    eventually(
+        "a new runner registered, the finished Runner's deletion refused",
+        Duration::from_secs(60),
+        || async {
+            let refused = proxy.faults().counts().timed_out > 0;
+            let replaced = h.registered().iter().any(|name| name != &first);
+            (refused && replaced).then_some(())
+        },
+    )
+    .await;
+    // Long enough for the set to try again, and be refused again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let runners = h.list::<Runner>().await;
+    assert!(
+        runners
+            .iter()
+            .any(|r| r.name_any() == first && r.metadata.deletion_timestamp.is_none()),
+        "a deletion got through: {:?}",
+        runners.iter().map(|r| r.name_any()).collect::<Vec<_>>()
+    );
+    proxy.faults().clear();
+    let resumed = Instant::now();
+    eventually(
+        "the finished Runner gone",
+        Duration::from_secs(60),
+        || async {
+            let runners = h.list::<Runner>().await;
+            runners.iter().all(|r| r.name_any() != first).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        resumed.elapsed() < Duration::from_secs(30),
+        "the Runner was deleted {:?} after deletions worked again",
+        resumed.elapsed()
+    );
+    assert_eq!(h.interrupted(), 0);
     nodes.shutdown().await.expect("nodes stop");
 }
