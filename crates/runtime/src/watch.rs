@@ -275,20 +275,19 @@ impl Unobserved {
     /// the object is missing says here when it saw it; else an object that vanished after it
     /// was seen would count as unseen until the TTL.)
     pub fn seen_created(&self, owner: &str, name: &str) {
-        let mut owners = self.owners.lock().expect("unobserved writes");
-        if let Some(writes) = owners.get_mut(owner) {
-            writes.created.remove(name);
-            if writes.is_empty() {
-                owners.remove(owner);
-            }
-        }
+        self.forget(owner, |writes| writes.created.remove(name));
     }
 
     /// Forgets that `owner` deleted `name`: the deletion failed, and the object stays.
     pub fn deletion_failed(&self, owner: &str, name: &str) {
+        self.forget(owner, |writes| writes.deleted.remove(name));
+    }
+
+    /// Applies `forget` to `owner`'s writes, and drops the owner once it has none left.
+    fn forget<T>(&self, owner: &str, forget: impl FnOnce(&mut Writes) -> T) {
         let mut owners = self.owners.lock().expect("unobserved writes");
         if let Some(writes) = owners.get_mut(owner) {
-            writes.deleted.remove(name);
+            forget(writes);
             if writes.is_empty() {
                 owners.remove(owner);
             }
