@@ -412,7 +412,9 @@ pub enum RecurrenceFrequency {
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = crate::schema::conventions)]
 pub struct HorizontalRunnerAutoscalerStatus {
-    /// Generation of this autoscaler's spec that the status describes.
+    /// Generation of this autoscaler's spec that the status describes. The webhook server
+    /// records each reservation in the spec, so a new generation that changes nothing else
+    /// the status reports is written at most once a second.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 

@@ -1779,3 +1779,83 @@ async fn a_trigger_that_can_never_match_is_a_false_condition_and_a_warning() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn reservations_that_change_no_count_cost_the_autoscaler_one_status_write_a_second() {
+    let mut s = Stack::start("as-pace", false).await;
+    s.apply_deployment("pace", "pace", 0);
+    s.apply_hra("pace", webhook_spec(1, 1));
+    wait_reconciled(&s, "pace", 1).await;
+
+    // Every observedGeneration the autoscaler's status ever shows: one per status write that
+    // reported a new spec.
+    let seen = Arc::new(Mutex::new(BTreeSet::new()));
+    let record = seen.clone();
+    let api = s.h.api::<HorizontalRunnerAutoscaler>();
+    let config = watcher::Config::default().fields("metadata.name=pace");
+    s.watchers.push(tokio::spawn(async move {
+        let mut stream = watcher(api, config)
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(Ok(hra)) = stream.next().await {
+            if let Some(g) = hra.status.and_then(|s| s.observed_generation) {
+                record.lock().unwrap().insert(g);
+            }
+        }
+    }));
+    let before = s.hra("pace").await.metadata.generation.unwrap();
+
+    // Ten reservations recorded one after the other within a second, as the webhook server
+    // records a burst of queued jobs: each a new generation, none changing the count (capped
+    // at maxReplicas 1) or anything else the status reports.
+    let now = SystemTime::now();
+    let reservation = json!({
+        "effectiveTime": rfc3339(now - Duration::from_secs(5)),
+        "expirationTime": rfc3339(now + Duration::from_secs(3600)),
+        "replicas": 1,
+    });
+    let hras = s.h.api::<HorizontalRunnerAutoscaler>();
+    for n in 1..=10 {
+        let patch = json!({"spec": {"capacityReservations": vec![reservation.clone(); n]}});
+        hras.patch(
+            "pace",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(80)).await;
+    }
+    let generation = s.hra("pace").await.metadata.generation.unwrap();
+    assert_eq!(
+        generation,
+        before + 10,
+        "each reservation was a new generation"
+    );
+
+    // The status catches up with the last one within the pace, in few writes.
+    eventually_of(
+        &s,
+        "the status reports the newest generation",
+        WAIT,
+        || async {
+            let hra = s.hra("pace").await;
+            (hra.status?.observed_generation == Some(generation)).then_some(())
+        },
+    )
+    .await;
+    let writes: Vec<i64> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .copied()
+        .filter(|g| *g > before)
+        .collect();
+    assert!(
+        writes.len() <= 3,
+        "status writes for 10 new generations in under a second: {writes:?}"
+    );
+    assert_eq!(s.desired("pace").await, Some(1));
+    s.shutdown().await;
+}

@@ -177,7 +177,7 @@ pub struct Context {
     /// The Runners each RunnerReplicaSet created or deleted that the Runner store may not
     /// show yet.
     pub unobserved_runners: crate::watch::Unobserved,
-    /// When each set's status was last written, to pace the next write.
+    /// When each set's and autoscaler's status was last written, to pace the next write.
     pub status_pace: crate::status_pace::StatusPace,
 }
 

@@ -20,7 +20,8 @@
 //! - [`registration`]: how runner pods get their registration credential, and its names.
 //! - [`reservations`]: the compare-and-swap write of an autoscaler's capacity reservations.
 //! - [`retirement`]: what deleted owners and their pods say about retiring runners.
-//! - [`status_pace`]: a set's status writes, at most one per object a second.
+//! - [`status_pace`]: a set's status writes (and an autoscaler's new generation), at most one
+//!   per object a second.
 //! - [`serve`]: how the operator's HTTP servers serve: connection cap, timeouts, body limit.
 //! - [`watch`]: one watch per kind feeding a store and the controllers it triggers.
 

@@ -1,4 +1,4 @@
-//! Pacing of the sets' status writes.
+//! Pacing of the sets' status writes, and of an autoscaler's `observedGeneration`.
 //!
 //! A RunnerReplicaSet's and a RunnerDeployment's status follows its runners: the counts
 //! (`replicas`, `readyReplicas`, `busyReplicas`, …) and the conditions built on them
@@ -7,6 +7,13 @@
 //! its deployment's. Written at each change, a busy pool costs the apiserver several writes per
 //! job that nobody reads in between; paced, a burst of changes to one object costs one write
 //! per [`STATUS_PACE`].
+//!
+//! A HorizontalRunnerAutoscaler is paced the same way for one kind of change: a new
+//! generation and nothing else. The webhook server records each reservation in the
+//! autoscaler's spec, so under load most of its reconciles see a new generation that changes
+//! nothing it reports. Its other changes (the desired replicas, the last scale-out, the counted
+//! jobs: what its next decision reads back) are written at once ([`StatusPace::write_now`]),
+//! and count towards the pace.
 //!
 //! Contract: a set's status is written at most once per [`STATUS_PACE`] per object; a change
 //! that comes sooner is held, and the reconcile that held it requeues itself for the moment
@@ -51,6 +58,17 @@ impl StatusPace {
         }
         self.wrote(uid);
         write.await.map(|()| None)
+    }
+
+    /// Runs `write`, the status write of the object `uid`, at once (what it carries cannot
+    /// wait), and counts it: a paced write that follows waits the pace from this one.
+    pub async fn write_now<E>(
+        &self,
+        uid: &str,
+        write: impl Future<Output = Result<(), E>>,
+    ) -> Result<(), E> {
+        self.wrote(uid);
+        write.await
     }
 
     /// Merge-patches the status of `object` (a set or a deployment) to `status`, paced:
@@ -122,6 +140,20 @@ mod tests {
         tokio::time::advance(STATUS_PACE).await;
         assert_eq!(write("a").await, Ok(None));
         assert_eq!(pace.hold("a"), Some(STATUS_PACE), "written again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_cannot_wait_goes_at_once_and_holds_the_next_paced_one() {
+        let pace = StatusPace::default();
+        let ok = || async { Ok::<_, ()>(()) };
+        assert_eq!(pace.write("a", ok()).await, Ok(None));
+        assert_eq!(pace.write_now("a", ok()).await, Ok(()), "not held");
+        tokio::time::advance(Duration::from_millis(600)).await;
+        assert_eq!(
+            pace.write("a", ok()).await,
+            Ok(Some(Duration::from_millis(400))),
+            "paced from the write that went at once"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -398,6 +398,7 @@ pub async fn reconcile(
             now,
         )),
     };
+    let mut requeue = plan.requeue;
     if asked || !same_status(&status, &new_status) {
         new_status.metrics_observed_time = counted_jobs
             .and(jiff::Timestamp::try_from(now).ok())
@@ -411,17 +412,36 @@ pub async fn reconcile(
             "countedJobs": new_status.counted_jobs,
             "metricsObservedTime": new_status.metrics_observed_time,
         }});
-        Api::<HorizontalRunnerAutoscaler>::namespaced(ctx.client.clone(), &ns)
-            .patch_status(&hra.name_any(), &patch_params(), &Patch::Merge(&patch))
-            .await
-            .map_err(kube_err(
-                "patch status of horizontalrunnerautoscaler",
-                object_name(hra.as_ref()),
-            ))?;
-        debug!(autoscaler = %object_name(hra.as_ref()), observed = ?new_status.metrics_observed_time, "status written");
+        let write = async {
+            Api::<HorizontalRunnerAutoscaler>::namespaced(ctx.client.clone(), &ns)
+                .patch_status(&hra.name_any(), &patch_params(), &Patch::Merge(&patch))
+                .await
+                .map(drop)
+                .map_err(kube_err(
+                    "patch status of horizontalrunnerautoscaler",
+                    object_name(hra.as_ref()),
+                ))
+        };
+        // Every reservation the webhook server records is a spec change, so most changes
+        // under load are a new generation and nothing else: those are paced like a set's
+        // status. What the next decision reads (desired replicas, the last scale-out, the
+        // counted jobs) and what a set asked for is written at once.
+        let uid = hra.metadata.uid.clone().unwrap_or_default();
+        let held = if !asked && only_generation_differs(&status, &new_status) {
+            ctx.status_pace.write(&uid, write).await?
+        } else {
+            ctx.status_pace.write_now(&uid, write).await?;
+            None
+        };
+        match held {
+            Some(held) => requeue = requeue.min(held),
+            None => {
+                debug!(autoscaler = %object_name(hra.as_ref()), observed = ?new_status.metrics_observed_time, "status written");
+            }
+        }
     }
 
-    Ok(Action::requeue(plan.requeue))
+    Ok(Action::requeue(requeue))
 }
 
 /// `TriggersValid`: whether every `scaleUpTriggers` entry can match a delivery, naming the
@@ -464,6 +484,23 @@ fn same_status(a: &HorizontalRunnerAutoscalerStatus, b: &HorizontalRunnerAutosca
         && a.scheduled_overrides_summary == b.scheduled_overrides_summary
         && a.conditions == b.conditions
         && a.counted_jobs == b.counted_jobs
+}
+
+/// Whether `b` differs from `a` in the observed generation alone (the status's and its
+/// conditions'): the autoscaler saw a new spec that changed nothing it reports.
+fn only_generation_differs(
+    a: &HorizontalRunnerAutoscalerStatus,
+    b: &HorizontalRunnerAutoscalerStatus,
+) -> bool {
+    let at_generation = |s: &HorizontalRunnerAutoscalerStatus| {
+        let mut s = s.clone();
+        s.observed_generation = None;
+        for c in s.conditions.iter_mut().flatten() {
+            c.observed_generation = None;
+        }
+        s
+    };
+    same_status(&at_generation(a), &at_generation(b))
 }
 
 /// Reads the target named by `scaleTargetRef`.
@@ -672,3 +709,48 @@ async fn prune_reservations(
 }
 
 pub use hangar_runtime::reservations::{is_conflict, reservations_patch};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+    fn status(generation: i64, desired: i32, message: &str) -> HorizontalRunnerAutoscalerStatus {
+        HorizontalRunnerAutoscalerStatus {
+            observed_generation: Some(generation),
+            desired_replicas: Some(desired),
+            conditions: Some(vec![Condition {
+                type_: kind::SCALING_ACTIVE.to_owned(),
+                status: "True".to_owned(),
+                reason: reason::DESIRED_REPLICAS_COMPUTED.to_owned(),
+                message: message.to_owned(),
+                observed_generation: Some(generation),
+                last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
+            }]),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_new_generation_alone_is_told_apart_from_a_change_the_decision_reads() {
+        let was = status(4, 2, "wants 2");
+        assert!(only_generation_differs(&was, &status(5, 2, "wants 2")));
+        assert!(
+            !only_generation_differs(&was, &status(5, 3, "wants 2")),
+            "desired replicas changed"
+        );
+        assert!(
+            !only_generation_differs(&was, &status(5, 2, "wants 3")),
+            "a condition changed"
+        );
+        let mut scaled_out = status(5, 2, "wants 2");
+        scaled_out.last_successful_scale_out_time = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+        assert!(!only_generation_differs(&was, &scaled_out), "scaled out");
+        let mut counted = status(5, 2, "wants 2");
+        counted.counted_jobs = Some(7);
+        assert!(
+            !only_generation_differs(&was, &counted),
+            "counted jobs changed"
+        );
+    }
+}
