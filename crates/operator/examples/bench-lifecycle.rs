@@ -81,6 +81,12 @@ struct Args {
     /// measuring what keeping the pool costs.
     #[arg(long, default_value_t = 0)]
     hold_seconds: u64,
+    /// ghsim's primary rate-limit budget an hour for the controller's credential: 5,000 is a
+    /// personal access token's, 15,000 a GitHub App installation's on GitHub Enterprise Cloud.
+    /// Every idle runner scaled away costs one charged DELETE, so a pool of more than about
+    /// 4,500 cannot be emptied within an hour on a token's budget.
+    #[arg(long, default_value_t = 5000)]
+    github_budget: u64,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, clap::ValueEnum)]
@@ -118,6 +124,8 @@ struct Report<'a> {
     nodes: usize,
     machine_cpus: usize,
     job_seconds: f64,
+    /// ghsim's primary budget an hour for the controller's credential.
+    github_budget_per_hour: u64,
     runs: &'a [RunReport],
 }
 
@@ -340,6 +348,7 @@ fn write_report(root: &Path, args: &Args, runs: &[RunReport]) -> anyhow::Result<
         nodes: args.nodes,
         machine_cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
         job_seconds: args.job_ms as f64 / 1000.0,
+        github_budget_per_hour: args.github_budget,
         runs,
     };
     common::write_results(root, &args.out, &report)
@@ -380,6 +389,10 @@ async fn run_on(
         nodes,
         ..
     } = World::start_with_crds(kubeconfig, args.nodes, &crds).await?;
+    github.sim.set_faults(ghsim::faults::Faults {
+        primary_budget: args.github_budget,
+        ..github.sim.faults()
+    });
 
     let lists_before = apiserver_lists(&client).await?;
     let mut controller = match mode {
