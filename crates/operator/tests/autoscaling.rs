@@ -265,21 +265,33 @@ impl Stack {
             .collect()
     }
 
-    /// Records the highest `spec.replicas` RunnerDeployment `name` ever has, from a watch.
-    fn track_max_replicas(&mut self, name: &str) -> Arc<AtomicI32> {
-        let max = Arc::new(AtomicI32::new(0));
-        let api = self.h.api::<RunnerDeployment>();
+    /// Calls `seen` with every version of the `K` named `name` a watch shows, until the stack
+    /// is dropped.
+    fn watch_named<K>(&mut self, name: &str, mut seen: impl FnMut(K) + Send + 'static)
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
+        let api = self.h.api::<K>();
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-        let seen = max.clone();
         self.watchers.push(tokio::spawn(async move {
             let mut stream = watcher(api, config)
                 .default_backoff()
                 .applied_objects()
                 .boxed();
-            while let Some(Ok(rd)) = stream.next().await {
-                seen.fetch_max(rd.spec.replicas.unwrap_or(0), Ordering::SeqCst);
+            while let Some(Ok(object)) = stream.next().await {
+                seen(object);
             }
         }));
+    }
+
+    /// Records the highest `spec.replicas` RunnerDeployment `name` ever has, from a watch.
+    fn track_max_replicas(&mut self, name: &str) -> Arc<AtomicI32> {
+        let max = Arc::new(AtomicI32::new(0));
+        let seen = max.clone();
+        self.watch_named(name, move |rd: RunnerDeployment| {
+            seen.fetch_max(rd.spec.replicas.unwrap_or(0), Ordering::SeqCst);
+        });
         max
     }
 
@@ -1791,19 +1803,11 @@ async fn reservations_that_change_no_count_cost_the_autoscaler_one_status_write_
     // reported a new spec.
     let seen = Arc::new(Mutex::new(BTreeSet::new()));
     let record = seen.clone();
-    let api = s.h.api::<HorizontalRunnerAutoscaler>();
-    let config = watcher::Config::default().fields("metadata.name=pace");
-    s.watchers.push(tokio::spawn(async move {
-        let mut stream = watcher(api, config)
-            .default_backoff()
-            .applied_objects()
-            .boxed();
-        while let Some(Ok(hra)) = stream.next().await {
-            if let Some(g) = hra.status.and_then(|s| s.observed_generation) {
-                record.lock().unwrap().insert(g);
-            }
+    s.watch_named("pace", move |hra: HorizontalRunnerAutoscaler| {
+        if let Some(g) = hra.status.and_then(|s| s.observed_generation) {
+            record.lock().unwrap().insert(g);
         }
-    }));
+    });
     let before = s.hra("pace").await.metadata.generation.unwrap();
 
     // Ten reservations recorded one after the other within a second, as the webhook server
