@@ -13,7 +13,7 @@ use tokio::task::{AbortHandle, JoinSet};
 use crate::annotations::{POOL_LABEL, TAINT_KEY};
 use crate::binder;
 use crate::config::NodeSimConfig;
-use crate::env::ApiObjects;
+use crate::env::WatchedObjects;
 use crate::kubelet::{self, Command, IpPool, NodeRuntime, Registry, Shared};
 use crate::node::{self, NodeIdentity, Readiness};
 use crate::program::{Exit, Programs};
@@ -156,7 +156,7 @@ impl NodeSim {
             &mut tasks,
         );
         let shared = Arc::new(Shared {
-            objects: Arc::new(ApiObjects(client.clone())),
+            objects: Arc::new(WatchedObjects::start(client.clone())),
             client,
             config,
             writer,

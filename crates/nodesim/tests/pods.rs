@@ -809,6 +809,51 @@ async fn a_missing_secret_holds_the_container_in_create_container_config_error()
         Some("secret \"absent\" not found")
     );
     assert_eq!(phase(&p), Some("Pending"));
+
+    // The Secret appears without the key, then gets it: each retry reads what the Secret is
+    // now (from the simulator's watch, as a kubelet reads it), and the container starts.
+    let secrets: Api<Secret> = ns.api(client.clone());
+    let secret = |data: &[(&str, &str)]| Secret {
+        metadata: ObjectMeta {
+            name: Some("absent".to_owned()),
+            ..ObjectMeta::default()
+        },
+        string_data: Some(
+            data.iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        ),
+        ..Secret::default()
+    };
+    secrets
+        .create(&PostParams::default(), &secret(&[("other", "x")]))
+        .await
+        .unwrap();
+    let waiting_for = |message: &'static str| {
+        when(move |p| {
+            container_status(p, "main")
+                .and_then(|c| c.state.as_ref()?.waiting.as_ref()?.message.clone())
+                .is_some_and(|m| m.contains(message))
+        })
+    };
+    wait_for(
+        &pods,
+        "unconfigured",
+        "the missing key named",
+        waiting_for("couldn't find key token"),
+    )
+    .await;
+    secrets
+        .replace("absent", &PostParams::default(), &secret(&[("token", "t")]))
+        .await
+        .unwrap();
+    wait_for(
+        &pods,
+        "unconfigured",
+        "Running",
+        when(|p| phase(p) == Some("Running")),
+    )
+    .await;
     sim.shutdown().await.unwrap();
 }
 
