@@ -246,6 +246,12 @@ pub enum Successor {
     /// request and could take a job between owner sync's last look at the set and the set's
     /// deletion, then die with it. Owner sync deletes the set once this pod is deleting.
     RetiringStatefulSet,
+    /// A live StatefulSet scaled to zero whose controller has observed that
+    /// ([`crate::owner_sync::PodController::Stopped`]): it creates no pod in this one's place,
+    /// and owner sync never scales a set it retires up again, so there is nothing to wait for.
+    /// (Owner sync scales a retiring set to zero before its pod goes, so this is how the pods
+    /// of a scale-down usually end.)
+    StoppedStatefulSet,
     /// A live StatefulSet not marked retiring, of a pod whose retirement owner sync requested
     /// `requested_for` ago. Owner sync marks a set right after its pods, so a young request
     /// means the set's mark is on its way: released now, the pod would be replaced by a fresh
@@ -279,7 +285,7 @@ pub fn release(successor: Successor) -> Release {
         recheck_after: SUCCESSOR_RECHECK,
     };
     match successor {
-        Successor::None | Successor::StatefulSet => Release::Now,
+        Successor::None | Successor::StatefulSet | Successor::StoppedStatefulSet => Release::Now,
         Successor::RetiringStatefulSet => hold,
         Successor::UnmarkedStatefulSet { requested_for } if requested_for < SET_MARK_WAIT => hold,
         Successor::UnmarkedStatefulSet { .. } => Release::Now,
@@ -418,6 +424,8 @@ mod tests {
         for (successor, expected) in [
             (Successor::None, Release::Now),
             (Successor::StatefulSet, Release::Now),
+            // Scaled to zero, and its controller saw that: no fresh pod can come.
+            (Successor::StoppedStatefulSet, Release::Now),
             (
                 Successor::RetiringStatefulSet,
                 Release::Hold {

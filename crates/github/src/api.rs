@@ -10,7 +10,7 @@ use std::fmt;
 
 use async_trait::async_trait;
 
-use crate::error::GitHubError;
+use crate::error::{GitHubError, RateLimitKind};
 use crate::models::{
     JitConfig, JitConfigRequest, Job, RateLimit, RunStatus, Runner, RunnerGroup, RunnerId,
     RunnerToken, WorkflowRun,
@@ -106,4 +106,12 @@ pub trait GitHubApi: Send + Sync + fmt::Debug {
     /// The credential's latest primary rate-limit budget (for metrics), if a response carried
     /// one yet.
     fn rate_limit(&self) -> Option<RateLimit>;
+
+    /// Which rate limit holds this credential at `now`, and until when: while one does, every
+    /// call fails at once with [`GitHubError::RateLimited`] without reaching GitHub. `None`
+    /// when calls may be sent (an implementation that keeps no gate always says so).
+    fn rate_limited(&self, now: jiff::Timestamp) -> Option<(RateLimitKind, jiff::Timestamp)> {
+        let _ = now;
+        None
+    }
 }

@@ -57,6 +57,9 @@ pub mod reason {
     pub const UNREGISTERING: &str = "Unregistering";
     /// A GitHub call failed in a way that retrying may fix (5xx, rate limit, network).
     pub const GITHUB_API_ERROR: &str = "GitHubAPIError";
+    /// A set's runners wait to be unregistered until GitHub's rate limit for their credentials
+    /// lets calls through again.
+    pub const GITHUB_RATE_LIMITED: &str = "GitHubRateLimited";
     /// The spec cannot work (e.g. no scope).
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// Every scale-up trigger can match a delivery (or there is none).

@@ -7,6 +7,7 @@
 //! not repeated after an ambiguous failure.
 
 use async_trait::async_trait;
+use jiff::Timestamp;
 use reqwest::Method;
 use url::Url;
 
@@ -14,7 +15,7 @@ use super::GitHubClient;
 use super::transport::{Repeat, Request};
 use crate::api::GitHubApi;
 use crate::clock::add;
-use crate::error::GitHubError;
+use crate::error::{GitHubError, RateLimitKind};
 use crate::models::{
     JitConfig, JitConfigRequest, Job, RateLimit, RunStatus, Runner, RunnerGroup, RunnerId,
     RunnerToken, WorkflowRun,
@@ -197,5 +198,9 @@ impl GitHubApi for GitHubClient {
 
     fn rate_limit(&self) -> Option<RateLimit> {
         self.inner.gate.lock().expect("gate lock").budget()
+    }
+
+    fn rate_limited(&self, now: Timestamp) -> Option<(RateLimitKind, Timestamp)> {
+        self.inner.gate.lock().expect("gate lock").blocked(now)
     }
 }

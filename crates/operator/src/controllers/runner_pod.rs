@@ -13,8 +13,9 @@
 //!   no node is withdrawn instead: deleted on condition that it is still the version judged
 //!   unscheduled, since a deleting pod is never bound.
 //! - Deleting (a user deleted the pod): delete the parent Runner so it is not recreated, run the
-//!   state machine, then drop the finalizer — not while a retiring StatefulSet owns the pod,
-//!   which would create a fresh one in its place. A pod still present a minute after its
+//!   state machine, then drop the finalizer — not while a retiring StatefulSet owns the pod
+//!   that would create a fresh one in its place (one scaled to zero, as owner sync leaves a
+//!   set it retires, creates none). A pod still present a minute after its
 //!   deletion began (unreachable node) is force-deleted.
 //!
 //! Scope and credentials come only from the pod's owner chain ([`crate::authority`]): its
@@ -29,6 +30,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use hangar_api::{Runner, RunnerReplicaSet, annotation as ann, finalizer};
 use hangar_core::authority::{Authority, Untrusted};
+use hangar_core::owner_sync::PodController;
 use hangar_core::runner_lookup;
 use hangar_core::runner_pod::{ForceDelete, PodFacts, PodStep};
 use hangar_core::unregistration::{
@@ -476,9 +478,12 @@ async fn unregister(
                 Err(GitHubError::NotFound { .. }) => DeleteOutcome::NotFound,
                 Err(GitHubError::Forbidden { .. }) => DeleteOutcome::Forbidden,
                 Err(GitHubError::RunnerBusy { .. }) => DeleteOutcome::Busy,
-                Err(GitHubError::RateLimited { .. }) => {
-                    DeleteOutcome::RateLimited { retry_after: None }
-                }
+                Err(GitHubError::RateLimited { retry_at, .. }) => DeleteOutcome::RateLimited {
+                    retry_after: jiff::Timestamp::try_from(now)
+                        .ok()
+                        .and_then(|now| Duration::try_from(retry_at.duration_since(now)).ok())
+                        .map(|wait| wait.max(Duration::from_secs(1))),
+                },
                 Err(e) => {
                     warn!(pod = %object_name(pod), error = %e, "delete runner failed");
                     DeleteOutcome::Failed
@@ -640,7 +645,15 @@ async fn successor(pod: &RunnerPod, ctx: &Context) -> Result<Successor, Error> {
             if set.uid().as_deref() == Some(owner.uid.as_str())
                 && set.metadata.deletion_timestamp.is_none() =>
         {
-            if annotation(&set, ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_some() {
+            let stopped = PodController::of_stateful_set(
+                set.spec.as_ref().and_then(|s| s.replicas),
+                set.metadata.generation,
+                set.status.as_ref().and_then(|s| s.observed_generation),
+                false,
+            ) == PodController::Stopped;
+            if stopped {
+                Successor::StoppedStatefulSet
+            } else if annotation(&set, ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_some() {
                 Successor::RetiringStatefulSet
             } else {
                 // An unreadable stamp counts as old (the pod is not held on a guess), one from

@@ -175,11 +175,6 @@ fn completions_heard(
         .collect()
 }
 
-/// How many API writes one reconcile has in flight at once (Runner creates, deletes,
-/// annotations): enough to apply a burst in a few round trips, few enough not to flood the
-/// apiserver.
-const APPLY_CONCURRENCY: usize = 16;
-
 /// The template hash of a set: the `runner-template-hash` label its template carries (set by
 /// the RunnerDeployment), else a hash of the template.
 pub fn desired_hash(set: &RunnerReplicaSet) -> String {
@@ -367,7 +362,7 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, state: Arc<SetState>) -> Resu
     let seen_ref = &seen_pods;
     let applied: Vec<Result<Touched, Error>> = futures::stream::iter(plan.actions.clone())
         .map(|action| async move { apply(set_ref, state_ref, &action, hash, seen_ref).await })
-        .buffer_unordered(APPLY_CONCURRENCY)
+        .buffer_unordered(sets::APPLY_CONCURRENCY)
         .collect()
         .await;
     // The next reconcile is triggered by the controller's own watch of Runners, not by the
@@ -501,7 +496,7 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, state: Arc<SetState>) -> Resu
         .as_ref()
         .and_then(|s| s.conditions.clone())
         .unwrap_or_default();
-    let mut wanted = set_conditions(input.desired, ready, &runners, &plan);
+    let mut wanted = set_conditions(&ctx, input.desired, ready, &runners, &plan).await;
     wanted.push(sets::health(&ctx, set.as_ref(), &old_conditions, &plan));
     if let Some((progress, _)) = &retiring {
         wanted.retain(|c| c.kind != kind::PROGRESSING);
@@ -644,7 +639,7 @@ async fn apply(
                     let runners = &runners;
                     async move { runners.create(&PostParams::default(), &runner).await }
                 })
-                .buffer_unordered(APPLY_CONCURRENCY)
+                .buffer_unordered(sets::APPLY_CONCURRENCY)
                 .map(|created| created.map(|r| r.name_any()))
                 .try_collect()
                 .await
@@ -793,17 +788,38 @@ pub fn failing_runner(runners: &[Arc<Runner>]) -> Option<String> {
 }
 
 /// The set's conditions: `Available` from the counts (and a failing Runner, if any),
-/// `Progressing` from the plan and the Runners being retired.
-pub fn set_conditions(
+/// `Progressing` from the plan and the Runners being retired (and the rate limit, if one
+/// holds their credentials).
+pub async fn set_conditions(
+    ctx: &Context,
     desired: u32,
     ready: usize,
     runners: &[Arc<Runner>],
     plan: &owner_sync::Plan,
 ) -> Vec<Desired> {
-    let retiring = runners
+    let retiring: Vec<&Runner> = runners
         .iter()
         .filter(|r| r.metadata.deletion_timestamp.is_none())
         .filter(|r| annotation(r.as_ref(), ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_some())
-        .count();
-    sets::conditions(desired, ready, || failing_runner(runners), retiring, plan)
+        .map(AsRef::as_ref)
+        .collect();
+    let rate_limited = match retiring.first() {
+        Some(runner) => {
+            let ns = runner.namespace().unwrap_or_default();
+            let credentials: Vec<_> = retiring
+                .iter()
+                .map(|r| r.spec.config.github_api_credentials_from.as_ref())
+                .collect();
+            sets::rate_limited(ctx, &ns, credentials).await
+        }
+        None => None,
+    };
+    sets::conditions(
+        desired,
+        ready,
+        || failing_runner(runners),
+        retiring.len(),
+        rate_limited,
+        plan,
+    )
 }

@@ -682,16 +682,16 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
     };
     let plan = owner_sync::plan(&input);
     sets::ask_for_observation(ctx, &known, &plan);
-    for action in &plan.actions {
-        apply(
-            &set,
-            &state,
-            scope.as_ref(),
-            action,
-            &input.desired_template_hash,
-        )
-        .await?;
-    }
+    // Each action touches its own StatefulSet, so they go out together, as a RunnerReplicaSet's
+    // do: one at a time, a scale-down of hundreds waited a round trip per StatefulSet.
+    let (set_ref, state_ref, scope_ref) = (&*set, &*state, scope.as_ref());
+    let hash = input.desired_template_hash.as_str();
+    let applied: Vec<Result<(), Error>> = futures::stream::iter(plan.actions.clone())
+        .map(|action| async move { apply(set_ref, state_ref, scope_ref, &action, hash).await })
+        .buffer_unordered(sets::APPLY_CONCURRENCY)
+        .collect()
+        .await;
+    applied.into_iter().collect::<Result<(), Error>>()?;
 
     let mut retiring = None;
     if let Some(since) = deleting {
@@ -998,7 +998,8 @@ async fn patch_status(
         .as_ref()
         .and_then(|s| s.conditions.clone())
         .unwrap_or_default();
-    let mut wanted = set_conditions(input.desired, counts.ready, retiring_count, plan);
+    let mut wanted =
+        set_conditions(ctx, set, input.desired, counts.ready, retiring_count, plan).await;
     wanted.push(sets::health(ctx, set, &old_conditions, plan));
     if let Some(progress) = retiring {
         // A deleted set says it is waiting for its runners, not how it scales.
@@ -1043,8 +1044,10 @@ async fn patch_status(
 }
 
 /// The set's conditions: `Available` from the counts, `Progressing` from the plan and the
-/// StatefulSets being retired.
-pub fn set_conditions(
+/// StatefulSets being retired (and the rate limit, if one holds the set's credentials).
+pub async fn set_conditions(
+    ctx: &Context,
+    set: &RunnerSet,
     desired: u32,
     ready: i32,
     retiring: usize,
@@ -1052,7 +1055,14 @@ pub fn set_conditions(
 ) -> Vec<Desired> {
     // `ready` counts StatefulSets: never negative.
     let ready = usize::try_from(ready).unwrap_or(0);
-    sets::conditions(desired, ready, || None, retiring, plan)
+    let rate_limited = if retiring > 0 {
+        let ns = set.namespace().unwrap_or_default();
+        let credentials = set.spec.config.github_api_credentials_from.as_ref();
+        sets::rate_limited(ctx, &ns, [credentials]).await
+    } else {
+        None
+    };
+    sets::conditions(desired, ready, || None, retiring, rate_limited, plan)
 }
 
 async fn apply(
@@ -1083,14 +1093,25 @@ async fn apply(
                 ),
                 RunnerSetRegistration::PodWebhook => None,
             };
-            let mut created = Vec::new();
-            for _ in 0..*count {
-                let name = match github.as_deref() {
-                    Some(github) => create_runner(set, ctx, scope, github, hash, &now).await?,
-                    None => create_webhook_runner(set, ctx, hash, &now).await?,
-                };
-                created.push(name);
+            let github = github.as_deref();
+            let results: Vec<Result<String, Error>> = futures::stream::iter(0..*count)
+                .map(|_| async {
+                    match github {
+                        Some(github) => create_runner(set, ctx, scope, github, hash, &now).await,
+                        None => create_webhook_runner(set, ctx, hash, &now).await,
+                    }
+                })
+                .buffer_unordered(sets::APPLY_CONCURRENCY)
+                .collect()
+                .await;
+            let (mut created, mut failure) = (Vec::new(), None);
+            for result in results {
+                match result {
+                    Ok(name) => created.push(name),
+                    Err(e) => failure = failure.or(Some(e)),
+                }
             }
+            let count = created.len();
             info!(set = %object_name(set), count, "created runner statefulsets");
             // Each StatefulSet's one pod follows at once: it counts as the pod created.
             let target = crate::metrics::ScaleTarget::runner_set(&ns, &set.name_any());
@@ -1111,6 +1132,9 @@ async fn apply(
                     names: created.clone(),
                 },
             );
+            if let Some(e) = failure {
+                return Err(e);
+            }
         }
         // A StatefulSet is deleted only once its controller observed that it wants no pod and
         // has stopped its pods itself; garbage collection takes what is left.

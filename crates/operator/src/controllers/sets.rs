@@ -8,11 +8,13 @@ use std::time::{Duration, SystemTime};
 use hangar_api::HorizontalRunnerAutoscaler;
 use hangar_api::convert::reservations_of;
 use hangar_api::horizontal_runner_autoscaler::{MetricType, ScaleTargetKind};
+use hangar_api::runner_config::GitHubApiCredentialsFrom;
 use hangar_core::autoscaler::{
     AutoscalerView, CountedJobs, completions_absorbed, counts_jobs, min_replicas_floor,
     reflected_before, reflected_completions,
 };
 use hangar_core::owner_sync::{self, Action as PlanAction, RetireReason, Wait};
+use hangar_github::RateLimitKind;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -23,15 +25,23 @@ use tracing::warn;
 use super::{k8s_time, object_name};
 use crate::conditions::{Desired, kind, reason};
 use crate::context::Context;
+use crate::credentials::GitHubClients;
+
+/// How many API writes one set's reconcile has in flight at once (creations, deletions,
+/// annotations of its owners): enough to apply a burst in a few round trips, few enough not to
+/// flood the apiserver.
+pub const APPLY_CONCURRENCY: usize = 16;
 
 /// A set's conditions: `Available` from the counts (and, when too few are ready, the first
 /// failing runner `failing` names, if any), `Progressing` from the plan and the `retiring`
-/// owners (not being deleted, asked to unregister).
+/// owners (not being deleted, asked to unregister), which wait for `rate_limited` (which of
+/// GitHub's limits holds their credentials, and until when) if that is `Some`.
 pub fn conditions(
     desired: u32,
     ready: usize,
     failing: impl FnOnce() -> Option<String>,
     retiring: usize,
+    rate_limited: Option<(RateLimitKind, jiff::Timestamp)>,
     plan: &owner_sync::Plan,
 ) -> Vec<Desired> {
     let counts = format!("{ready} of {desired} runner(s) registered and ready");
@@ -75,6 +85,17 @@ pub fn conditions(
             reason::ROLLING_OUT,
             "retiring runners of an outdated template",
         )
+    } else if let (true, Some((limit, until))) = (retiring > 0, rate_limited) {
+        // Without this a scale-down that GitHub's budget stalls looks like one in progress.
+        Desired::yes(
+            kind::PROGRESSING,
+            reason::GITHUB_RATE_LIMITED,
+            format!(
+                "unregistering {retiring} runner(s) from GitHub before deleting them, which waits \
+                 until {until}: GitHub's {limit} rate limit for their credentials is used up. No \
+                 runner is deleted before it is unregistered"
+            ),
+        )
     } else if retiring > 0 {
         Desired::yes(
             kind::PROGRESSING,
@@ -92,6 +113,31 @@ pub fn conditions(
         )
     };
     vec![available, progressing]
+}
+
+/// Which of GitHub's rate limits holds one of `credentials` (the `githubAPICredentialsFrom`
+/// of runners a set retires; `None`: the controller's own) in `ns` now, and until when. A
+/// credential whose Secret cannot be read is another condition's concern, so it counts as
+/// not held.
+pub async fn rate_limited<'a>(
+    ctx: &Context,
+    ns: &str,
+    credentials: impl IntoIterator<Item = Option<&'a GitHubApiCredentialsFrom>>,
+) -> Option<(RateLimitKind, jiff::Timestamp)> {
+    let now = jiff::Timestamp::try_from(ctx.now()).ok()?;
+    let mut asked = BTreeSet::new();
+    for from in credentials {
+        let secret = GitHubClients::secret_name(from);
+        if !asked.insert(secret) {
+            continue;
+        }
+        if let Ok(github) = ctx.github_for_secret(ns, secret).await
+            && let Some(limited) = github.rate_limited(now)
+        {
+            return Some(limited);
+        }
+    }
+    None
 }
 
 /// A set's `RunnersHealthy` condition from `plan`, published as one event when it changes
@@ -348,4 +394,55 @@ pub struct KnownCompletions {
     pub counted: Option<ObjectRef<HorizontalRunnerAutoscaler>>,
     /// Owner sync's `reflected_before`: the time of the observation behind the count.
     pub reflected_before: Option<SystemTime>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progressing(retiring: usize, limited: Option<(RateLimitKind, jiff::Timestamp)>) -> Desired {
+        conditions(
+            2,
+            2,
+            || None,
+            retiring,
+            limited,
+            &owner_sync::Plan::default(),
+        )
+        .into_iter()
+        .find(|c| c.kind == kind::PROGRESSING)
+        .expect("a Progressing condition")
+    }
+
+    #[test]
+    fn a_scale_down_held_by_githubs_rate_limit_says_until_when() {
+        let until: jiff::Timestamp = "2026-12-03T15:00:00Z".parse().unwrap();
+        let held = progressing(3, Some((RateLimitKind::Primary, until)));
+        assert!(held.status);
+        assert_eq!(held.reason, reason::GITHUB_RATE_LIMITED);
+        assert!(
+            held.message.contains("unregistering 3 runner(s)"),
+            "{}",
+            held.message
+        );
+        assert!(
+            held.message.contains("2026-12-03T15:00:00Z"),
+            "{}",
+            held.message
+        );
+        assert!(
+            held.message.contains("primary rate limit"),
+            "{}",
+            held.message
+        );
+
+        let free = progressing(3, None);
+        assert_eq!(free.reason, reason::SCALING_DOWN);
+        assert!(!free.message.contains("rate limit"), "{}", free.message);
+
+        // Nothing retiring: a limit that holds the credentials is not the set's news.
+        let synced = progressing(0, Some((RateLimitKind::Secondary, until)));
+        assert!(!synced.status);
+        assert_eq!(synced.reason, reason::REPLICAS_SYNCED);
+    }
 }

@@ -130,6 +130,71 @@ async fn a_403_on_runner_removal_keeps_the_pod_and_tells_the_owner_which_permiss
 }
 
 #[tokio::test]
+async fn a_scale_down_that_githubs_rate_limit_holds_says_until_when_and_deletes_no_pod() {
+    let e = E2e::start("safety-ratelimit").await;
+    let rd = Deployment::new("limited", 2, "limited");
+    e.apply(&rd);
+    let names = e.wait_running(2).await;
+
+    // GitHub's hourly budget for the controller's credential runs out, then the deployment
+    // scales to zero: every unregistration is refused until the budget resets.
+    let until = e.h.sim.now().as_second() + 20;
+    e.h.sim.set_faults(ghsim::Faults {
+        primary_exhausted_until: Some(until),
+        ..ghsim::Faults::default()
+    });
+    e.apply(&rd.clone().replicas(0));
+
+    let condition = eventually_of(
+        &e,
+        "the set's Progressing condition naming the rate limit",
+        WAIT,
+        || async {
+            for name in &names {
+                hold(&e, name, Duration::ZERO).await;
+            }
+            e.replica_sets().await.into_iter().find_map(|s| {
+                s.status?
+                    .conditions?
+                    .into_iter()
+                    .find(|c| c.type_ == "Progressing" && c.reason == "GitHubRateLimited")
+            })
+        },
+    )
+    .await;
+    let reset = jiff::Timestamp::from_second(until).unwrap().to_string();
+    assert_eq!(condition.status, "True", "{condition:?}");
+    assert!(
+        condition.message.contains("unregistering 2 runner(s)")
+            && condition.message.contains(&reset),
+        "{condition:?}"
+    );
+    for name in &names {
+        hold(&e, name, Duration::from_secs(1)).await;
+    }
+
+    // The budget resets: the scale-down finishes on its own, and the condition moves on.
+    e.h.sim.set_faults(ghsim::Faults::default());
+    e.wait_all_gone_without_killing_busy_runners("the scale-down after the reset")
+        .await;
+    eventually_of(
+        &e,
+        "the set's Progressing condition at rest",
+        WAIT,
+        || async {
+            e.replica_sets().await.into_iter().find_map(|s| {
+                s.status?
+                    .conditions?
+                    .into_iter()
+                    .find(|c| c.type_ == "Progressing" && c.reason == "ReplicasSynced")
+            })
+        },
+    )
+    .await;
+    e.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_404_for_a_stale_runner_id_is_checked_by_name_before_the_pod_goes() {
     let e = E2e::start("safety-404").await;
     let rd = Deployment::new("stale", 1, "stale");
