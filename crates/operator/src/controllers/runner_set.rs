@@ -122,7 +122,8 @@ pub use volumes::VolumeStores;
 pub struct RunnerSetContext {
     /// What every reconciler shares.
     pub ctx: Arc<Context>,
-    /// StatefulSets labelled `runner-template-hash` (Hangar's and ARC's).
+    /// StatefulSets labelled `runner-template-hash` (Hangar's and ARC's), without their pod and
+    /// claim templates ([`trim_stateful_set`]).
     pub stateful_sets: Store<StatefulSet>,
     /// Claims labelled `runnerset-name` and volumes labelled `pending-cleanup`.
     pub volumes: VolumeStores,
@@ -168,8 +169,9 @@ pub async fn run(
     let runner_stateful_sets = watcher::Config::default().labels(label::RUNNER_TEMPLATE_HASH);
     let released = || watcher::Config::default().labels(label::PENDING_CLEANUP);
     // One watch each, feeding both the store and the controller's triggers.
-    use hangar_runtime::watch::shared_store;
-    let (stateful_sets, [sts_changes]) = shared_store(sts_api, runner_stateful_sets);
+    use hangar_runtime::watch::{shared_store, shared_trimmed_store};
+    let (stateful_sets, [sts_changes]) =
+        shared_trimmed_store(sts_api, runner_stateful_sets, trim_stateful_set);
     let (claims, [claim_changes]) = shared_store(pvc_api, by_label());
     let (pvs, [pv_changes]) = shared_store(pv_api, released());
     let _ = stateful_sets.wait_until_ready().await;
@@ -208,6 +210,17 @@ pub async fn run(
         )
         .for_each(|_| async {})
         .await;
+}
+
+/// Drops what no read of a cached StatefulSet looks at: its pod template and claim templates.
+/// What a runner looks like is read from the RunnerSet; the cache answers which StatefulSets
+/// exist, with their labels, annotations, owners, replicas and status. A cached StatefulSet is
+/// never written back (its changes are merge patches), so nothing dropped here can be lost.
+fn trim_stateful_set(sts: &mut StatefulSet) {
+    if let Some(spec) = sts.spec.as_mut() {
+        spec.template = PodTemplateSpec::default();
+        spec.volume_claim_templates = None;
+    }
 }
 
 /// The template hash of a set: a hash of its spec without `replicas` and `effectiveTime` (the
