@@ -1135,16 +1135,19 @@ async fn apply(
                 .unobserved
                 .record(&set.uid().unwrap_or_default(), &created, &[]);
             wait_until_stored(&state.stateful_sets, &ns, &created).await;
-            ctx.runner_events.publish(
-                set.object_ref(&()),
-                "CreatedRunners",
-                crate::events::RunnerCount {
-                    verb: "created",
-                    why: "",
-                    count: created.len(),
-                    names: created.clone(),
-                },
-            );
+            // Every creation failed: nothing was created to tell of, only the error.
+            if !created.is_empty() {
+                ctx.runner_events.publish(
+                    set.object_ref(&()),
+                    "CreatedRunners",
+                    crate::events::RunnerCount {
+                        verb: "created",
+                        why: "",
+                        count: created.len(),
+                        names: created.clone(),
+                    },
+                );
+            }
             if let Some(e) = failure {
                 return Err(e);
             }
