@@ -136,6 +136,38 @@ async fn runner_deployment_creates_runner_pods_with_secret_sourced_tokens() {
         || async { h.api::<Secret>().get_opt(&shared).await.unwrap().map(drop) },
     )
     .await;
+
+    // Deleted again, then a runner is added: its pod is created at once (the Secret is not
+    // re-read on the way) and names the Secret, which its pending pod has written back.
+    h.api::<Secret>()
+        .delete(&shared, &Default::default())
+        .await
+        .unwrap();
+    h.apply(&deployment("web", 3, "linux"));
+    let third = eventually("a third runner pod", WAIT, || async {
+        let p = self::pods(&h).await;
+        (p.len() == 3).then_some(p)
+    })
+    .await;
+    assert!(third.iter().all(|p| {
+        p.spec.as_ref().unwrap().containers[0]
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .any(|e| {
+                e.value_from
+                    .as_ref()
+                    .and_then(|v| v.secret_key_ref.as_ref())
+                    .is_some_and(|r| r.name == shared)
+            })
+    }));
+    eventually(
+        "the shared registration Secret to be written back",
+        WAIT,
+        || async { h.api::<Secret>().get_opt(&shared).await.unwrap().map(drop) },
+    )
+    .await;
 }
 
 #[tokio::test]

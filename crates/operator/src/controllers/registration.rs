@@ -273,6 +273,28 @@ impl SharedTokens {
         Ok(name)
     }
 
+    /// The name of the Secret [`Self::ensure`] would return, without reading it, when this
+    /// process last saw it holding a token still fresh at `now`, however long ago that was.
+    ///
+    /// For the pod-create path: a runner's pod is not held back for the recheck read, which
+    /// only guards against the Secret being deleted behind Hangar's back. If it was, the pod
+    /// waits for it (a kubelet retries a missing Secret), and the next pass of its Runner,
+    /// which sees the pod pending, reads and writes it again through [`Self::ensure`].
+    pub fn known_fresh(
+        &self,
+        namespace: &str,
+        scope: &RunnerScope,
+        credentials: Option<&str>,
+        now: jiff::Timestamp,
+    ) -> Option<String> {
+        let name =
+            hangar_runtime::registration::tokens::secret_name(&github_scope(scope), credentials);
+        let known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (namespace.to_owned(), name);
+        let fresh = known.get(&key).is_some_and(|k| lasts(k.expires_at, now));
+        fresh.then_some(key.1)
+    }
+
     /// Whether the Secret `key` was seen holding a fresh token recently enough to skip reading it.
     fn trusted(&self, key: &(String, String), now: jiff::Timestamp) -> bool {
         let known = self.known.lock().unwrap_or_else(|e| e.into_inner());
@@ -290,4 +312,62 @@ fn lasts(expires_at: jiff::Timestamp, now: jiff::Timestamp) -> bool {
         now.into(),
         hangar_runtime::registration::tokens::MIN_TTL,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(tokens: &SharedTokens, namespace: &str, name: &str, expires_at: jiff::Timestamp) {
+        tokens.known.lock().unwrap().insert(
+            (namespace.to_owned(), name.to_owned()),
+            Known {
+                expires_at,
+                confirmed: tokio::time::Instant::now(),
+            },
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_is_created_without_rereading_a_secret_known_to_hold_a_fresh_token() {
+        let tokens = SharedTokens::default();
+        let scope = RunnerScope::Organization("octo".into());
+        let now: jiff::Timestamp = "2026-12-03T12:00:00Z".parse().unwrap();
+        let name = hangar_runtime::registration::tokens::secret_name(&github_scope(&scope), None);
+        assert_eq!(
+            tokens.known_fresh("ns", &scope, None, now),
+            None,
+            "never seen"
+        );
+
+        record(
+            &tokens,
+            "ns",
+            &name,
+            now + jiff::SignedDuration::from_hours(1),
+        );
+        tokio::time::advance(SHARED_TOKEN_RECHECK * 3).await;
+        assert!(
+            !tokens.trusted(&("ns".into(), name.clone()), now),
+            "ensure would read it again"
+        );
+        assert_eq!(
+            tokens.known_fresh("ns", &scope, None, now),
+            Some(name.clone()),
+            "the create path does not"
+        );
+        assert_eq!(tokens.known_fresh("other", &scope, None, now), None);
+        assert_eq!(
+            tokens.known_fresh("ns", &scope, Some("app-credentials"), now),
+            None,
+            "another credential's Secret"
+        );
+
+        // A token about to expire is not handed to a pod that may start later.
+        let late = now + jiff::SignedDuration::from_hours(1)
+            - jiff::SignedDuration::try_from(hangar_runtime::registration::tokens::MIN_TTL)
+                .unwrap()
+            + jiff::SignedDuration::from_secs(1);
+        assert_eq!(tokens.known_fresh("ns", &scope, None, late), None);
+    }
 }

@@ -856,7 +856,6 @@ async fn shared_token_secret(
     github: &dyn GitHubApi,
 ) -> Result<String, Error> {
     let ctx = &*state.ctx;
-    let now = jiff::Timestamp::try_from(ctx.now()).unwrap_or_else(|_| jiff::Timestamp::now());
     state
         .tokens
         .ensure(
@@ -864,10 +863,15 @@ async fn shared_token_secret(
             github,
             &runner.namespace().unwrap_or_default(),
             scope,
-            GitHubClients::secret_name(runner.spec.config.github_api_credentials_from.as_ref()),
-            now,
+            credentials_secret(runner),
+            timestamp_now(ctx),
         )
         .await
+}
+
+/// The context's time as a token expiry is compared with.
+fn timestamp_now(ctx: &Context) -> jiff::Timestamp {
+    jiff::Timestamp::try_from(ctx.now()).unwrap_or_else(|_| jiff::Timestamp::now())
 }
 
 /// Creates the Runner's pod (and a JIT configuration's Secret); returns it as stored, or as
@@ -913,10 +917,15 @@ async fn create_pod(
         .await?;
         (secret_name, registration.runner_id)
     } else {
-        (
-            shared_token_secret(runner, scope, state, github).await?,
-            None,
-        )
+        let known =
+            state
+                .tokens
+                .known_fresh(&ns, scope, credentials_secret(runner), timestamp_now(ctx));
+        let secret_name = match known {
+            Some(name) => name,
+            None => shared_token_secret(runner, scope, state, github).await?,
+        };
+        (secret_name, None)
     };
 
     let mut defaults = ctx.settings.pod_defaults.clone();
