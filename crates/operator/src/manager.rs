@@ -27,12 +27,13 @@ use hangar_api::{
 };
 use hangar_github::GitHubApi;
 use hangar_runtime::pod::RunnerPod;
+use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::Client;
 use kube::runtime::watcher;
 use tokio::net::TcpListener;
 use tracing::{error, info};
 
-use hangar_runtime::watch::{self, api, shared_store, shared_trimmed_store, spawn_store};
+use hangar_runtime::watch::{self, api, shared_store, shared_trimmed_store};
 
 use crate::context::{Clock, Context, Settings, Stores, SystemClock};
 use crate::controllers;
@@ -163,6 +164,13 @@ pub async fn run(options: ManagerOptions) {
         shared_store(api::<RunnerDeployment>(&client, ns), all());
     let (hras, [hras_for_hras, hras_for_sets, hras_for_runner_sets]) =
         shared_store(api::<HorizontalRunnerAutoscaler>(&client, ns), all());
+    let (runner_sets, [runner_sets_for_runner_sets]) =
+        shared_store(api::<RunnerSet>(&client, ns), all());
+    let (stateful_sets, [stateful_sets_for_runner_sets]) = shared_trimmed_store(
+        api::<StatefulSet>(&client, ns),
+        all().labels(label::RUNNER_TEMPLATE_HASH),
+        controllers::runner_set::trim_stateful_set,
+    );
     // Runner health reads nodes' Ready condition, unless told not to (no node watch, and no
     // need for the cluster-scoped permission).
     let nodes =
@@ -173,11 +181,10 @@ pub async fn run(options: ManagerOptions) {
         replica_sets,
         deployments,
         hras,
+        runner_sets,
+        stateful_sets,
         nodes,
     };
-    // The webhook server and the pull recovery route jobs by the same table.
-    let runner_sets = (webhook.is_some() || !settings.webhook_pull_interval.is_zero())
-        .then(|| spawn_store(api::<RunnerSet>(&client, ns), watcher::Config::default()));
     let synced = async {
         for wait in [
             stores.pods.wait_until_ready().await.is_ok(),
@@ -185,11 +192,10 @@ pub async fn run(options: ManagerOptions) {
             stores.replica_sets.wait_until_ready().await.is_ok(),
             stores.deployments.wait_until_ready().await.is_ok(),
             stores.hras.wait_until_ready().await.is_ok(),
+            stores.runner_sets.wait_until_ready().await.is_ok(),
+            stores.stateful_sets.wait_until_ready().await.is_ok(),
         ] {
             debug_assert!(wait);
-        }
-        if let Some(runner_sets) = &runner_sets {
-            let _ = runner_sets.wait_until_ready().await;
         }
     };
     // Nothing is served or reconciled before the caches sync: a shutdown then has nothing to
@@ -202,11 +208,13 @@ pub async fn run(options: ManagerOptions) {
         namespace = ns.unwrap_or("<all>"),
         "caches synced; starting controllers"
     );
-    let routing = runner_sets.map(|runner_sets| WebhookStores {
-        hras: stores.hras.clone(),
-        deployments: stores.deployments.clone(),
-        runner_sets,
-    });
+    // The webhook server and the pull recovery route jobs by the same table.
+    let routing =
+        (webhook.is_some() || !settings.webhook_pull_interval.is_zero()).then(|| WebhookStores {
+            hras: stores.hras.clone(),
+            deployments: stores.deployments.clone(),
+            runner_sets: stores.runner_sets.clone(),
+        });
     // Runner IDs, learnt by the runner-pod controller from lists and from the runners the
     // webhook server's deliveries see at work.
     let directory = Arc::new(RunnerDirectory::new(settings.registration_check_interval));
@@ -263,7 +271,9 @@ pub async fn run(options: ManagerOptions) {
             ),
             controllers::runner_set::run(
                 ctx.clone(),
-                api(&client, ns),
+                namespace.clone(),
+                runner_sets_for_runner_sets,
+                stateful_sets_for_runner_sets,
                 pods_for_runner_sets,
                 hras_for_runner_sets,
             ),

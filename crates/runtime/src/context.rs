@@ -13,8 +13,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use hangar_api::runner_config::GitHubApiCredentialsFrom;
-use hangar_api::{HorizontalRunnerAutoscaler, Runner, RunnerDeployment, RunnerReplicaSet};
+use hangar_api::{
+    HorizontalRunnerAutoscaler, Runner, RunnerDeployment, RunnerReplicaSet, RunnerSet,
+};
 use hangar_github::{ClientRegistry, GitHubApi};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use kube::runtime::events::Reporter;
@@ -136,6 +139,11 @@ pub struct Stores {
     pub deployments: Store<RunnerDeployment>,
     /// HorizontalRunnerAutoscalers (read by the webhook server to match jobs).
     pub hras: Store<HorizontalRunnerAutoscaler>,
+    /// RunnerSets.
+    pub runner_sets: Store<RunnerSet>,
+    /// StatefulSets labelled `runner-template-hash` (RunnerSets', Hangar's and ARC's), without
+    /// their pod and claim templates: which exist, their owners, replicas and status.
+    pub stateful_sets: Store<StatefulSet>,
     /// Nodes, name and Ready condition only ([`crate::watch::spawn_node_store`]), for runner
     /// health; `None` when nodes are not watched (`--node-not-ready-timeout 0`).
     pub nodes: Option<Store<Node>>,
@@ -189,6 +197,8 @@ impl std::fmt::Debug for Stores {
             .field("replica_sets", &self.replica_sets.len())
             .field("deployments", &self.deployments.len())
             .field("hras", &self.hras.len())
+            .field("runner_sets", &self.runner_sets.len())
+            .field("stateful_sets", &self.stateful_sets.len())
             .finish()
     }
 }

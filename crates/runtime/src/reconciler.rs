@@ -354,6 +354,8 @@ mod tests {
             replica_sets: reflector::store().0,
             deployments: reflector::store().0,
             hras: reflector::store().0,
+            runner_sets: reflector::store().0,
+            stateful_sets: reflector::store().0,
             nodes: None,
         };
         Context::new(client, Arc::new(github), Settings::default(), stores)

@@ -360,6 +360,7 @@ async fn pod_response(state: &AdmissionState, req: &AdmissionRequest) -> Admissi
     let owners = crate::authority::Owners {
         client: &state.client,
         runners: None,
+        sets: None,
     };
     let authority = match crate::authority::of_pod(&pod, &owners).await {
         Ok(Ok(authority)) => authority,

@@ -551,11 +551,25 @@ async fn observe_target(
             })
         }
         ScaleTargetKind::RunnerSet => {
-            let rs = Api::<RunnerSet>::namespaced(ctx.client.clone(), ns)
-                .get_opt(&name)
-                .await
-                .map_err(kube_err("get runnerset", format!("{ns}/{name}")))?
-                .ok_or_else(not_found)?;
+            let cached = ctx
+                .stores
+                .runner_sets
+                .get(&ObjectRef::<RunnerSet>::new(&name).within(ns));
+            let rs = match cached {
+                Some(rs) => rs,
+                // Just created and not in the cache yet, or really missing.
+                None => {
+                    let rs = Api::<RunnerSet>::namespaced(ctx.client.clone(), ns)
+                        .get_opt(&name)
+                        .await
+                        .map_err(kube_err("get runnerset", format!("{ns}/{name}")))?
+                        .ok_or_else(not_found)?;
+                    // As for the autoscaler: the webhook server needs the target cached too.
+                    wait_until_stored(&ctx.stores.runner_sets, ns, std::slice::from_ref(&name))
+                        .await;
+                    Arc::new(rs)
+                }
+            };
             Ok(Target {
                 kind,
                 name,

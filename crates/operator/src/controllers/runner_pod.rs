@@ -39,7 +39,6 @@ use hangar_core::unregistration::{
 };
 use hangar_github::{GitHubApi, GitHubError, RunnerId};
 use hangar_runtime::pod::RunnerPod;
-use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::Controller;
@@ -633,13 +632,20 @@ async fn successor(pod: &RunnerPod, ctx: &Context) -> Result<Successor, Error> {
         return Ok(Successor::StatefulSet);
     };
     let ns = pod.namespace().unwrap_or_default();
-    let set = Api::<StatefulSet>::namespaced(ctx.client.clone(), &ns)
-        .get_opt(&owner.name)
-        .await
-        .map_err(kube_err(
-            "look up the StatefulSet of a deleting pod",
-            format!("{ns}/{}", owner.name),
-        ))?;
+    // The store's view is enough: a StatefulSet it shows stopped, retiring or being deleted
+    // cannot be started again by owner sync, and one it does not show is read.
+    let set = crate::authority::cached_or_get(
+        Some(&ctx.stores.stateful_sets),
+        &ctx.client,
+        &ns,
+        &owner.name,
+        &owner.uid,
+    )
+    .await
+    .map_err(kube_err(
+        "look up the StatefulSet of a deleting pod",
+        format!("{ns}/{}", owner.name),
+    ))?;
     Ok(match set {
         Some(set)
             if set.uid().as_deref() == Some(owner.uid.as_str())
@@ -653,7 +659,7 @@ async fn successor(pod: &RunnerPod, ctx: &Context) -> Result<Successor, Error> {
             ) == PodController::Stopped;
             if stopped {
                 Successor::StoppedStatefulSet
-            } else if annotation(&set, ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_some() {
+            } else if annotation(set.as_ref(), ann::UNREGISTRATION_REQUEST_TIMESTAMP).is_some() {
                 Successor::RetiringStatefulSet
             } else {
                 // An unreadable stamp counts as old (the pod is not held on a guess), one from
@@ -804,6 +810,10 @@ async fn granted(pod: &RunnerPod, ctx: &Context) -> Result<Result<Authority, Unt
     let owners = crate::authority::Owners {
         client: &ctx.client,
         runners: Some(&ctx.stores.runners),
+        sets: Some(crate::authority::SetStores {
+            stateful_sets: &ctx.stores.stateful_sets,
+            runner_sets: &ctx.stores.runner_sets,
+        }),
     };
     let found = crate::authority::of_pod(pod, &owners)
         .await

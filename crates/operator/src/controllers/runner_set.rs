@@ -123,8 +123,10 @@ pub struct RunnerSetContext {
     /// What every reconciler shares.
     pub ctx: Arc<Context>,
     /// StatefulSets labelled `runner-template-hash` (Hangar's and ARC's), without their pod and
-    /// claim templates ([`trim_stateful_set`]).
+    /// claim templates ([`trim_stateful_set`]): the shared store.
     pub stateful_sets: Store<StatefulSet>,
+    /// RunnerSets: the shared store.
+    pub runner_sets: Store<RunnerSet>,
     /// Claims labelled `runnerset-name` and volumes labelled `pending-cleanup`.
     pub volumes: VolumeStores,
     /// The StatefulSets each RunnerSet created or deleted that the store may not show yet.
@@ -150,44 +152,43 @@ impl AsRef<Context> for RunnerSetContext {
 /// The RunnerSet controller in the shared skeleton.
 const SKELETON: Reconciler<RunnerSet> = Reconciler::new("runnerset");
 
-/// Runs the controller until the stream ends. It keeps its own stores of the StatefulSets it
-/// manages and of their claims (label `runnerset-name`) and of volumes given up for reuse
-/// (label `pending-cleanup`, cluster-wide: PersistentVolumes have no namespace), so the shared
-/// stores need not know about them.
+/// Runs the controller until the stream ends. It keeps its own stores of the claims of the
+/// StatefulSets it manages (label `runnerset-name`) and of volumes given up for reuse (label
+/// `pending-cleanup`, cluster-wide: PersistentVolumes have no namespace), so the shared stores
+/// need not know about them; RunnerSets and StatefulSets are the shared stores'
+/// ([`crate::context::Stores`]), whose watches also send `sets` and `stateful_sets`.
 pub async fn run(
     ctx: Arc<Context>,
-    sets: Api<RunnerSet>,
+    namespace: Option<String>,
+    sets: Triggers<RunnerSet>,
+    stateful_sets: Triggers<StatefulSet>,
     pods: Triggers<RunnerPod>,
     hras: Triggers<HorizontalRunnerAutoscaler>,
 ) {
-    let ns = sets.namespace().map(str::to_owned);
-    let sts_api: Api<StatefulSet> = hangar_runtime::watch::api(&ctx.client, ns.as_deref());
+    let ns = namespace;
     let pvc_api: Api<PersistentVolumeClaim> =
         hangar_runtime::watch::api(&ctx.client, ns.as_deref());
     let pv_api: Api<PersistentVolume> = Api::all(ctx.client.clone());
     let by_label = || watcher::Config::default().labels(label::RUNNERSET_NAME);
-    let runner_stateful_sets = watcher::Config::default().labels(label::RUNNER_TEMPLATE_HASH);
     let released = || watcher::Config::default().labels(label::PENDING_CLEANUP);
     // One watch each, feeding both the store and the controller's triggers.
-    use hangar_runtime::watch::{shared_store, shared_trimmed_store};
-    let (stateful_sets, [sts_changes]) =
-        shared_trimmed_store(sts_api, runner_stateful_sets, trim_stateful_set);
+    use hangar_runtime::watch::shared_store;
     let (claims, [claim_changes]) = shared_store(pvc_api, by_label());
     let (pvs, [pv_changes]) = shared_store(pv_api, released());
-    let _ = stateful_sets.wait_until_ready().await;
     let _ = claims.wait_until_ready().await;
     let _ = pvs.wait_until_ready().await;
     let state = Arc::new(RunnerSetContext {
+        stateful_sets: ctx.stores.stateful_sets.clone(),
+        runner_sets: ctx.stores.runner_sets.clone(),
         ctx,
-        stateful_sets,
         volumes: VolumeStores {
             claims,
             volumes: pvs,
         },
         unobserved: Unobserved::default(),
     });
-    Controller::new(sets, watcher::Config::default())
-        .owns_shared_stream(sts_changes)
+    Controller::for_shared_stream(sets, state.runner_sets.clone())
+        .owns_shared_stream(stateful_sets)
         // A pod change (ready, registered, finished) matters to its set.
         .watches_shared_stream(pods, |pod: Arc<RunnerPod>| {
             let set = pod.labels().get(label::RUNNERSET_NAME)?;
@@ -216,7 +217,7 @@ pub async fn run(
 /// What a runner looks like is read from the RunnerSet; the cache answers which StatefulSets
 /// exist, with their labels, annotations, owners, replicas and status. A cached StatefulSet is
 /// never written back (its changes are merge patches), so nothing dropped here can be lost.
-fn trim_stateful_set(sts: &mut StatefulSet) {
+pub fn trim_stateful_set(sts: &mut StatefulSet) {
     if let Some(spec) = sts.spec.as_mut() {
         spec.template = PodTemplateSpec::default();
         spec.volume_claim_templates = None;
