@@ -81,6 +81,29 @@ async fn scale_from_zero_to_three_and_back_registers_and_removes_every_runner() 
     )
     .await;
     assert_eq!(e.h.interrupted(), 0);
+
+    // So are the scale-down's retirements ("unregistering 2 runner(s) from GitHub before
+    // deleting them (scale-down): ..."): a large scale-down wrote one event per runner.
+    eventually_of(
+        &e,
+        "UnregisteringRunner events on the set that count the three runners",
+        WAIT,
+        || async {
+            let events = e.events("UnregisteringRunner").await;
+            let counted: usize = events
+                .iter()
+                .filter(|(kind, name, note)| {
+                    kind == "RunnerReplicaSet"
+                        && *name == set
+                        && note.starts_with("unregistering ")
+                        && note.contains(" runner(s) from GitHub before deleting them (scale-down)")
+                })
+                .map(|(_, _, note)| runner_count(note))
+                .sum();
+            (counted == 3).then_some(())
+        },
+    )
+    .await;
     e.shutdown().await;
 }
 

@@ -716,12 +716,7 @@ async fn apply(
                     format!("{ns}/{owner}"),
                 ))?;
             info!(set = %object_name(set), runner = owner, ?reason, "retiring runner");
-            ctx.event(
-                set.object_ref(&()),
-                false,
-                "UnregisteringRunner",
-                format!("unregistering runner {owner} from GitHub before deleting it ({reason})"),
-            );
+            sets::tell_unregistering(ctx, set.object_ref(&()), owner, reason);
         }
         PlanAction::MarkUnregistrationComplete { owner } => {
             sets::stamp(

@@ -266,6 +266,43 @@ where
         .await
 }
 
+/// Tells on `set` that its runner `owner` is being unregistered before it is deleted.
+/// Retirements of a scale-down or a rollout come by the hundred and are counted together
+/// ("unregistering 40 runner(s) from GitHub before deleting them (scale-down): a, b, ...",
+/// [`crate::events::RunnerEvents`]): one event each cost a 1,000-runner scale-down a thousand
+/// apiserver writes. An unhealthy or restarted runner is told on its own, with why.
+pub fn tell_unregistering(
+    ctx: &Context,
+    set: k8s_openapi::api::core::v1::ObjectReference,
+    owner: &str,
+    reason: &RetireReason,
+) {
+    const REASON: &str = "UnregisteringRunner";
+    let why = match reason {
+        RetireReason::ScaleDown => "from GitHub before deleting them (scale-down)",
+        RetireReason::Outdated => "from GitHub before deleting them (outdated template)",
+        RetireReason::Unhealthy(_) | RetireReason::Restarted => {
+            ctx.event(
+                set,
+                false,
+                REASON,
+                format!("unregistering runner {owner} from GitHub before deleting it ({reason})"),
+            );
+            return;
+        }
+    };
+    ctx.runner_events.publish(
+        set,
+        REASON,
+        crate::events::RunnerCount {
+            verb: "unregistering",
+            why,
+            count: 1,
+            names: vec![owner.to_owned()],
+        },
+    );
+}
+
 /// Hands an owner's unregistration request (`requested`, its timestamp) on to `pod` when the
 /// pod lacks one. Owner sync stamps a retiring owner's pods and then the owner ("all my pods
 /// were asked"); a pod created moments before had not reached the set's cache and was not
