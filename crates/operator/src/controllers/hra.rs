@@ -523,25 +523,9 @@ async fn observe_target(
     };
     match kind {
         ScaleTargetKind::RunnerDeployment => {
-            let cached = ctx
-                .stores
-                .deployments
-                .get(&ObjectRef::<RunnerDeployment>::new(&name).within(ns));
-            let rd = match cached {
-                Some(rd) => rd,
-                // Just created and not in the cache yet, or really missing.
-                None => {
-                    let rd = Api::<RunnerDeployment>::namespaced(ctx.client.clone(), ns)
-                        .get_opt(&name)
-                        .await
-                        .map_err(kube_err("get runnerdeployment", format!("{ns}/{name}")))?
-                        .ok_or_else(not_found)?;
-                    // As for the autoscaler: the webhook server needs the target cached too.
-                    wait_until_stored(&ctx.stores.deployments, ns, std::slice::from_ref(&name))
-                        .await;
-                    Arc::new(rd)
-                }
-            };
+            let rd = cached_or_read(&ctx.stores.deployments, ctx, ns, &name)
+                .await?
+                .ok_or_else(not_found)?;
             Ok(Target {
                 kind,
                 name,
@@ -551,25 +535,9 @@ async fn observe_target(
             })
         }
         ScaleTargetKind::RunnerSet => {
-            let cached = ctx
-                .stores
-                .runner_sets
-                .get(&ObjectRef::<RunnerSet>::new(&name).within(ns));
-            let rs = match cached {
-                Some(rs) => rs,
-                // Just created and not in the cache yet, or really missing.
-                None => {
-                    let rs = Api::<RunnerSet>::namespaced(ctx.client.clone(), ns)
-                        .get_opt(&name)
-                        .await
-                        .map_err(kube_err("get runnerset", format!("{ns}/{name}")))?
-                        .ok_or_else(not_found)?;
-                    // As for the autoscaler: the webhook server needs the target cached too.
-                    wait_until_stored(&ctx.stores.runner_sets, ns, std::slice::from_ref(&name))
-                        .await;
-                    Arc::new(rs)
-                }
-            };
+            let rs = cached_or_read(&ctx.stores.runner_sets, ctx, ns, &name)
+                .await?
+                .ok_or_else(not_found)?;
             Ok(Target {
                 kind,
                 name,
@@ -579,6 +547,34 @@ async fn observe_target(
             })
         }
     }
+}
+
+/// The target `name` from `store`, or, when the store does not show it (just created, or
+/// really missing), by GET, waiting for the store to show one that exists: the webhook server
+/// matches jobs to targets through the same stores.
+async fn cached_or_read<K>(
+    store: &kube::runtime::reflector::Store<K>,
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+) -> Result<Option<Arc<K>>, Error>
+where
+    K: hangar_runtime::watch::Watched + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    if let Some(cached) = store.get(&ObjectRef::<K>::new(name).within(ns)) {
+        return Ok(Some(cached));
+    }
+    let read = Api::<K>::namespaced(ctx.client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(kube_err(
+            "get scale target",
+            format!("{}/{ns}/{name}", K::kind(&())),
+        ))?;
+    if read.is_some() {
+        wait_until_stored(store, ns, &[name.to_owned()]).await;
+    }
+    Ok(read.map(Arc::new))
 }
 
 /// Runner names of the target, GitHub's runners at its scope, and the target's pods whose
