@@ -104,6 +104,27 @@ async fn scale_from_zero_to_three_and_back_registers_and_removes_every_runner() 
         },
     )
     .await;
+    // And their unregistrations ("unregistered 3 runner(s) from GitHub: ..."), on the set.
+    eventually_of(
+        &e,
+        "RunnerUnregistered events on the set that count the three runners",
+        WAIT,
+        || async {
+            let events = e.events("RunnerUnregistered").await;
+            let on_set: usize = events
+                .iter()
+                .filter(|(kind, name, note)| {
+                    kind == "RunnerReplicaSet"
+                        && *name == set
+                        && note.contains(" runner(s) from GitHub")
+                })
+                .map(|(_, _, note)| runner_count(note))
+                .sum();
+            (on_set == 3 && events.iter().all(|(kind, ..)| kind == "RunnerReplicaSet"))
+                .then_some(())
+        },
+    )
+    .await;
     e.shutdown().await;
 }
 

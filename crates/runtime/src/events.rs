@@ -1,7 +1,7 @@
 //! Events that count runners ("created 3 runner(s)", "deleted 2 runner(s) whose runners
 //! finished: a, b", "registered 2 runner(s) on GitHub: a (id 7), b (id 8)", "unregistering 40
-//! runner(s) from GitHub before deleting them (scale-down): ..."), coalesced per object and
-//! reason.
+//! runner(s) from GitHub before deleting them (scale-down): ...", "unregistered 40 runner(s)
+//! from GitHub: ..."), coalesced per object and reason.
 //!
 //! Contract: the first such event of an (object, reason) is published at once; those that
 //! follow within [`WINDOW`] are added up and published as one event when the window ends

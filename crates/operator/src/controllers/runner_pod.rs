@@ -278,7 +278,7 @@ pub async fn reconcile(pod: Arc<RunnerPod>, state: Arc<RunnerPodState>) -> Resul
                         annotate(&pod, &ctx, &[(ann::RUNNER_ID, Some(id.to_string()))]).await?;
                         info!(pod = %object_name(pod.as_ref()), runner_id = id, "runner registered");
                         ctx.runner_events.publish(
-                            registrations_told_on(&pod, &authority, &ctx),
+                            runner_events_told_on(&pod, &authority, &ctx),
                             "RunnerRegistered",
                             RunnerCount {
                                 verb: "registered",
@@ -299,10 +299,10 @@ pub async fn reconcile(pod: Arc<RunnerPod>, state: Arc<RunnerPodState>) -> Resul
     }
 }
 
-/// The object a runner's registration is told on: the set it belongs to (its Runner's
-/// RunnerReplicaSet, or its RunnerSet), where registrations of a busy pool are coalesced
-/// ([`crate::events`]); a standalone Runner itself.
-fn registrations_told_on(pod: &RunnerPod, authority: &Authority, ctx: &Context) -> ObjectReference {
+/// The object a runner's registration or unregistration is told on: the set it belongs to (its
+/// Runner's RunnerReplicaSet, or its RunnerSet), where those of a busy pool or a scale-down are
+/// coalesced ([`crate::events`]); a standalone Runner itself.
+fn runner_events_told_on(pod: &RunnerPod, authority: &Authority, ctx: &Context) -> ObjectReference {
     let namespace = pod.namespace();
     let on = |api_version: &str, kind: &str, name: &str, uid: &str| ObjectReference {
         api_version: Some(api_version.to_owned()),
@@ -575,11 +575,15 @@ async fn unregister(
     // finished ephemeral runner) is no news, and an event per job would cost the apiserver a
     // write per job.
     if matches!(finished, Finished::Removed) {
-        ctx.event(
-            pod.object_ref(&()),
-            false,
+        ctx.runner_events.publish(
+            runner_events_told_on(pod, authority, ctx),
             "RunnerUnregistered",
-            format!("unregistered from GitHub ({finished:?})"),
+            RunnerCount {
+                verb: "unregistered",
+                why: "from GitHub",
+                count: 1,
+                names: vec![pod.name_any()],
+            },
         );
     }
     // A deleting pod records its completion by losing the finalizer, its caller's next write.
