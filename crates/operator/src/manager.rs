@@ -277,7 +277,7 @@ pub async fn run(options: ManagerOptions) {
                 pods_for_runner_sets,
                 hras_for_runner_sets,
             ),
-            crate::sweep::run(ctx.clone(), namespace.clone()),
+            crate::sweep::run(ctx.clone()),
             async {
                 if let Some(routing) = routing {
                     crate::pull::run(ctx.clone(), routing).await;

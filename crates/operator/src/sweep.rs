@@ -3,39 +3,40 @@
 //! pod was never created (offline), a ghost whose pod is gone while its process still holds
 //! the registration (online, idle) — as [`hangar_core::sweep`] decides.
 //!
-//! One pass: *observe* the owners of generated runner names — RunnerReplicaSets and
-//! RunnerDeployments (stores) and RunnerSets (a LIST) — and remember them for [`hangar_core::sweep::remember_for`], so a set
-//! a rollout deleted still vouches for its runners; list each of their scopes' runners
-//! (revalidating the cached list: an unchanged list is a free 304) with the credentials of the
-//! scope's owners; *then* read every live name — runner pods and Runners (stores),
-//! StatefulSets labelled `runnerset-name` (a LIST), each RunnerDeployment's registration-only
-//! runner — so that anything registered before the list was taken for a live object is seen
-//! live; *decide* per scope; *apply*: DELETE each runner to remove, counted in
+//! One pass: *observe* the owners of generated runner names — RunnerReplicaSets,
+//! RunnerDeployments and RunnerSets, from the manager's stores — and remember them for
+//! [`hangar_core::sweep::remember_for`], so a set a rollout deleted still vouches for its
+//! runners; list each of their scopes' runners (revalidating the cached list: an unchanged list
+//! is a free 304) with the credentials of the scope's owners; *then* read every live name —
+//! runner pods, Runners and runner StatefulSets (stores), each RunnerDeployment's
+//! registration-only runner — so that anything registered before the list was taken for a live
+//! object is seen live; *decide* per scope; *apply*: DELETE each runner to remove, counted in
 //! `hangar_leaked_registrations_removed_total`.
+//!
+//! The pass reads the cluster only from the stores, which are synced before it first runs:
+//! a LIST of a large pool's StatefulSets, even of their metadata alone, parsed every object's
+//! `managedFields` and cost a 5,000-runner RunnerSet's controller over 200 MB at each pass.
+//! A name a watch has not delivered yet cannot get a registration removed either: a runner
+//! that looks leaked is first only suspected, and removed after the grace period.
 //!
 //! When a runner first looked leaked is kept in memory only: GitHub's runner object has no
 //! creation time. After a restart (or a change of leader) every grace period starts over, so a
 //! registration leaked by a crash goes a grace period (plus up to two intervals) after the new
-//! leader starts. A pass that cannot read the cluster does nothing: an incomplete list of live
-//! names could make a live runner look leaked.
+//! leader starts. A pass that cannot list a scope's runners on GitHub does nothing there.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use hangar_api::runner_config::RunnerConfig;
-use hangar_api::{RunnerSet, label};
 use hangar_core::RunnerScope;
 use hangar_core::sweep::{self, Connection, Observed, Owner, OwnerKind, Registered, Remembered};
 use hangar_github::{GitHubApi, GitHubError, RunnerId, RunnerStatus};
-use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::ResourceExt;
-use kube::api::ListParams;
 use tracing::{debug, info, warn};
 
 use crate::context::Context;
 use crate::credentials::GitHubClients;
-use crate::error::{Error, kube_err};
 use hangar_runtime::pod::observe::github_scope;
 use hangar_runtime::registration::names::{placeholder_name, pod_name};
 
@@ -52,28 +53,24 @@ struct Known {
 
 /// Runs the sweep on `ctx`'s interval until the manager stops (never, if the interval is
 /// zero: the sweep is off).
-pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
+pub async fn run(ctx: Arc<Context>) {
     let period = ctx.settings.leaked_registration_sweep;
     if period.is_zero() {
         return;
     }
     let mut sweeper = Sweeper {
         ctx,
-        namespace,
         owners: Remembered::default(),
         suspected: BTreeMap::new(),
     };
     loop {
         tokio::time::sleep(period).await;
-        if let Err(e) = sweeper.pass().await {
-            warn!(error = %e, "leaked-registration sweep skipped");
-        }
+        sweeper.pass().await;
     }
 }
 
 struct Sweeper {
     ctx: Arc<Context>,
-    namespace: Option<String>,
     /// Owners by (kind, namespace, name).
     owners: Remembered<(OwnerKind, String, String), Known>,
     /// Per scope, the runners that looked leaked, with when they first did.
@@ -81,13 +78,13 @@ struct Sweeper {
 }
 
 impl Sweeper {
-    async fn pass(&mut self) -> Result<(), Error> {
+    async fn pass(&mut self) {
         let settings = &self.ctx.settings;
         let (grace, period) = (
             settings.leaked_registration_grace,
             settings.leaked_registration_sweep,
         );
-        let current = self.current_owners().await?;
+        let current = self.current_owners();
         let now = self.ctx.now();
         self.owners
             .update(current, now, sweep::remember_for(grace, period));
@@ -108,11 +105,11 @@ impl Sweeper {
             }
         }
         if listed.is_empty() {
-            return Ok(());
+            return;
         }
         // After GitHub's lists: a runner registered for a live object before the list was
         // taken has that object in the cluster by now.
-        let live = self.live_names().await?;
+        let live = self.live_names();
 
         let now = self.ctx.now();
         for (scope, owners, github, runners) in listed {
@@ -138,12 +135,11 @@ impl Sweeper {
                 self.remove(github.as_ref(), &scope, id, name).await;
             }
         }
-        Ok(())
     }
 
     /// RunnerReplicaSets, RunnerDeployments and RunnerSets in the watched namespaces, with
     /// valid scopes.
-    async fn current_owners(&self) -> Result<Vec<((OwnerKind, String, String), Known)>, Error> {
+    fn current_owners(&self) -> Vec<((OwnerKind, String, String), Known)> {
         let mut owners: Vec<_> = self
             .ctx
             .stores
@@ -165,17 +161,15 @@ impl Sweeper {
                 &rd.spec.template.spec.config,
             )
         }));
-        let sets =
-            hangar_runtime::watch::api::<RunnerSet>(&self.ctx.client, self.namespace.as_deref())
-                .list(&ListParams::default())
-                .await
-                .map_err(kube_err("list RunnerSets", self.namespace_name()))?;
         owners.extend(
-            sets.items
+            self.ctx
+                .stores
+                .runner_sets
+                .state()
                 .iter()
-                .filter_map(|set| known(OwnerKind::RunnerSet, set, &set.spec.config)),
+                .filter_map(|set| known(OwnerKind::RunnerSet, set.as_ref(), &set.spec.config)),
         );
-        Ok(owners)
+        owners
     }
 
     /// The scope's runners, listed with the first of `credentials` that works, and that
@@ -224,7 +218,7 @@ impl Sweeper {
 
     /// Names of every runner pod, Runner, RunnerSet StatefulSet's pod and registration-only
     /// runner in the watched namespaces.
-    async fn live_names(&self) -> Result<BTreeSet<String>, Error> {
+    fn live_names(&self) -> BTreeSet<String> {
         let stores = &self.ctx.stores;
         let mut live: BTreeSet<String> = stores.pods.state().iter().map(|p| p.name_any()).collect();
         live.extend(stores.runners.state().iter().map(|r| r.name_any()));
@@ -235,14 +229,16 @@ impl Sweeper {
                 .iter()
                 .map(|rd| placeholder_name(&rd.name_any())),
         );
-        let stateful_sets =
-            hangar_runtime::watch::api::<StatefulSet>(&self.ctx.client, self.namespace.as_deref())
-                // Every runner StatefulSet, ARC's (not labelled `runnerset-name`) included.
-                .list_metadata(&ListParams::default().labels(label::RUNNER_TEMPLATE_HASH))
-                .await
-                .map_err(kube_err("list StatefulSets", self.namespace_name()))?;
-        live.extend(stateful_sets.items.iter().map(|s| pod_name(&s.name_any())));
-        Ok(live)
+        // Every runner StatefulSet, ARC's (not labelled `runnerset-name`) included: the store
+        // holds those labelled with a template hash.
+        live.extend(
+            stores
+                .stateful_sets
+                .state()
+                .iter()
+                .map(|s| pod_name(&s.name_any())),
+        );
+        live
     }
 
     async fn remove(&self, github: &dyn GitHubApi, scope: &RunnerScope, id: u64, name: &str) {
@@ -265,10 +261,6 @@ impl Sweeper {
                 warn!(%scope, runner = name, id, error = %e, "could not remove a leaked runner registration")
             }
         }
-    }
-
-    fn namespace_name(&self) -> String {
-        self.namespace.clone().unwrap_or_else(|| "<all>".to_owned())
     }
 }
 
