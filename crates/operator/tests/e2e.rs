@@ -83,48 +83,34 @@ async fn scale_from_zero_to_three_and_back_registers_and_removes_every_runner() 
     assert_eq!(e.h.interrupted(), 0);
 
     // So are the scale-down's retirements ("unregistering 2 runner(s) from GitHub before
-    // deleting them (scale-down): ..."): a large scale-down wrote one event per runner.
-    eventually_of(
-        &e,
-        "UnregisteringRunner events on the set that count the three runners",
-        WAIT,
-        || async {
-            let events = e.events("UnregisteringRunner").await;
-            let counted: usize = events
-                .iter()
-                .filter(|(kind, name, note)| {
-                    kind == "RunnerReplicaSet"
-                        && *name == set
-                        && note.starts_with("unregistering ")
-                        && note.contains(" runner(s) from GitHub before deleting them (scale-down)")
-                })
-                .map(|(_, _, note)| runner_count(note))
-                .sum();
-            (counted == 3).then_some(())
-        },
-    )
-    .await;
-    // And their unregistrations ("unregistered 3 runner(s) from GitHub: ..."), on the set.
-    eventually_of(
-        &e,
-        "RunnerUnregistered events on the set that count the three runners",
-        WAIT,
-        || async {
-            let events = e.events("RunnerUnregistered").await;
-            let on_set: usize = events
-                .iter()
-                .filter(|(kind, name, note)| {
-                    kind == "RunnerReplicaSet"
-                        && *name == set
-                        && note.contains(" runner(s) from GitHub")
-                })
-                .map(|(_, _, note)| runner_count(note))
-                .sum();
-            (on_set == 3 && events.iter().all(|(kind, ..)| kind == "RunnerReplicaSet"))
-                .then_some(())
-        },
-    )
-    .await;
+    // deleting them (scale-down): ...") and unregistrations ("unregistered 3 runner(s) from
+    // GitHub: ..."): a large scale-down wrote one or two events per runner.
+    for (reason, told) in [
+        (
+            "UnregisteringRunner",
+            " runner(s) from GitHub before deleting them (scale-down)",
+        ),
+        ("RunnerUnregistered", " runner(s) from GitHub"),
+    ] {
+        eventually_of(
+            &e,
+            &format!("{reason} events, all on the set, that count the three runners"),
+            WAIT,
+            || async {
+                let events = e.events(reason).await;
+                let counted: usize = events
+                    .iter()
+                    .filter(|(kind, name, note)| {
+                        kind == "RunnerReplicaSet" && *name == set && note.contains(told)
+                    })
+                    .map(|(_, _, note)| runner_count(note))
+                    .sum();
+                let all_on_set = events.iter().all(|(kind, ..)| kind == "RunnerReplicaSet");
+                (counted == 3 && all_on_set).then_some(())
+            },
+        )
+        .await;
+    }
     e.shutdown().await;
 }
 
