@@ -484,6 +484,7 @@ fn values_reach_the_controller_flags() {
         NS,
         &[
             "syncPeriod=30s",
+            "maxConcurrentReconciles=8",
             "defaultScaleDownDelay=5m",
             "dockerRegistryMirror=https://mirror.example.com",
             "dockerGID=121",
@@ -500,6 +501,7 @@ fn values_reach_the_controller_flags() {
     let args = args(deployment(&objects, "controller"));
     for flag in [
         "--sync-period=30s",
+        "--max-concurrent-reconciles=8",
         "--default-scale-down-delay=5m",
         "--docker-registry-mirror=https://mirror.example.com",
         "--docker-gid=121",

@@ -232,6 +232,13 @@ struct RunArgs {
     /// Safety-net resync interval.
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     sync_period: Duration,
+    /// How many objects each controller (Runners, runner pods, RunnerReplicaSets,
+    /// RunnerDeployments, RunnerSets, autoscalers) reconciles at once; `0` is unbounded. Further
+    /// objects wait their turn in the controller's queue. Each reconcile under way holds what
+    /// it is writing until the apiserver or GitHub answers (a runner pod to create is about
+    /// 20 KB), and neither answers sooner for being asked by more at once.
+    #[arg(long, default_value_t = hangar::context::MAX_CONCURRENT_RECONCILES)]
+    max_concurrent_reconciles: u16,
     /// Register runners with just-in-time configurations (one API call, no reusable token in
     /// any pod). Per Runner: annotation `hangar.dev/registration: jit`.
     #[arg(long)]
@@ -552,6 +559,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .collect(),
         registration_only_runners: args.registration_only_runners,
         sync_period: args.sync_period,
+        max_concurrent_reconciles: args.max_concurrent_reconciles,
         default_scale_down_delay: args.default_scale_down_delay,
         leaked_registration_sweep: args.leaked_registration_sweep_interval,
         leaked_registration_grace: args.leaked_registration_grace,

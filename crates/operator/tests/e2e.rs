@@ -114,6 +114,44 @@ async fn scale_from_zero_to_three_and_back_registers_and_removes_every_runner() 
     e.shutdown().await;
 }
 
+/// `--max-concurrent-reconciles 1`: the runners of a scale-up are reconciled one after the
+/// other, and all of them still come up and go again.
+#[tokio::test]
+async fn one_reconcile_at_a_time_still_scales_up_and_down() {
+    let exporter = std::sync::Arc::new(hangar::metrics::Exporter::default());
+    let attach = exporter.clone();
+    let e = E2e::start_configured("e2e-one-at-a-time", |s| {
+        s.max_concurrent_reconciles = 1;
+        s.exporter = Some(attach);
+    })
+    .await;
+    let rd = Deployment::new("serial", 0, "serial");
+    e.apply(&rd);
+    e.apply(&rd.clone().replicas(4));
+    let names = e.wait_running(4).await;
+    assert_eq!(e.h.registered(), names, "{}", e.describe().await);
+    e.apply(&rd.clone().replicas(0));
+    eventually_of(&e, "no runners, pods or registrations", WAIT, || async {
+        let gone = e.runners().await.is_empty()
+            && e.pods().await.is_empty()
+            && e.h.registered().is_empty();
+        gone.then_some(())
+    })
+    .await;
+    for controller in [
+        "runner",
+        "runner-pod",
+        "runnerreplicaset",
+        "runnerdeployment",
+    ] {
+        assert_eq!(
+            exporter.metrics.reconciles_active_max(controller),
+            1,
+            "the most {controller} reconciles under way at once"
+        );
+    }
+}
+
 #[tokio::test]
 async fn scale_down_while_jobs_run_interrupts_no_job() {
     let e = E2e::start("e2e-busy").await;

@@ -30,6 +30,11 @@ use crate::pod::RunnerPod;
 use crate::registration::mode::RunnerSetRegistration;
 use crate::runner_pod::PodDefaults;
 
+/// How many objects each controller reconciles at once unless `--max-concurrent-reconciles`
+/// says otherwise: as many as the Kubernetes client lets wait for an answer, and below GitHub's
+/// limit of 100 concurrent requests per credential.
+pub const MAX_CONCURRENT_RECONCILES: u16 = 64;
+
 /// Controller-wide settings (from flags).
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -43,6 +48,12 @@ pub struct Settings {
     pub runner_set_registration: RunnerSetRegistration,
     /// Safety-net requeue interval for healthy objects.
     pub sync_period: Duration,
+    /// How many objects each controller reconciles at once (`--max-concurrent-reconciles`;
+    /// `0` is unbounded). Requests for further objects wait as names in the controller's queue,
+    /// not as reconciles under way: a reconcile holds what it has built (a pod to create, a
+    /// status to write) until the apiserver or GitHub answers, and both answer no faster for
+    /// being asked by more at once (see [`crate::kube_client::IN_FLIGHT`]).
+    pub max_concurrent_reconciles: u16,
     /// The least time between two lists of a scope's runners while runner pods wait to be seen
     /// registered (the runner-pod controller's runner directory), and how long after its pod
     /// started a runner is first looked for in a list (a job's delivery may name it sooner).
@@ -107,6 +118,7 @@ impl Default for Settings {
             jit: false,
             runner_set_registration: Default::default(),
             sync_period: Duration::from_secs(60),
+            max_concurrent_reconciles: MAX_CONCURRENT_RECONCILES,
             registration_check_interval: Duration::from_secs(3),
             common_runner_labels: Vec::new(),
             registration_only_runners: false,
@@ -123,6 +135,14 @@ impl Default for Settings {
             github_registry: None,
             exporter: None,
         }
+    }
+}
+
+impl Settings {
+    /// The `Controller` configuration every controller runs with: at most
+    /// [`Settings::max_concurrent_reconciles`] reconciles at once.
+    pub fn controller_config(&self) -> kube::runtime::controller::Config {
+        kube::runtime::controller::Config::default().concurrency(self.max_concurrent_reconciles)
     }
 }
 

@@ -51,6 +51,8 @@ pub struct Metrics {
     registry: Registry,
     reconcile_duration: Family<Labels, Histogram>,
     reconcile_errors: Family<Labels, Counter>,
+    reconciles_active: Family<Labels, Gauge>,
+    reconciles_active_max: Family<Labels, Gauge>,
     webhook_deliveries: Family<Labels, Counter>,
     delivery_to_pod: Histogram,
     queue_to_assignment: Histogram,
@@ -89,6 +91,17 @@ impl Default for Metrics {
     }
 }
 
+/// A reconcile under way ([`Metrics::reconcile_started`]): counted until dropped, so a
+/// reconcile cancelled midway is not counted forever.
+#[derive(Debug)]
+pub struct ActiveReconcile(Gauge);
+
+impl Drop for ActiveReconcile {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 impl Metrics {
     /// All instruments, registered.
     pub fn new() -> Self {
@@ -96,6 +109,8 @@ impl Metrics {
         let m = Self {
             reconcile_duration: Family::new_with_constructor(latency_histogram),
             reconcile_errors: Family::default(),
+            reconciles_active: Family::default(),
+            reconciles_active_max: Family::default(),
             webhook_deliveries: Family::default(),
             delivery_to_pod: latency_histogram(),
             queue_to_assignment: latency_histogram(),
@@ -126,6 +141,17 @@ impl Metrics {
             "hangar_reconcile_errors",
             "Reconciles that failed, by controller",
             m.reconcile_errors.clone(),
+        );
+        registry.register(
+            "hangar_reconciles_active",
+            "Reconciles under way, by controller (at most --max-concurrent-reconciles each)",
+            m.reconciles_active.clone(),
+        );
+        registry.register(
+            "hangar_reconciles_active_max",
+            "The most reconciles of a controller under way at once since the process started: \
+             at --max-concurrent-reconciles, objects have waited in the queue for a turn",
+            m.reconciles_active_max.clone(),
         );
         registry.register(
             "hangar_runner_unregistrations_refused",
@@ -236,6 +262,25 @@ impl Metrics {
                 ("resource", resource.to_owned()),
             ])
             .inc();
+    }
+
+    /// Counts a reconcile of `controller` as under way until the returned guard is dropped.
+    pub fn reconcile_started(&self, controller: &'static str) -> ActiveReconcile {
+        let labels = vec![("controller", controller.to_owned())];
+        let active = self.reconciles_active.get_or_create(&labels).clone();
+        let now = active.inc() + 1;
+        self.reconciles_active_max
+            .get_or_create(&labels)
+            .inner()
+            .fetch_max(now, std::sync::atomic::Ordering::Relaxed);
+        ActiveReconcile(active)
+    }
+
+    /// The most reconciles of `controller` that were under way at once.
+    pub fn reconciles_active_max(&self, controller: &'static str) -> i64 {
+        self.reconciles_active_max
+            .get_or_create(&vec![("controller", controller.to_owned())])
+            .get()
     }
 
     /// Records one reconcile of `controller`.
@@ -896,6 +941,10 @@ mod tests {
     fn exposition_has_the_documented_names() {
         let m = Metrics::new();
         m.reconciled("runner", Duration::from_millis(30), true);
+        let (first, second) = (m.reconcile_started("runner"), m.reconcile_started("runner"));
+        drop(first);
+        let _third = m.reconcile_started("runner");
+        drop(second);
         m.delivery("workflow_job", "scaled");
         m.kube_request("GET", "403", "secrets");
         m.unregistration_refused("ns");
@@ -928,6 +977,8 @@ mod tests {
         for line in [
             "hangar_reconcile_errors_total{controller=\"runner\"} 1",
             "hangar_reconcile_duration_seconds_count{controller=\"runner\"} 1",
+            "hangar_reconciles_active{controller=\"runner\"} 1",
+            "hangar_reconciles_active_max{controller=\"runner\"} 2",
             "hangar_webhook_deliveries_total{event=\"workflow_job\",outcome=\"scaled\"} 1",
             "rest_client_requests_total{code=\"403\",method=\"GET\",resource=\"secrets\"} 1",
             "hangar_runner_unregistrations_refused_total{namespace=\"ns\"} 1",

@@ -187,7 +187,9 @@ where
             Box::pin(
                 async move {
                     let started = Instant::now();
+                    let active = (*state).as_ref().metrics.reconcile_started(controller);
                     let result = run.await;
+                    drop(active);
                     let ctx: &Context = (*state).as_ref();
                     ctx.metrics
                         .reconciled(controller, started.elapsed(), result.is_err());

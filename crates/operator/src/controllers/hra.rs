@@ -117,6 +117,7 @@ pub async fn run(ctx: Arc<Context>, hras: Triggers<HorizontalRunnerAutoscaler>) 
         None => controller,
     };
     controller
+        .with_config(ctx.settings.controller_config())
         .run(
             SKELETON.reconcile(reconcile_reporting),
             SKELETON.error_policy(),

@@ -106,6 +106,7 @@ pub async fn run(
         controller
     };
     controller
+        .with_config(state.ctx.settings.controller_config())
         .run(
             SKELETON.reconcile(reconcile),
             SKELETON.error_policy(),

@@ -54,6 +54,7 @@ pub async fn run(
 ) {
     Controller::for_shared_stream(deployments, ctx.stores.deployments.clone())
         .owns_shared_stream(sets)
+        .with_config(ctx.settings.controller_config())
         .run(SKELETON.reconcile(reconcile), SKELETON.error_policy(), ctx)
         .for_each(|_| async {})
         .await;

@@ -89,6 +89,7 @@ pub async fn run(ctx: Arc<Context>, pods: Triggers<RunnerPod>, directory: Arc<Ru
     let pods_store = ctx.stores.pods.clone();
     let state = Arc::new(RunnerPodState { directory, ctx });
     Controller::for_shared_stream(pods, pods_store)
+        .with_config(state.ctx.settings.controller_config())
         .run(
             SKELETON.reconcile(reconcile),
             SKELETON.error_policy(),

@@ -143,6 +143,7 @@ pub async fn run(
                 .find(|o| o.kind == "RunnerReplicaSet")?;
             Some(ObjectRef::new(&set.name).within(&ns))
         })
+        .with_config(ctx.settings.controller_config())
         .run(
             SKELETON.reconcile(reconcile),
             SKELETON.error_policy(),

@@ -204,6 +204,7 @@ pub async fn run(
         .watches_shared_stream(pv_changes, move |pv| {
             volumes::volume_trigger(&pv, ns.as_deref())
         })
+        .with_config(state.ctx.settings.controller_config())
         .run(
             SKELETON.reconcile(reconcile),
             SKELETON.error_policy(),
