@@ -33,7 +33,10 @@ use crate::runner_pod::PodDefaults;
 /// How many objects each controller reconciles at once unless `--max-concurrent-reconciles`
 /// says otherwise: as many as the Kubernetes client lets wait for an answer, and below GitHub's
 /// limit of 100 concurrent requests per credential.
-pub const MAX_CONCURRENT_RECONCILES: u16 = 64;
+pub const MAX_CONCURRENT_RECONCILES: u16 = {
+    assert!(crate::kube_client::IN_FLIGHT <= u16::MAX as usize);
+    crate::kube_client::IN_FLIGHT as u16
+};
 
 /// Controller-wide settings (from flags).
 #[derive(Clone, Debug)]

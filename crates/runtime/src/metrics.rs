@@ -80,6 +80,11 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
+/// The labels of a per-controller series.
+fn controller_labels(controller: &'static str) -> Labels {
+    vec![("controller", controller.to_owned())]
+}
+
 fn latency_histogram() -> Histogram {
     // 10 ms … ~82 s.
     Histogram::new(exponential_buckets(0.01, 2.0, 14))
@@ -266,7 +271,7 @@ impl Metrics {
 
     /// Counts a reconcile of `controller` as under way until the returned guard is dropped.
     pub fn reconcile_started(&self, controller: &'static str) -> ActiveReconcile {
-        let labels = vec![("controller", controller.to_owned())];
+        let labels = controller_labels(controller);
         let active = self.reconciles_active.get_or_create(&labels).clone();
         let now = active.inc() + 1;
         self.reconciles_active_max
@@ -279,13 +284,13 @@ impl Metrics {
     /// The most reconciles of `controller` that were under way at once.
     pub fn reconciles_active_max(&self, controller: &'static str) -> i64 {
         self.reconciles_active_max
-            .get_or_create(&vec![("controller", controller.to_owned())])
+            .get_or_create(&controller_labels(controller))
             .get()
     }
 
     /// Records one reconcile of `controller`.
     pub fn reconciled(&self, controller: &'static str, took: Duration, failed: bool) {
-        let labels = vec![("controller", controller.to_owned())];
+        let labels = controller_labels(controller);
         self.reconcile_duration
             .get_or_create(&labels)
             .observe(took.as_secs_f64());
