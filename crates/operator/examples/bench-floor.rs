@@ -5,14 +5,16 @@
 //! Same stack as `bench-webhooks` (a private control plane, kube-scheduler, nodesim on the same
 //! number of nodes), but no webhook, no autoscaler chain, no GitHub and no controller process:
 //! this process plays an ideal controller that already knows every job. At each job's instant
-//! it creates the job's Runner (`POST`), its pod (owned by the Runner, with the runner-pod
-//! finalizer; a runner container that exits after `--job-ms` and a docker sidecar that runs
-//! until the pod is deleted, as ARC's pods have) and the Runner's first status. When a pod
-//! watch sees the pod running, the Runner's status says `Running`; when it sees the runner
-//! container exited, the pod is deleted (the sidecar gets its grace period), its finalizer
-//! removed and the Runner deleted. The pods are smaller than Hangar's (no environment, no
-//! volumes), and no runner registers anywhere: this is a lower bound. That is 6 writes per runner by the controller; kube-scheduler (binding, event) and
-//! the kubelets (status) add theirs, as they do under Hangar.
+//! it creates the job's Runner (`POST`; the labels and spec a RunnerReplicaSet gives it for
+//! `bench-webhooks`' template), its pod (ARC's runner pod for that Runner as Hangar builds it:
+//! environment, volumes, a docker sidecar that runs until the pod is deleted; owned by the
+//! Runner, with the runner-pod finalizer; nodesim runs a runner container that exits after
+//! `--job-ms`) and the Runner's first status. When a pod watch sees the pod running, the
+//! Runner's status says `Running`; when it sees the runner container exited, the pod is
+//! deleted (the sidecar gets its grace period), its finalizer removed and the Runner deleted.
+//! No runner registers anywhere and the statuses carry only the phase: this is a lower bound.
+//! That is 7 writes per runner by the controller; kube-scheduler (binding, event) and the
+//! kubelets (status) add theirs, as they do under Hangar.
 //!
 //! Reported: from each job's instant to its pod being first seen by the watch (the same end
 //! point as `bench-webhooks`' "pod created"), the apiserver's writes per job, the machine's CPU
@@ -33,9 +35,12 @@ use clap::Parser;
 use common::{Latency, NAMESPACE, World, secs};
 use futures::StreamExt;
 use hangar_api::Runner;
+use hangar_api::label;
+use hangar_runtime::runner_pod::{self, PodDefaults};
 use hangar_testkit::control_plane::{ControlPlane, StartOptions};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -255,7 +260,11 @@ async fn run_on(
     })
 }
 
-/// Creates and deletes one Runner before the clock starts. The apiserver answers the first
+/// The Secret holding the runners' registration token.
+const REGISTRATION_SECRET: &str = "floor-registration";
+
+/// Creates the registration Secret, and creates and deletes one Runner, before the clock
+/// starts. The apiserver answers the first
 /// writes of a custom resource whose definition was just established only after a start-up
 /// pause (2.0–2.1 s here, the same moment for every write waiting). Under `bench-webhooks`
 /// Hangar's start-up pays it before the first job; here the first runners of a run paid it, and
@@ -270,6 +279,15 @@ async fn warm_up(client: &Client) -> anyhow::Result<()> {
     }))?;
     runners.create(&PostParams::default(), &runner).await?;
     runners.delete("warm-up", &DeleteParams::default()).await?;
+    // The registration Secret the pods read their token from (a scope's shared one, as
+    // Hangar's and ARC's token-mode pods do); the kubelets resolve it at each container start.
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": REGISTRATION_SECRET},
+        "stringData": {runner_pod::TOKEN_KEY: "floor"},
+    }))?;
+    Api::<Secret>::namespaced(client.clone(), NAMESPACE)
+        .create(&PostParams::default(), &secret)
+        .await?;
     Ok(())
 }
 
@@ -285,44 +303,53 @@ async fn create_runner(
 ) -> anyhow::Result<(Timestamp, Timestamp)> {
     let name = format!("floor-{i}");
     let runners: Api<Runner> = Api::namespaced(client.clone(), NAMESPACE);
+    // A Runner as a RunnerReplicaSet creates it for `bench-webhooks`' template: its labels and
+    // the template's spec.
     let runner: Runner = serde_json::from_value(json!({
         "apiVersion": "actions.summerwind.dev/v1alpha1",
         "kind": "Runner",
-        "metadata": {"name": name},
-        "spec": {"repository": "octo/app"},
-    }))?;
-    let runner = runners.create(&PostParams::default(), &runner).await?;
-    let pod: Pod = serde_json::from_value(json!({
         "metadata": {
             "name": name,
-            "labels": {hangar_api::label::ACTIONS_RUNNER: ""},
-            "annotations": {
-                nodesim::annotations::program_key("runner"):
-                    format!("exit(0, {job_ms}ms)"),
-                nodesim::annotations::program_key("docker"): "sleep",
+            "labels": {
+                label::RUNNER_DEPLOYMENT_NAME: "floor",
+                label::RUNNER_TEMPLATE_HASH: "floor",
             },
-            "finalizers": [hangar_api::finalizer::RUNNER_POD],
-            "ownerReferences": [{
-                "apiVersion": "actions.summerwind.dev/v1alpha1",
-                "kind": "Runner",
-                "name": name,
-                "uid": runner.uid().unwrap_or_default(),
-                "controller": true,
-                "blockOwnerDeletion": true,
-            }],
         },
         "spec": {
-            "restartPolicy": "Never",
+            "repository": "octo/app",
+            "labels": ["floor"],
             "nodeSelector": node_selector,
             "tolerations": tolerations,
-            // ARC's runner pod: the runner and a docker sidecar that runs until the pod is
-            // deleted.
-            "containers": [
-                {"name": "runner", "image": "summerwind/actions-runner:latest"},
-                {"name": "docker", "image": "docker:dind"},
-            ],
         },
     }))?;
+    let runner = runners.create(&PostParams::default(), &runner).await?;
+    // ARC's runner pod for that Runner, as Hangar builds it (environment, volumes, the docker
+    // sidecar that runs until the pod is deleted): what any ARC-compatible controller creates.
+    let defaults = PodDefaults {
+        registration_secret: REGISTRATION_SECRET.to_owned(),
+        ..PodDefaults::default()
+    };
+    let mut pod = runner_pod::build(&name, NAMESPACE, runner.labels(), &runner.spec, &defaults);
+    pod.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "actions.summerwind.dev/v1alpha1".to_owned(),
+        kind: "Runner".to_owned(),
+        name: name.clone(),
+        uid: runner.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }]);
+    pod.metadata.finalizers = Some(vec![hangar_api::finalizer::RUNNER_POD.to_owned()]);
+    // No runner registers anywhere: nodesim runs a runner container that exits after the job.
+    pod.metadata.annotations = Some(BTreeMap::from([
+        (
+            nodesim::annotations::program_key("runner"),
+            format!("exit(0, {job_ms}ms)"),
+        ),
+        (
+            nodesim::annotations::program_key("docker"),
+            "sleep".to_owned(),
+        ),
+    ]));
     Api::<Pod>::namespaced(client.clone(), NAMESPACE)
         .create(&PostParams::default(), &pod)
         .await?;
