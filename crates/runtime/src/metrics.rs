@@ -269,6 +269,17 @@ impl Metrics {
             .inc();
     }
 
+    /// How many Kubernetes API requests of `method` on `resource` were answered `code`.
+    pub fn kube_requests(&self, method: &str, code: &str, resource: &str) -> u64 {
+        self.kube_requests
+            .get_or_create(&vec![
+                ("code", code.to_owned()),
+                ("method", method.to_owned()),
+                ("resource", resource.to_owned()),
+            ])
+            .get()
+    }
+
     /// Counts a reconcile of `controller` as under way until the returned guard is dropped.
     pub fn reconcile_started(&self, controller: &'static str) -> ActiveReconcile {
         let labels = controller_labels(controller);

@@ -95,6 +95,7 @@ pub async fn run(
         tokens: registration::SharedTokens::default(),
         statuses: StatusWrites::default(),
         created_pods: Unobserved::default(),
+        released: retirement::ReleasedFinalizers::default(),
     });
     // Without the watch (no right to list Secrets), the GET in `client_for` notices a changed
     // Secret once its RECHECK_AFTER has passed, and a missing one is retried by the error policy.
@@ -227,6 +228,9 @@ pub struct RunnerState {
     pub statuses: StatusWrites<RunnerStatus>,
     /// The pods this controller created that the pod store does not show yet, by Runner UID.
     pub created_pods: Unobserved,
+    /// The deleted Runners whose finalizer this controller removed, which the store may still
+    /// show holding it.
+    pub released: retirement::ReleasedFinalizers,
 }
 
 /// How soon a Runner whose pod this process created, and the pod store does not show yet, is
@@ -286,7 +290,8 @@ async fn drive(runner: &Runner, state: &RunnerState, report: &mut Report) -> Res
     }
     let facts = RunnerFacts {
         deleting: deleting_since.is_some(),
-        holds_finalizer: retirement::holds(runner, finalizer::RUNNER),
+        holds_finalizer: retirement::holds(runner, finalizer::RUNNER)
+            && !state.released.contains(&uid),
         retiring: runner
             .annotations()
             .contains_key(ann::UNREGISTRATION_REQUEST_TIMESTAMP),
@@ -538,6 +543,11 @@ async fn retire(
         }
     }
     let written = retirement::set_finalizer(&api, runner, finalizer::RUNNER, false).await?;
+    if written {
+        state
+            .released
+            .note(&runner.uid().unwrap_or_default(), ctx.now());
+    }
     Ok(retirement::released(written))
 }
 

@@ -71,6 +71,9 @@ pub struct RunnerPodState {
     /// Runner IDs by scope and name, shared by all runner pods (one list per scope at a time)
     /// and fed sightings by the webhook server.
     pub directory: Arc<RunnerDirectory>,
+    /// The deleted pods whose runner-pod finalizer this controller removed, which the store
+    /// may still show holding it.
+    pub released: super::retirement::ReleasedFinalizers,
 }
 
 impl AsRef<Context> for RunnerPodState {
@@ -87,7 +90,11 @@ const SKELETON: Reconciler<RunnerPod> = Reconciler::new("runner-pod")
 /// Runs the controller until the stream ends, learning runner IDs through `directory`.
 pub async fn run(ctx: Arc<Context>, pods: Triggers<RunnerPod>, directory: Arc<RunnerDirectory>) {
     let pods_store = ctx.stores.pods.clone();
-    let state = Arc::new(RunnerPodState { directory, ctx });
+    let state = Arc::new(RunnerPodState {
+        directory,
+        ctx,
+        released: Default::default(),
+    });
     Controller::for_shared_stream(pods, pods_store)
         .with_config(state.ctx.settings.controller_config())
         .run(
@@ -127,11 +134,21 @@ async fn annotate(
         .map_err(kube_err("annotate pod", object_name(pod)))
 }
 
+/// What became of a write of a pod's finalizers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FinalizersWritten {
+    /// Written, or the pod is gone: the pod holds what was written, or nothing.
+    Held,
+    /// Another writer changed the finalizers since the cached copy (the `test` failed): that
+    /// change's watch event brings the pod back with the newer copy.
+    Conflict,
+}
+
 async fn set_finalizers(
     pod: &RunnerPod,
     ctx: &Context,
     finalizers: Vec<String>,
-) -> Result<(), Error> {
+) -> Result<FinalizersWritten, Error> {
     // A compare-and-swap on the finalizers alone: the `test` fails (422) only if another
     // writer changed them. A resourceVersion precondition would also fail on every kubelet
     // status update, which on a busy node means retrying (and backing off) for many seconds.
@@ -153,13 +170,12 @@ async fn set_finalizers(
             ),
         )
         .await
-        .map(drop)
-        .or_else(ignore_not_found)
-        // The `test` failed: the finalizers changed since the cached copy (often by our own
-        // previous write, not yet in the cache). That change's watch event reconciles the pod
-        // again with the newer copy, so this is no failure to back off from.
+        .map(|_| FinalizersWritten::Held)
+        .or_else(|e| ignore_not_found(e).map(|()| FinalizersWritten::Held))
+        // No failure to back off from: the change that failed the `test` (often our own
+        // previous write, not yet in the cache) has a watch event of its own.
         .or_else(|e| match e {
-            kube::Error::Api(ref s) if s.code == 422 => Ok(()),
+            kube::Error::Api(ref s) if s.code == 422 => Ok(FinalizersWritten::Conflict),
             e => Err(e),
         })
         .map_err(kube_err("update finalizers of pod", object_name(pod)))
@@ -169,7 +185,8 @@ async fn set_finalizers(
 pub async fn reconcile(pod: Arc<RunnerPod>, state: Arc<RunnerPodState>) -> Result<Action, Error> {
     let ctx = state.ctx.clone();
     let now = ctx.now();
-    let has_finalizer = pod.finalizers().iter().any(|f| f == finalizer::RUNNER_POD);
+    let has_finalizer = pod.finalizers().iter().any(|f| f == finalizer::RUNNER_POD)
+        && !state.released.contains(&pod.uid().unwrap_or_default());
     let granted = granted(&pod, &ctx).await?;
     let phase = pod_phase(&pod);
     let finished = runner_stopped(&pod)
@@ -213,7 +230,7 @@ pub async fn reconcile(pod: Arc<RunnerPod>, state: Arc<RunnerPodState>) -> Resul
                     warn!(pod = %object_name(pod.as_ref()), reason = %untrusted,
                           "releasing a runner pod Hangar cannot act for");
                 }
-                release_finalizer(&pod, &ctx).await?;
+                release_finalizer(&pod, &state).await?;
             } else {
                 tracing::debug!(pod = %object_name(pod.as_ref()), reason = %untrusted,
                                 "ignoring a pod Hangar cannot act for");
@@ -241,7 +258,7 @@ pub async fn reconcile(pod: Arc<RunnerPod>, state: Arc<RunnerPodState>) -> Resul
                     return Ok(Action::requeue(wait));
                 }
                 match unregistration::release(successor(&pod, &ctx).await?) {
-                    Release::Now => release_finalizer(&pod, &ctx).await?,
+                    Release::Now => release_finalizer(&pod, &state).await?,
                     Release::Hold { recheck_after } => return Ok(Action::requeue(recheck_after)),
                 }
             }
@@ -829,15 +846,19 @@ async fn granted(pod: &RunnerPod, ctx: &Context) -> Result<Result<Authority, Unt
     Ok(found)
 }
 
-/// Removes the runner-pod finalizer: Hangar is done with the pod.
-async fn release_finalizer(pod: &RunnerPod, ctx: &Context) -> Result<(), Error> {
+/// Removes the runner-pod finalizer of a deleted pod: Hangar is done with it.
+async fn release_finalizer(pod: &RunnerPod, state: &RunnerPodState) -> Result<(), Error> {
+    let ctx = &state.ctx;
     let rest: Vec<String> = pod
         .finalizers()
         .iter()
         .filter(|f| *f != finalizer::RUNNER_POD)
         .cloned()
         .collect();
-    set_finalizers(pod, ctx, rest).await?;
-    ctx.authorities.forget(&pod.uid().unwrap_or_default());
+    let uid = pod.uid().unwrap_or_default();
+    if set_finalizers(pod, ctx, rest).await? == FinalizersWritten::Held {
+        state.released.note(&uid, ctx.now());
+    }
+    ctx.authorities.forget(&uid);
     Ok(())
 }

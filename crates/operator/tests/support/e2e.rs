@@ -46,6 +46,20 @@ impl E2e {
         }
     }
 
+    /// [`E2e::start`], the controllers' Kubernetes requests counted into the returned metrics
+    /// ([`super::Harness::start_counted`]).
+    pub async fn start_counted(prefix: &str) -> (Self, std::sync::Arc<hangar::metrics::Metrics>) {
+        super::init_tracing();
+        let (h, metrics) = super::Harness::start_counted(prefix, super::uncached()).await;
+        let (nodes, runner_faults) = h.start_nodes_with_faults("e2e", prefix).await;
+        let e = Self {
+            h,
+            nodes,
+            runner_faults,
+        };
+        (e, metrics)
+    }
+
     /// Another namespace with controllers and nodes of its own (a second `hangar run
     /// --watch-namespace`) on this one's GitHub, with settings adjusted by `configure`; this
     /// one must outlive it.

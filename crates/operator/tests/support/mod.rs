@@ -174,6 +174,33 @@ impl Harness {
         (harness, url.expect("the webhook server was started"))
     }
 
+    /// [`Harness::start_with`], the controllers' every Kubernetes request counted into the
+    /// returned metrics by method, resource and answer, as `hangar run` counts them.
+    pub async fn start_counted(
+        prefix: &str,
+        options: ClientOptions,
+    ) -> (Self, Arc<hangar::metrics::Metrics>) {
+        let exporter = Arc::new(hangar::metrics::Exporter::default());
+        let metrics = exporter.metrics.clone();
+        let kubeconfig = kube::config::Kubeconfig::read_from(TestCluster::get().kubeconfig())
+            .expect("the test cluster's kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .expect("a client configuration for the test cluster");
+        let client = hangar::kube_client::counted(config, metrics.clone())
+            .expect("a counted client for the test cluster");
+        let harness = Self::launch_with(
+            prefix,
+            options,
+            |s| s.exporter = Some(exporter),
+            None,
+            Some(client),
+        )
+        .await
+        .0;
+        (harness, metrics)
+    }
+
     /// [`Harness::start_with`], with the controllers reaching the apiserver through a fault
     /// proxy ([`hangar_testkit::fault_proxy`]) whose faults the test switches; the harness's
     /// own client goes to the apiserver directly.
