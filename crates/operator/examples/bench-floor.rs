@@ -158,7 +158,7 @@ async fn run_on(
     let seen = Arc::new(Mutex::new(Seen::default()));
     let controller = tokio::spawn(ideal_controller(client.clone(), seen.clone()));
 
-    warm_up(&client).await?;
+    create_registration_secret(&client).await?;
     let requests_before = common::apiserver_requests(&client).await?;
     let control_plane_before = common::control_plane_cpu_seconds(cluster)?;
     let cpu_before = common::MachineCpu::read()?;
@@ -263,22 +263,8 @@ async fn run_on(
 /// The Secret holding the runners' registration token.
 const REGISTRATION_SECRET: &str = "floor-registration";
 
-/// Creates the registration Secret, and creates and deletes one Runner, before the clock
-/// starts. The apiserver answers the first
-/// writes of a custom resource whose definition was just established only after a start-up
-/// pause (2.0–2.1 s here, the same moment for every write waiting). Under `bench-webhooks`
-/// Hangar's start-up pays it before the first job; here the first runners of a run paid it, and
-/// at 6 and 8 jobs/s they set the run's p99.
-async fn warm_up(client: &Client) -> anyhow::Result<()> {
-    let runners: Api<Runner> = Api::namespaced(client.clone(), NAMESPACE);
-    let runner: Runner = serde_json::from_value(json!({
-        "apiVersion": "actions.summerwind.dev/v1alpha1",
-        "kind": "Runner",
-        "metadata": {"name": "warm-up"},
-        "spec": {"repository": "octo/app"},
-    }))?;
-    runners.create(&PostParams::default(), &runner).await?;
-    runners.delete("warm-up", &DeleteParams::default()).await?;
+/// Creates the Secret the runner pods read their registration token from.
+async fn create_registration_secret(client: &Client) -> anyhow::Result<()> {
     // The registration Secret the pods read their token from (a scope's shared one, as
     // Hangar's and ARC's token-mode pods do); the kubelets resolve it at each container start.
     let secret: Secret = serde_json::from_value(json!({
