@@ -1863,3 +1863,61 @@ async fn reservations_that_change_no_count_cost_the_autoscaler_one_status_write_
     assert_eq!(s.desired("pace").await, Some(1));
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_webhook_driven_deployment_gets_effective_time_only_with_a_change_of_replicas() {
+    let s = Stack::start("as-demand", false).await;
+    s.apply_deployment("demand", "demand", 0);
+    let now = SystemTime::now();
+    let reservation = |ago: u64| {
+        json!({
+            "effectiveTime": rfc3339(now - Duration::from_secs(ago)),
+            "expirationTime": rfc3339(now + Duration::from_secs(3600)),
+            "replicas": 1,
+        })
+    };
+    let mut spec = webhook_spec(0, 1);
+    spec["capacityReservations"] = json!([reservation(10)]);
+    s.apply_hra("demand", spec);
+    wait_reconciled(&s, "demand", 1).await;
+    let effective_time = |rd: RunnerDeployment| rd.spec.effective_time.map(|t| json!(t));
+    assert_eq!(
+        effective_time(s.deployment("demand").await),
+        Some(json!(rfc3339(now - Duration::from_secs(10)))),
+        "the scale-up carries the newest reservation's time"
+    );
+
+    // A newer job's reservation at maxReplicas: a new generation, the same count. The set reads
+    // the newest demand from the autoscaler's reservations itself; the deployment is not
+    // rewritten for the time alone.
+    let hras = s.h.api::<HorizontalRunnerAutoscaler>();
+    let patch = json!({"spec": {"capacityReservations": [reservation(10), reservation(5)]}});
+    let patched = hras
+        .patch(
+            "demand",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    let generation = patched.metadata.generation;
+    // The status is written after the target: once it reports the new generation, the
+    // autoscaler has decided on it.
+    eventually_of(
+        &s,
+        "the status reports the newest generation",
+        WAIT,
+        || async {
+            (s.hra("demand").await.status?.observed_generation == generation).then_some(())
+        },
+    )
+    .await;
+    let rd = s.deployment("demand").await;
+    assert_eq!(rd.spec.replicas, Some(1));
+    assert_eq!(
+        effective_time(rd),
+        Some(json!(rfc3339(now - Duration::from_secs(10)))),
+        "no patch of the deployment for a newer reservation that changes no count"
+    );
+    s.shutdown().await;
+}

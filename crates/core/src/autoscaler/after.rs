@@ -4,7 +4,10 @@
 //!
 //! Contract: the target is patched only when its `replicas` differ from the decision or the
 //! decision's `effectiveTime` differs from the target's at whole-second precision (the API
-//! server stores seconds, so a sub-second difference would patch on every pass). Only a
+//! server stores seconds, so a sub-second difference would patch on every pass). A target that
+//! reads the newest demand from the autoscaler's reservations itself
+//! ([`AfterInput::target_reads_demand`]) gets `effectiveTime` only along with a change of
+//! `replicas`, as ARC writes it: a patch for the time alone would tell it nothing new. Only a
 //! change of `replicas` is a scaling (event and log). Expired reservations are dropped from the
 //! spec only when there are some (the list is compare-and-swapped, so an unneeded write could
 //! conflict with the webhook server's). The autoscaler decides again at the earliest instant
@@ -30,6 +33,10 @@ pub struct AfterInput<'a> {
     pub target_replicas: Option<i32>,
     /// The target's `spec.effectiveTime`.
     pub target_effective_time: Option<SystemTime>,
+    /// The target reads the newest demand from this autoscaler's reservations
+    /// ([`super::completions::demand_since`]): its only autoscaler, counting from
+    /// reservations alone ([`super::completions::sets_read_demand`]).
+    pub target_reads_demand: bool,
     /// The autoscaler's stored capacity reservations, in spec order.
     pub reservations: &'a [Reservation],
     /// The autoscaler's scheduled overrides.
@@ -73,10 +80,11 @@ pub fn after(i: &AfterInput<'_>) -> AfterPlan {
     let d = i.decision;
     let now = i.now;
     let desired = i32::try_from(d.desired).unwrap_or(i32::MAX);
+    let rescaled = i.target_replicas != Some(desired);
     let effective_time = d
         .effective_time
-        .filter(|t| i.target_effective_time.map(whole_seconds) != Some(whole_seconds(*t)));
-    let rescaled = i.target_replicas != Some(desired);
+        .filter(|t| i.target_effective_time.map(whole_seconds) != Some(whole_seconds(*t)))
+        .filter(|_| rescaled || !i.target_reads_demand);
     let patch_target = (rescaled || effective_time.is_some()).then_some(TargetPatch {
         replicas: desired,
         effective_time,

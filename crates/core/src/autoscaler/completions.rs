@@ -18,6 +18,13 @@
 //! yet reflected, so owner sync keeps such a runner (holding no place) until it is. The autoscaler then needs no periodic rewrite of the
 //! target's `effectiveTime` to say that jobs wait (it keeps that for metrics).
 //!
+//! Nor does an autoscaler whose count comes from reservations alone copy the newest demand into
+//! the target's `effectiveTime` each time a job is queued: the set reads it from the
+//! reservations of the autoscaler it watches ([`demand_since`]), and the autoscaler writes
+//! `effectiveTime` only with a change of `replicas` ([`sets_read_demand`]). Copied, each
+//! second of demand cost a write of the deployment, one of its RunnerReplicaSet and a status
+//! write of each, and reached the set only after those.
+//!
 //! An autoscaler whose only metric is `TotalNumberOfQueuedAndInProgressWorkflowRuns` counts
 //! jobs too ([`CountedJobs`]: how many, and when GitHub was asked). A runner that finished
 //! before that observation is not in the count ([`reflected_before`]), and one that finished
@@ -39,7 +46,7 @@
 use std::collections::BTreeSet;
 use std::time::SystemTime;
 
-use super::reservations::{Reservation, reserved_replicas};
+use super::reservations::{Reservation, newest_demand, reserved_replicas};
 
 /// What [`reflected_completions`] reads of the one autoscaler that targets the set.
 #[derive(Clone, Copy, Debug)]
@@ -86,10 +93,29 @@ enum Source {
 }
 
 fn source(hra: &AutoscalerView<'_>) -> Source {
-    match (hra.has_metrics, hra.counted) {
-        (false, _) => Source::Reservations,
-        (true, Some(counted)) if hra.reservations.is_empty() => Source::Jobs(counted),
-        (true, _) => Source::Unknown,
+    if sets_read_demand(hra.has_metrics) {
+        return Source::Reservations;
+    }
+    match hra.counted {
+        Some(counted) if hra.reservations.is_empty() => Source::Jobs(counted),
+        _ => Source::Unknown,
+    }
+}
+
+/// Whether the set an autoscaler scales (when it is the set's only autoscaler) reads the newest
+/// demand from the autoscaler's reservations ([`demand_since`]) rather than from its own
+/// `effectiveTime`: when the count comes from reservations alone (no `metrics`).
+pub fn sets_read_demand(has_metrics: bool) -> bool {
+    !has_metrics
+}
+
+/// When the newest demand the autoscaler's count holds appeared, for a count that comes from
+/// reservations alone ([`sets_read_demand`]): what the autoscaler would otherwise have copied
+/// into the set's `effectiveTime`. `None` for any other autoscaler.
+pub fn demand_since(hra: &AutoscalerView<'_>, now: SystemTime) -> Option<SystemTime> {
+    match source(hra) {
+        Source::Reservations => newest_demand(hra.reservations, now),
+        _ => None,
     }
 }
 

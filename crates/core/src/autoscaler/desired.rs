@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime};
 
 use super::civil::format_rfc3339;
 use super::metrics::{DEFAULT_TARGET_REPLICAS, Suggestion};
-use super::reservations::{Reservation, later, reserved_replicas};
+use super::reservations::{Reservation, later, newest_demand, reserved_replicas};
 use super::schedule::{
     ScheduleError, ScheduledOverride, ScheduledWindow, active_override, upcoming_override,
 };
@@ -77,7 +77,9 @@ pub struct Decision {
     /// it as the target's `spec.effectiveTime` so that completed runners are recreated for new
     /// demand at once. `None` leaves the target's value alone. ARC writes it only together with
     /// a replica change, so at maxReplicas new demand waited out ARC's recreation delay
-    /// (ARC #2254); write it whenever it differs. While a metric's demand is capped at
+    /// (ARC #2254); it is written whenever it differs, unless the target reads the newest
+    /// demand from the reservations itself ([`super::after::AfterInput::target_reads_demand`]).
+    /// While a metric's demand is capped at
     /// maxReplicas, it is `now`: jobs are still waiting, so every runner that finishes must be
     /// replaced, and nothing else tells the set so (it cannot say which jobs a metric counted);
     /// it would hold the place for the release grace. Reservations and a count of jobs (the
@@ -212,12 +214,7 @@ pub fn desired_replicas(input: &DesiredInput) -> Result<Decision, DecisionError>
     let effective_time = if backlog {
         Some(now)
     } else if input.ephemeral {
-        input
-            .reservations
-            .iter()
-            .filter(|r| r.is_active(now))
-            .map(|r| r.effective_time)
-            .max()
+        newest_demand(&input.reservations, now)
     } else {
         None
     };

@@ -40,8 +40,8 @@ pub mod webhook;
 
 pub use batch::{Batch, Batcher, QueueFull};
 pub use completions::{
-    AutoscalerView, CountedJobs, completions_absorbed, counts_jobs, min_replicas_floor,
-    reflected_before, reflected_completions,
+    AutoscalerView, CountedJobs, completions_absorbed, counts_jobs, demand_since,
+    min_replicas_floor, reflected_before, reflected_completions, sets_read_demand,
 };
 pub use dedup::{Dedup, Seen};
 pub use desired::{
@@ -56,7 +56,7 @@ pub use metrics::{
 pub use pull::{PULL_DELIVERY, PullInput, QueuedJob, pull_operations, pull_room};
 pub use reservations::{
     DEFAULT_RESERVATION_DURATION, EventOp, JobKey, JobOp, MAX_TOMBSTONES, Reservation,
-    ReservationUpdate, ScaleOp, apply_scale_operations, reserved_replicas,
+    ReservationUpdate, ScaleOp, apply_scale_operations, newest_demand, reserved_replicas,
 };
 pub use schedule::{
     Frequency, Recurrence, ScheduleError, ScheduledOverride, ScheduledWindow, Window,

@@ -172,6 +172,17 @@ pub fn reserved_replicas(reservations: &[Reservation], now: SystemTime) -> u32 {
         .fold(0u32, |sum, r| sum.saturating_add(r.replicas))
 }
 
+/// When the newest demand still counted appeared: the latest `effectiveTime` of the
+/// reservations active at `now` (a completed job's tombstone included: its demand appeared
+/// then all the same).
+pub fn newest_demand(reservations: &[Reservation], now: SystemTime) -> Option<SystemTime> {
+    reservations
+        .iter()
+        .filter(|r| r.is_active(now))
+        .map(|r| r.effective_time)
+        .max()
+}
+
 /// A change one webhook delivery asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ScaleOp {

@@ -311,10 +311,13 @@ pub async fn reconcile(
     let decision = desired_replicas(&input).map_err(|e| invalid(&hra, e))?;
     debug!(autoscaler = %object_name(hra.as_ref()), reason = %decision.reason, "decided");
 
+    let target_reads_demand =
+        super::sets::reads_demand_of(&ctx, &ns, target.kind, &target.name, &hra);
     let plan = after(&AfterInput {
         decision: &decision,
         target_replicas: target.replicas,
         target_effective_time: target.effective_time,
+        target_reads_demand,
         reservations: &reservations,
         overrides: &overrides,
         last_scale_out: input.last_scale_out,

@@ -329,7 +329,12 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, state: Arc<SetState>) -> Resu
     let input = owner_sync::Input {
         desired,
         desired_template_hash,
-        effective_time: set.spec.effective_time.as_ref().map(k8s_time),
+        effective_time: set
+            .spec
+            .effective_time
+            .as_ref()
+            .map(k8s_time)
+            .max(known.demand_since),
         ephemeral,
         owners,
         now,

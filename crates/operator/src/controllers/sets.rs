@@ -3,6 +3,7 @@
 //! is reconciled again, and which finished runners its count already accounts for.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use hangar_api::HorizontalRunnerAutoscaler;
@@ -10,8 +11,8 @@ use hangar_api::convert::reservations_of;
 use hangar_api::horizontal_runner_autoscaler::{MetricType, ScaleTargetKind};
 use hangar_api::runner_config::GitHubApiCredentialsFrom;
 use hangar_core::autoscaler::{
-    AutoscalerView, CountedJobs, completions_absorbed, counts_jobs, min_replicas_floor,
-    reflected_before, reflected_completions,
+    AutoscalerView, CountedJobs, completions_absorbed, counts_jobs, demand_since,
+    min_replicas_floor, reflected_before, reflected_completions, sets_read_demand,
 };
 use hangar_core::owner_sync::{self, Action as PlanAction, RetireReason, Wait};
 use hangar_github::RateLimitKind;
@@ -351,28 +352,17 @@ pub fn completions_known(
     name: &str,
     desired: u32,
 ) -> KnownCompletions {
-    let scaling: Vec<_> = ctx
-        .stores
-        .hras
-        .state()
-        .into_iter()
-        .filter(|h| h.namespace().as_deref() == Some(ns) && h.metadata.deletion_timestamp.is_none())
-        .filter(|h| {
-            h.spec.scale_target_ref.as_ref().is_some_and(|r| {
-                r.kind.unwrap_or_default() == kind && r.name.as_deref() == Some(name)
-            })
-        })
-        .collect();
-    let [hra] = scaling.as_slice() else {
+    let Some(hra) = sole_autoscaler(ctx, ns, kind, name) else {
         return KnownCompletions::default();
     };
+    let hra = hra.as_ref();
     let reservations = reservations_of(hra);
     let status = hra.status.as_ref();
     let view = AutoscalerView {
         generation: hra.metadata.generation,
         observed_generation: status.and_then(|s| s.observed_generation),
         desired: status.and_then(|s| s.desired_replicas),
-        has_metrics: hra.spec.metrics.as_ref().is_some_and(|m| !m.is_empty()),
+        has_metrics: has_metrics(hra),
         reservations: &reservations,
         max_replicas: hra.spec.max_replicas,
         min_replicas_floor: min_replicas_floor(
@@ -387,11 +377,53 @@ pub fn completions_known(
         counted: counted_jobs(hra),
     };
     KnownCompletions {
+        demand_since: demand_since(&view, ctx.now()),
         reflected: reflected_completions(&view, desired),
         absorbed: completions_absorbed(&view, desired, ctx.now()),
-        counted: counts_jobs(&view).then(|| ObjectRef::from_obj(hra.as_ref())),
+        counted: counts_jobs(&view).then(|| ObjectRef::from_obj(hra)),
         reflected_before: reflected_before(&view, desired),
     }
+}
+
+/// The one autoscaler in `ns` that scales the target `kind`/`name` (being deleted ones aside);
+/// `None` when none or several do.
+pub fn sole_autoscaler(
+    ctx: &Context,
+    ns: &str,
+    kind: ScaleTargetKind,
+    name: &str,
+) -> Option<Arc<HorizontalRunnerAutoscaler>> {
+    let mut scaling = ctx
+        .stores
+        .hras
+        .state()
+        .into_iter()
+        .filter(|h| h.namespace().as_deref() == Some(ns) && h.metadata.deletion_timestamp.is_none())
+        .filter(|h| {
+            h.spec.scale_target_ref.as_ref().is_some_and(|r| {
+                r.kind.unwrap_or_default() == kind && r.name.as_deref() == Some(name)
+            })
+        });
+    let only = scaling.next()?;
+    scaling.next().is_none().then_some(only)
+}
+
+/// Whether the set `kind`/`name` in `ns` reads the newest demand from `hra`'s reservations
+/// ([`KnownCompletions::demand_since`]): `hra` is its only autoscaler and counts from
+/// reservations alone.
+pub fn reads_demand_of(
+    ctx: &Context,
+    ns: &str,
+    kind: ScaleTargetKind,
+    name: &str,
+    hra: &HorizontalRunnerAutoscaler,
+) -> bool {
+    sets_read_demand(has_metrics(hra))
+        && sole_autoscaler(ctx, ns, kind, name).is_some_and(|only| only.uid() == hra.uid())
+}
+
+fn has_metrics(hra: &HorizontalRunnerAutoscaler) -> bool {
+    hra.spec.metrics.as_ref().is_some_and(|m| !m.is_empty())
 }
 
 /// What the autoscaler's queued-runs metric counted, when that is its only metric: its status
@@ -422,6 +454,10 @@ pub fn ask_for_observation(ctx: &Context, known: &KnownCompletions, plan: &owner
 /// [`owner_sync::Input::absorbed_completions`], as [`completions_known`] reads them.
 #[derive(Debug, Default)]
 pub struct KnownCompletions {
+    /// When the newest demand the autoscaler's reservations hold appeared, when the set reads
+    /// it there rather than from its own `effectiveTime` (owner sync's `effective_time` is the
+    /// later of the two).
+    pub demand_since: Option<SystemTime>,
     /// Runners whose job's completion the set's count reflects.
     pub reflected: BTreeSet<String>,
     /// How many finished runners' completions, not yet heard of, the count absorbs.

@@ -39,6 +39,7 @@ struct Case {
     decision: Decision,
     target_replicas: Option<i32>,
     target_effective_time: Option<SystemTime>,
+    target_reads_demand: bool,
     reservations: Vec<Reservation>,
     overrides: Vec<ScheduledOverride>,
     last_scale_out: Option<SystemTime>,
@@ -50,6 +51,7 @@ fn case(desired: u32, target_replicas: Option<i32>) -> Case {
         decision: decision(desired),
         target_replicas,
         target_effective_time: None,
+        target_reads_demand: false,
         reservations: Vec::new(),
         overrides: Vec::new(),
         last_scale_out: None,
@@ -62,6 +64,7 @@ fn plan(c: &Case) -> AfterPlan {
         decision: &c.decision,
         target_replicas: c.target_replicas,
         target_effective_time: c.target_effective_time,
+        target_reads_demand: c.target_reads_demand,
         reservations: &c.reservations,
         overrides: &c.overrides,
         last_scale_out: c.last_scale_out,
@@ -79,6 +82,10 @@ fn the_target_is_patched_only_when_replicas_or_whole_seconds_differ() {
     let with_time = |mut c: Case, decided: SystemTime, stored: Option<SystemTime>| {
         c.decision.effective_time = Some(decided);
         c.target_effective_time = stored;
+        c
+    };
+    let reading_demand = |mut c: Case| {
+        c.target_reads_demand = true;
         c
     };
     let rows: Vec<PatchRow> = vec![
@@ -139,6 +146,21 @@ fn the_target_is_patched_only_when_replicas_or_whole_seconds_differ() {
         (
             "both differ: one patch carrying both, a scaling",
             with_time(case(4, Some(2)), t(6), Some(t(5))),
+            Some(TargetPatch {
+                replicas: 4,
+                effective_time: Some(t(6)),
+            }),
+            Some(Some(2)),
+        ),
+        (
+            "a target that reads the demand itself: the time alone is no patch",
+            reading_demand(with_time(case(2, Some(2)), t(6), Some(t(5)))),
+            None,
+            None,
+        ),
+        (
+            "a target that reads the demand itself gets the time with a change of replicas",
+            reading_demand(with_time(case(4, Some(2)), t(6), Some(t(5)))),
             Some(TargetPatch {
                 replicas: 4,
                 effective_time: Some(t(6)),

@@ -343,3 +343,56 @@ fn an_observation_of_the_jobs_reflects_what_finished_before_it() {
         );
     }
 }
+
+#[test]
+fn a_set_reads_the_newest_demand_only_from_reservations_alone() {
+    let at = |minute: u64| Reservation {
+        job: Some(JobKey {
+            id: minute,
+            attempt: 1,
+        }),
+        ..Reservation::new(t(minute), mins(10))
+    };
+    // Queued at minutes 1 and 3 (expiring at 11 and 13), and one completed at minute 5.
+    let list = vec![
+        at(1),
+        at(3),
+        Reservation {
+            replicas: 0,
+            ..at(5)
+        },
+    ];
+    let view = AutoscalerView {
+        generation: Some(2),
+        observed_generation: Some(1),
+        desired: Some(1),
+        has_metrics: false,
+        reservations: &list,
+        max_replicas: Some(4),
+        min_replicas_floor: 0,
+        counted: None,
+    };
+    // (case, view, now, newest demand)
+    let rows: Vec<(&str, AutoscalerView, u64, Option<u64>)> = vec![
+        (
+            "the newest active reservation, a completed job's included, whatever the status",
+            view,
+            6,
+            Some(5),
+        ),
+        ("expired reservations are no demand", view, 14, Some(5)),
+        ("all expired: none", view, 16, None),
+        (
+            "beside a metric the set keeps its own effectiveTime",
+            AutoscalerView {
+                has_metrics: true,
+                ..view
+            },
+            6,
+            None,
+        ),
+    ];
+    for (case, view, now, newest) in rows {
+        assert_eq!(demand_since(&view, t(now)), newest.map(t), "{case}");
+    }
+}
