@@ -5,10 +5,12 @@
 //!
 //! Contract: the first such event of an (object, reason) is published at once; those that
 //! follow within [`WINDOW`] are added up and published as one event when the window ends
-//! ("created 41 runner(s)"), names kept up to [`NAMES_SHOWN`]. So a set's event stream says
-//! the same thing, and costs the apiserver at most two writes per window instead of one or two
-//! per pass — under steady demand a set makes several passes a second, and its events were
-//! the largest write per job after the pods themselves.
+//! ("created 41 runner(s)"), names kept up to [`NAMES_SHOWN`]. A window that published
+//! something is followed by another, so under a steady stream an (object, reason) costs one
+//! event per window; a window in which nothing came closes, and the next event is published at
+//! once again. So a set's event stream says the same thing, and costs the apiserver one write
+//! per window instead of one or two per pass — under steady demand a set makes several passes a
+//! second, and its events were the largest write per job after the pods themselves.
 //!
 //! Events are for humans: they are published in the background ([`EventSink`]), and a
 //! failure is logged at debug level and dropped.
@@ -207,17 +209,23 @@ impl RunnerEvents {
             open.insert(key.clone(), Open { pending: None });
         }
         send(&self.sink, &object, reason, what.note());
-        // Close the window when it ends, publishing what accumulated in it.
+        // At each window's end, publish what accumulated in it and open the next, or close.
         let (sink, open) = (self.sink.clone(), self.open.clone());
         tokio::spawn(async move {
-            tokio::time::sleep(WINDOW).await;
-            let pending = open
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&key)
-                .and_then(|w| w.pending);
-            if let Some(pending) = pending {
-                send(&sink, &object, reason, pending.note());
+            loop {
+                tokio::time::sleep(WINDOW).await;
+                let pending = {
+                    let mut open = open.lock().unwrap_or_else(|e| e.into_inner());
+                    let pending = open.get_mut(&key).and_then(|w| w.pending.take());
+                    if pending.is_none() {
+                        open.remove(&key);
+                    }
+                    pending
+                };
+                match pending {
+                    Some(pending) => send(&sink, &object, reason, pending.note()),
+                    None => break,
+                }
             }
         });
     }
@@ -282,20 +290,44 @@ mod tests {
         Arc<Mutex<Vec<String>>>,
         Arc<std::sync::atomic::AtomicUsize>,
     ) {
+        let (client, seen, most, _) = apiserver_noting();
+        (client, seen, most)
+    }
+
+    /// [`apiserver`], also recording each event's note.
+    fn apiserver_noting() -> (
+        kube::Client,
+        Arc<Mutex<Vec<String>>>,
+        Arc<std::sync::atomic::AtomicUsize>,
+        Arc<Mutex<Vec<String>>>,
+    ) {
+        use http_body_util::BodyExt;
         use std::sync::atomic::{AtomicUsize, Ordering};
-        let (seen, busy, most) = (
+        let (seen, busy, most, notes) = (
             Arc::new(Mutex::new(Vec::new())),
             Arc::new(AtomicUsize::new(0)),
             Arc::new(AtomicUsize::new(0)),
+            Arc::new(Mutex::new(Vec::new())),
         );
-        let (s, b, m) = (seen.clone(), busy.clone(), most.clone());
+        let (s, b, m, n) = (seen.clone(), busy.clone(), most.clone(), notes.clone());
         let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
-            let (seen, busy, most) = (s.clone(), b.clone(), m.clone());
+            let (seen, busy, most, notes) = (s.clone(), b.clone(), m.clone(), n.clone());
             async move {
                 let now = busy.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
+                let (parts, body) = request.into_parts();
+                let body = body
+                    .collect()
+                    .await
+                    .map(|b| b.to_bytes())
+                    .unwrap_or_default();
+                if let Ok(event) = serde_json::from_slice::<serde_json::Value>(&body)
+                    && let Some(note) = event["note"].as_str()
+                {
+                    notes.lock().unwrap().push(note.to_owned());
+                }
                 tokio::time::sleep(Duration::from_millis(5)).await;
-                seen.lock().unwrap().push(request.method().to_string());
+                seen.lock().unwrap().push(parts.method.to_string());
                 busy.fetch_sub(1, Ordering::SeqCst);
                 Ok::<_, std::convert::Infallible>(
                     http::Response::builder()
@@ -305,7 +337,7 @@ mod tests {
                 )
             }
         });
-        (kube::Client::new(service, "default"), seen, most)
+        (kube::Client::new(service, "default"), seen, most, notes)
     }
 
     fn event(type_: EventType) -> Event {
@@ -405,6 +437,34 @@ mod tests {
         assert_eq!(
             count(2, &["a", "b"]).note(),
             "deleted 2 runner(s) whose runners finished: a, b"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_steady_stream_costs_one_event_per_window_and_a_quiet_window_closes() {
+        let (client, _, _, notes) = apiserver_noting();
+        let events = RunnerEvents::new(EventSink::new(client, Reporter::from("hangar")));
+        let second = Duration::from_secs(1);
+        let deleted = |name: &str| count(1, &[name]);
+        // (seconds from the start, runner deleted then)
+        let stream = [(0, "a"), (1, "b"), (2, "c"), (6, "d"), (7, "e"), (16, "f")];
+        let start = tokio::time::Instant::now();
+        for (at, name) in stream {
+            tokio::time::sleep_until(start + second * at).await;
+            events.publish(object(), "Deleted", deleted(name));
+        }
+        tokio::time::sleep(WINDOW * 3).await;
+        assert_eq!(
+            *notes.lock().unwrap(),
+            [
+                // The first at once; b and c when the first window ends (5 s); d and e when the
+                // window that followed it ends (10 s); nothing in the next (15 s): it closes, so
+                // f goes out at once; nothing follows it.
+                "deleted 1 runner(s) whose runners finished: a",
+                "deleted 2 runner(s) whose runners finished: b, c",
+                "deleted 2 runner(s) whose runners finished: d, e",
+                "deleted 1 runner(s) whose runners finished: f",
+            ]
         );
     }
 
