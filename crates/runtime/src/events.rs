@@ -283,35 +283,34 @@ fn send(sink: &EventSink, object: &ObjectReference, reason: &'static str, note: 
 mod tests {
     use super::*;
 
-    /// An apiserver that answers every event write after a moment, recording the method and
-    /// the most requests it had under way at once.
-    fn apiserver() -> (
-        kube::Client,
-        Arc<Mutex<Vec<String>>>,
-        Arc<std::sync::atomic::AtomicUsize>,
-    ) {
-        let (client, seen, most, _) = apiserver_noting();
-        (client, seen, most)
+    /// What the fake apiserver saw.
+    struct Seen {
+        /// The method of each event write.
+        methods: Arc<Mutex<Vec<String>>>,
+        /// The most requests it had under way at once.
+        most: Arc<std::sync::atomic::AtomicUsize>,
+        /// Each written event's note.
+        notes: Arc<Mutex<Vec<String>>>,
     }
 
-    /// [`apiserver`], also recording each event's note.
-    fn apiserver_noting() -> (
-        kube::Client,
-        Arc<Mutex<Vec<String>>>,
-        Arc<std::sync::atomic::AtomicUsize>,
-        Arc<Mutex<Vec<String>>>,
-    ) {
+    /// An apiserver that answers every event write after a moment, recording what it saw.
+    fn apiserver() -> (kube::Client, Seen) {
         use http_body_util::BodyExt;
         use std::sync::atomic::{AtomicUsize, Ordering};
-        let (seen, busy, most, notes) = (
-            Arc::new(Mutex::new(Vec::new())),
-            Arc::new(AtomicUsize::new(0)),
-            Arc::new(AtomicUsize::new(0)),
-            Arc::new(Mutex::new(Vec::new())),
+        let seen = Seen {
+            methods: Arc::default(),
+            most: Arc::default(),
+            notes: Arc::default(),
+        };
+        let busy = Arc::new(AtomicUsize::new(0));
+        let (s, b, m, n) = (
+            seen.methods.clone(),
+            busy.clone(),
+            seen.most.clone(),
+            seen.notes.clone(),
         );
-        let (s, b, m, n) = (seen.clone(), busy.clone(), most.clone(), notes.clone());
         let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
-            let (seen, busy, most, notes) = (s.clone(), b.clone(), m.clone(), n.clone());
+            let (methods, busy, most, notes) = (s.clone(), b.clone(), m.clone(), n.clone());
             async move {
                 let now = busy.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
@@ -327,7 +326,7 @@ mod tests {
                     notes.lock().unwrap().push(note.to_owned());
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;
-                seen.lock().unwrap().push(parts.method.to_string());
+                methods.lock().unwrap().push(parts.method.to_string());
                 busy.fetch_sub(1, Ordering::SeqCst);
                 Ok::<_, std::convert::Infallible>(
                     http::Response::builder()
@@ -337,7 +336,7 @@ mod tests {
                 )
             }
         });
-        (kube::Client::new(service, "default"), seen, most, notes)
+        (kube::Client::new(service, "default"), seen)
     }
 
     fn event(type_: EventType) -> Event {
@@ -371,13 +370,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_burst_of_events_is_published_a_few_at_a_time() {
-        let (client, seen, most) = apiserver();
+        let (client, seen) = apiserver();
         let sink = EventSink::new(client, Reporter::from("hangar"));
         for _ in 0..40 {
             sink.publish(event(EventType::Normal), object());
         }
-        assert_eq!(published(&seen, 40).await.len(), 40);
-        let most = most.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(published(&seen.methods, 40).await.len(), 40);
+        let most = seen.most.load(std::sync::atomic::Ordering::SeqCst);
         assert!(
             (1..=EventSink::IN_FLIGHT).contains(&most),
             "{most} publications at once"
@@ -386,19 +385,22 @@ mod tests {
 
     #[tokio::test]
     async fn a_repeated_warning_becomes_a_series_and_a_normal_event_is_not_remembered() {
-        let (client, seen, _) = apiserver();
+        let (client, seen) = apiserver();
         let sink = EventSink::new(client, Reporter::from("hangar"));
         for type_ in [EventType::Warning, EventType::Warning] {
             sink.publish(event(type_), object());
             // One after the other: the series needs the first one's answer.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        assert_eq!(published(&seen, 2).await, ["POST", "PATCH"]);
+        assert_eq!(published(&seen.methods, 2).await, ["POST", "PATCH"]);
         for type_ in [EventType::Normal, EventType::Normal] {
             sink.publish(event(type_), object());
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        assert_eq!(published(&seen, 4).await, ["POST", "PATCH", "POST", "POST"]);
+        assert_eq!(
+            published(&seen.methods, 4).await,
+            ["POST", "PATCH", "POST", "POST"]
+        );
     }
 
     #[test]
@@ -442,7 +444,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_steady_stream_costs_one_event_per_window_and_a_quiet_window_closes() {
-        let (client, _, _, notes) = apiserver_noting();
+        let (client, seen) = apiserver();
         let events = RunnerEvents::new(EventSink::new(client, Reporter::from("hangar")));
         let second = Duration::from_secs(1);
         let deleted = |name: &str| count(1, &[name]);
@@ -455,7 +457,7 @@ mod tests {
         }
         tokio::time::sleep(WINDOW * 3).await;
         assert_eq!(
-            *notes.lock().unwrap(),
+            *seen.notes.lock().unwrap(),
             [
                 // The first at once; b and c when the first window ends (5 s); d and e when the
                 // window that followed it ends (10 s); nothing in the next (15 s): it closes, so
