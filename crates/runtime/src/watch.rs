@@ -205,6 +205,47 @@ async fn wait_for_store<K>(
     }
 }
 
+/// Moments this process saw happen to objects, by UID: what its store cannot say yet (a
+/// finalizer it removed from an object being deleted, whose watch event is still on its way) or
+/// what no status records (when a Runner's runner was seen finished). The first moment noted for
+/// a UID counts. Entries go once they are [`UidTimes::KEEP`] old, when another is noted: long
+/// after any watch event of theirs arrived and their objects went.
+#[derive(Debug, Default)]
+pub struct UidTimes(std::sync::Mutex<std::collections::HashMap<String, std::time::SystemTime>>);
+
+impl UidTimes {
+    /// How long an entry is kept.
+    pub const KEEP: std::time::Duration = std::time::Duration::from_secs(600);
+
+    /// Notes that something happened to `uid` at `now` (kept if it was noted before).
+    pub fn note(&self, uid: &str, now: std::time::SystemTime) {
+        let mut times = self.lock();
+        times.retain(|_, at| now.duration_since(*at).unwrap_or_default() < Self::KEEP);
+        times.entry(uid.to_owned()).or_insert(now);
+    }
+
+    /// When it was noted for `uid`, if it was.
+    pub fn get(&self, uid: &str) -> Option<std::time::SystemTime> {
+        self.lock().get(uid).copied()
+    }
+
+    /// Whether it was noted for `uid`.
+    pub fn contains(&self, uid: &str) -> bool {
+        self.lock().contains_key(uid)
+    }
+
+    /// Forgets `uid`.
+    pub fn forget(&self, uid: &str) {
+        self.lock().remove(uid);
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, std::time::SystemTime>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// How long a write of this process may go unseen by its store before [`Unobserved`] forgets
 /// it: a watch that lags longer is broken, and an object created and deleted again before the
 /// store caught up is never seen at all (counting it longer would hold a place for nothing).
@@ -610,5 +651,27 @@ mod tests {
         // Missing from the store now means gone, not on its way.
         assert!(unobserved.unseen("owner", &store, "ns").created.is_empty());
         unobserved.seen_created("nobody", "a");
+    }
+
+    #[test]
+    fn a_uid_time_is_the_first_noted_until_forgotten_or_kept_long_enough() {
+        use std::time::{Duration, SystemTime};
+        let times = UidTimes::default();
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let later = |s| t0 + Duration::from_secs(s);
+        assert!(!times.contains("a") && times.get("a").is_none());
+        times.note("a", t0);
+        times.note("a", later(5)); // noted again: the first moment stays
+        assert_eq!(times.get("a"), Some(t0));
+        assert!(!times.contains("b"), "only the object noted");
+        times.note("b", later(10));
+        times.forget("b");
+        assert_eq!(times.get("b"), None);
+        // Pruned by a later note once kept long enough.
+        times.note("c", t0 + UidTimes::KEEP - Duration::from_secs(1));
+        assert!(times.contains("a"));
+        times.note("d", t0 + UidTimes::KEEP);
+        assert!(!times.contains("a"));
+        assert!(times.contains("c") && times.contains("d"));
     }
 }

@@ -13,6 +13,16 @@
 //! [`crate::admission::retire`] holds those deletes back while a pod's runner may be busy
 //! ([`runner_pod`] tells), until the pod's own [`timeout_or`] has passed. A forced pod is
 //! therefore annotated with a zero timeout before Hangar deletes it.
+//!
+//! A finalizer is removed once. The Runner and runner-pod controllers remember by UID whose
+//! finalizer they removed while it was being deleted (`released`, a
+//! [`hangar_runtime::watch::UidTimes`]) and do not send that removal again. A store shows a
+//! removal only once its watch event arrives; a reconcile run on the older copy meanwhile
+//! (another event of the object was queued) would send it again, to be answered 404 (the object
+//! is gone) or 422 (its finalizers changed): wasted writes, about 0.7 per job under load. A
+//! removal answered 2xx or 404 holds, since an object being deleted cannot gain a finalizer;
+//! one answered 422 or 409 is not remembered, and the next reconcile decides again from the
+//! newer copy.
 
 use std::time::{Duration, SystemTime};
 
@@ -28,35 +38,6 @@ use super::{object_name, rfc3339};
 use crate::conditions::{Desired, kind};
 use crate::context::Context;
 use crate::error::{Error, ignore_not_found, kube_err};
-
-/// The objects (by UID) whose finalizer this process removed while they were being deleted.
-///
-/// A store shows a removal only once its watch event arrives. A reconcile that runs on the
-/// older copy meanwhile (another event of the same object was queued) would send the removal
-/// again, to be answered 404 (the object is gone) or 422 (its finalizers changed): wasted
-/// writes, about 0.7 per job under load. A removal that was answered 2xx or 404 holds: an
-/// object being deleted cannot gain a finalizer. Entries go after [`ReleasedFinalizers::KEEP`],
-/// long after any watch event of theirs has arrived.
-#[derive(Debug, Default)]
-pub struct ReleasedFinalizers(std::sync::Mutex<std::collections::HashMap<String, SystemTime>>);
-
-impl ReleasedFinalizers {
-    /// Notes that `uid`'s finalizer was removed at `now`.
-    pub fn note(&self, uid: &str, now: SystemTime) {
-        let mut released = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        released.retain(|_, at| now.duration_since(*at).unwrap_or_default() < Self::KEEP);
-        released.insert(uid.to_owned(), now);
-    }
-
-    /// Whether `uid`'s finalizer was removed by this process.
-    pub fn contains(&self, uid: &str) -> bool {
-        let released = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        released.contains_key(uid)
-    }
-
-    /// How long an entry is kept.
-    const KEEP: Duration = Duration::from_secs(600);
-}
 
 /// Reason of the Warning event and condition of an owner whose retirement timed out.
 pub const TIMED_OUT: &str = "RetirementTimedOut";
@@ -212,25 +193,4 @@ pub fn forced_note(timeout: Duration, remaining: usize, what: &str) -> String {
          killed mid-job",
         timeout.as_secs()
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_released_finalizer_is_remembered_until_long_after_its_watch_event() {
-        let released = ReleasedFinalizers::default();
-        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
-        assert!(!released.contains("a"));
-        released.note("a", t0);
-        assert!(released.contains("a"));
-        assert!(!released.contains("b"), "only the object noted");
-        // Pruned by a later note once kept long enough.
-        released.note("b", t0 + ReleasedFinalizers::KEEP - Duration::from_secs(1));
-        assert!(released.contains("a"));
-        released.note("c", t0 + ReleasedFinalizers::KEEP);
-        assert!(!released.contains("a"));
-        assert!(released.contains("b") && released.contains("c"));
-    }
 }

@@ -11,7 +11,7 @@
 //!
 //! A standalone Runner (no owner) whose runner finished gets a fresh pod, like ARC's restart; a
 //! Runner owned by a RunnerReplicaSet is left for owner sync to delete, and its status is left
-//! as it was (see [`FinishedRunners`]).
+//! as it was (see [`RunnerState::finished`]).
 //!
 //! GitHub calls use the Runner's own credentials when `githubAPICredentialsFrom` names a Secret
 //! ([`Context::github_for`]); the pod is annotated with the Secret's name so the runner-pod
@@ -40,7 +40,7 @@ use hangar_core::retirement::{self as retiring, RunnerStep};
 use hangar_core::runner::{PodFacts, RunnerFacts, RunnerStep as Step};
 use hangar_github::{GitHubApi, GitHubError};
 use hangar_runtime::pod::RunnerPod;
-use hangar_runtime::watch::{StatusWrites, Unobserved};
+use hangar_runtime::watch::{StatusWrites, UidTimes, Unobserved};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -91,11 +91,11 @@ pub async fn run(
     let watch_secrets = ctx.settings.watch_credential_secrets;
     let state = Arc::new(RunnerState {
         ctx,
-        finished: FinishedRunners::default(),
+        finished: UidTimes::default(),
         tokens: registration::SharedTokens::default(),
         statuses: StatusWrites::default(),
         created_pods: Unobserved::default(),
-        released: retirement::ReleasedFinalizers::default(),
+        released: UidTimes::default(),
     });
     // Without the watch (no right to list Secrets), the GET in `client_for` notices a changed
     // Secret once its RECHECK_AFTER has passed, and a missing one is retried by the error policy.
@@ -178,50 +178,18 @@ struct Report {
     leave_status: bool,
 }
 
-/// When the runners of set-owned Runners finished (by Runner UID), as this process saw it.
-///
-/// A set deletes the Runner whose runner finished moments later, so its status is not updated
-/// to say so: under load that write was one per job, read by nobody. What the write recorded
-/// is kept here instead: when the runner finished, so that a Runner whose finished pod is gone
-/// is left to its set for [`FINISHED_RUNNER_DELETION_WAIT`] before it counts as a vanished
-/// pod. After a restart this is empty and such a Runner is checked at once (one GET), as a
-/// vanished pod is.
-#[derive(Debug, Default)]
-pub struct FinishedRunners(std::sync::Mutex<BTreeMap<String, std::time::SystemTime>>);
-
-impl FinishedRunners {
-    /// Notes that `uid`'s runner was seen finished at `now` (the first sighting counts).
-    /// Entries older than [`FinishedRunners::KEEP`] go: their Runners are long gone.
-    fn note(&self, uid: &str, now: std::time::SystemTime) {
-        let mut finished = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        finished.retain(|_, at| now.duration_since(*at).unwrap_or_default() < Self::KEEP);
-        finished.entry(uid.to_owned()).or_insert(now);
-    }
-
-    /// When `uid`'s runner was seen finished, if it was.
-    fn get(&self, uid: &str) -> Option<std::time::SystemTime> {
-        let finished = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        finished.get(uid).copied()
-    }
-
-    /// Forgets `uid` (its Runner is being deleted).
-    fn forget(&self, uid: &str) {
-        let mut finished = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        finished.remove(uid);
-    }
-
-    /// How long an entry is kept at most.
-    const KEEP: Duration = Duration::from_secs(600);
-}
-
 /// The controller's state: the shared context and what only this controller keeps.
 #[derive(Debug)]
 pub struct RunnerState {
     /// What every reconciler shares.
     pub ctx: Arc<Context>,
-    /// When the runners of set-owned Runners finished, for the Runners whose status was left
-    /// alone because their set deletes them next.
-    pub finished: FinishedRunners,
+    /// When the runners of set-owned Runners were seen finished, by Runner UID. A set deletes
+    /// the Runner whose runner finished moments later, so its status is not updated to say so:
+    /// under load that write was one per job, read by nobody. What the write recorded is kept
+    /// here instead, so that a Runner whose finished pod is gone is left to its set for
+    /// [`FINISHED_RUNNER_DELETION_WAIT`] before it counts as a vanished pod. After a restart
+    /// this is empty and such a Runner is checked at once (one GET), as a vanished pod is.
+    pub finished: UidTimes,
     /// The per-scope registration-token Secrets token-mode Runners' pods read.
     pub tokens: registration::SharedTokens,
     /// The statuses this controller wrote that the Runner store does not show yet.
@@ -229,8 +197,8 @@ pub struct RunnerState {
     /// The pods this controller created that the pod store does not show yet, by Runner UID.
     pub created_pods: Unobserved,
     /// The deleted Runners whose finalizer this controller removed, which the store may still
-    /// show holding it.
-    pub released: retirement::ReleasedFinalizers,
+    /// show holding it (see [`super::retirement`]).
+    pub released: UidTimes,
 }
 
 /// How soon a Runner whose pod this process created, and the pod store does not show yet, is
@@ -1004,24 +972,6 @@ mod tests {
     fn by_kind(conditions: &[Desired], kind: &str) -> (bool, String) {
         let c = conditions.iter().find(|c| c.kind == kind).unwrap();
         (c.status, c.reason.clone())
-    }
-
-    #[test]
-    fn a_finished_runner_is_remembered_from_its_first_sighting_until_forgotten_or_stale() {
-        let t0 = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000);
-        let later = |s| t0 + Duration::from_secs(s);
-        let finished = FinishedRunners::default();
-        assert_eq!(finished.get("a"), None);
-        finished.note("a", t0);
-        finished.note("a", later(5)); // seen again: the first sighting stays
-        assert_eq!(finished.get("a"), Some(t0));
-        finished.note("b", later(10));
-        finished.forget("b");
-        assert_eq!(finished.get("b"), None);
-        // Noting anything drops entries older than KEEP: their Runners are long gone.
-        finished.note("c", t0 + FinishedRunners::KEEP + Duration::from_secs(1));
-        assert_eq!(finished.get("a"), None);
-        assert!(finished.get("c").is_some());
     }
 
     #[test]

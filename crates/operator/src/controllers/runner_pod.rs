@@ -72,8 +72,8 @@ pub struct RunnerPodState {
     /// and fed sightings by the webhook server.
     pub directory: Arc<RunnerDirectory>,
     /// The deleted pods whose runner-pod finalizer this controller removed, which the store
-    /// may still show holding it.
-    pub released: super::retirement::ReleasedFinalizers,
+    /// may still show holding it (see [`super::retirement`]).
+    pub released: hangar_runtime::watch::UidTimes,
 }
 
 impl AsRef<Context> for RunnerPodState {

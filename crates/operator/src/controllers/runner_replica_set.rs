@@ -329,12 +329,7 @@ pub async fn reconcile(set: Arc<RunnerReplicaSet>, state: Arc<SetState>) -> Resu
     let input = owner_sync::Input {
         desired,
         desired_template_hash,
-        effective_time: set
-            .spec
-            .effective_time
-            .as_ref()
-            .map(k8s_time)
-            .max(known.demand_since),
+        effective_time: known.effective_time(set.spec.effective_time.as_ref()),
         ephemeral,
         owners,
         now,

@@ -681,12 +681,7 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
     let input = owner_sync::Input {
         desired,
         desired_template_hash: desired_hash(&set),
-        effective_time: set
-            .spec
-            .effective_time
-            .as_ref()
-            .map(k8s_time)
-            .max(known.demand_since),
+        effective_time: known.effective_time(set.spec.effective_time.as_ref()),
         ephemeral: set.spec.config.ephemeral.unwrap_or(true),
         owners,
         now,

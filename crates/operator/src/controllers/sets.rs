@@ -469,6 +469,17 @@ pub struct KnownCompletions {
     pub reflected_before: Option<SystemTime>,
 }
 
+impl KnownCompletions {
+    /// Owner sync's `effective_time` for a set whose `spec.effectiveTime` is `stored`: the later
+    /// of it and [`KnownCompletions::demand_since`].
+    pub fn effective_time(
+        &self,
+        stored: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    ) -> Option<SystemTime> {
+        stored.map(k8s_time).max(self.demand_since)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
