@@ -69,6 +69,9 @@ pub struct AutoscalerView<'a> {
     /// `status.countedJobs` and `status.metricsObservedTime`, when the autoscaler's only metric
     /// is `TotalNumberOfQueuedAndInProgressWorkflowRuns`.
     pub counted: Option<CountedJobs>,
+    /// Until when the count may not go down: the last scale-out plus the scale-down delay
+    /// ([`super::desired::scale_down_allowed_from`]); `None` before any scale-out.
+    pub scale_down_held_until: Option<SystemTime>,
 }
 
 /// What the queued-runs metric counted behind the autoscaler's `desiredReplicas`.
@@ -109,14 +112,36 @@ pub fn sets_read_demand(has_metrics: bool) -> bool {
     !has_metrics
 }
 
-/// When the newest demand the autoscaler's count holds appeared, for a count that comes from
-/// reservations alone ([`sets_read_demand`]): what the autoscaler would otherwise have copied
-/// into the set's `effectiveTime`. `None` for any other autoscaler.
-pub fn demand_since(hra: &AutoscalerView<'_>, now: SystemTime) -> Option<SystemTime> {
-    match source(hra) {
-        Source::Reservations => newest_demand(hra.reservations, now),
-        _ => None,
+/// When the newest demand the autoscaler's reservations hold appeared, for a set whose count
+/// comes from reservations alone ([`sets_read_demand`]): what the autoscaler would otherwise
+/// have copied into the set's `effectiveTime` together with the count.
+///
+/// The reservations reach the set before the count computed from them, so the demand is told
+/// only while it goes with the set's count `set_desired`: the count is the autoscaler's, held
+/// whole by this set (not split by a rollout), and it is not about to go down — the scale-down
+/// delay holds it, or the active reservations (with the lowest `minReplicas` in force, up to
+/// `maxReplicas`) still ask for at least that many runners. A batch whose completions
+/// outnumber its new jobs otherwise lowers the count: releasing the finished runners' places
+/// for its new jobs would create runners to retire moments later. `None` otherwise, and for any
+/// other autoscaler.
+pub fn demand_since(
+    hra: &AutoscalerView<'_>,
+    set_desired: u32,
+    now: SystemTime,
+) -> Option<SystemTime> {
+    if !matches!(source(hra), Source::Reservations) || !counts_alike(hra, set_desired) {
+        return None;
     }
+    let asked = reserved_replicas(hra.reservations, now).saturating_add(hra.min_replicas_floor);
+    let asked = hra
+        .max_replicas
+        .and_then(|m| u32::try_from(m).ok())
+        .map_or(asked, |max| asked.min(max));
+    let held = hra.scale_down_held_until.is_some_and(|until| now < until);
+    if asked < set_desired && !held {
+        return None;
+    }
+    newest_demand(hra.reservations, now)
 }
 
 /// Whether the autoscaler counts the set's jobs by observing GitHub, so a set without an

@@ -61,6 +61,20 @@ pub struct DesiredInput {
     pub now: SystemTime,
 }
 
+/// When a count may go down again after the scale-out at `last_scale_out`: the autoscaler's
+/// `scaleDownDelaySecondsAfterScaleOut` (negative counts as 0), or the controller's `default`.
+pub fn scale_down_allowed_from(
+    last_scale_out: SystemTime,
+    delay_seconds: Option<i32>,
+    default: Duration,
+) -> SystemTime {
+    let delay = match delay_seconds {
+        Some(secs) => Duration::from_secs(u64::try_from(secs).unwrap_or(0)),
+        None => default,
+    };
+    later(last_scale_out, delay)
+}
+
 /// How often an ephemeral target's `effectiveTime` is refreshed while demand exceeds
 /// maxReplicas (see [`Decision::effective_time`]).
 pub const BACKLOG_REFRESH: Duration = Duration::from_secs(3);
@@ -182,14 +196,15 @@ pub fn desired_replicas(input: &DesiredInput) -> Result<Decision, DecisionError>
         let _ = write!(reason, ", raised to minReplicas {min}");
     }
 
-    let delay = match input.scale_down_delay_seconds {
-        Some(secs) => Duration::from_secs(u64::try_from(secs).unwrap_or(0)),
-        None => input.default_scale_down_delay,
-    };
     let mut desired = computed;
     let mut held_until = None;
     if let (Some(previous), Some(last)) = (input.previous_desired, input.last_scale_out) {
-        let until = later(last, delay);
+        let until = scale_down_allowed_from(
+            last,
+            input.scale_down_delay_seconds,
+            input.default_scale_down_delay,
+        );
+        let delay = until.duration_since(last).unwrap_or_default();
         let kept = previous.clamp(min, max);
         if computed < previous && now < until && kept > computed {
             desired = kept;

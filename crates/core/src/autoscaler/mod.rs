@@ -46,7 +46,7 @@ pub use completions::{
 pub use dedup::{Dedup, Seen};
 pub use desired::{
     DEFAULT_MIN_REPLICAS, DEFAULT_SCALE_DOWN_DELAY, Decision, DecisionError, DesiredInput,
-    desired_replicas,
+    desired_replicas, scale_down_allowed_from,
 };
 pub use job_lists::{ListedJobs, SINGLE_JOB_RELIST_AFTER, current_jobs, listed_jobs_hold};
 pub use labels::{SELF_HOSTED, job_labels_match, label_eq};

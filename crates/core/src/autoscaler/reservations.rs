@@ -173,12 +173,13 @@ pub fn reserved_replicas(reservations: &[Reservation], now: SystemTime) -> u32 {
 }
 
 /// When the newest demand still counted appeared: the latest `effectiveTime` of the
-/// reservations active at `now` (a completed job's tombstone included: its demand appeared
-/// then all the same).
+/// reservations active at `now` that hold runners. A completed job's tombstone is no demand
+/// (as in ARC, whose `completed` removes the reservation): one made for a `completed` whose
+/// `queued` was never recorded carries the time of the delivery, and would pass for new demand.
 pub fn newest_demand(reservations: &[Reservation], now: SystemTime) -> Option<SystemTime> {
     reservations
         .iter()
-        .filter(|r| r.is_active(now))
+        .filter(|r| r.is_active(now) && r.replicas > 0)
         .map(|r| r.effective_time)
         .max()
 }

@@ -12,7 +12,8 @@ use hangar_api::horizontal_runner_autoscaler::{MetricType, ScaleTargetKind};
 use hangar_api::runner_config::GitHubApiCredentialsFrom;
 use hangar_core::autoscaler::{
     AutoscalerView, CountedJobs, completions_absorbed, counts_jobs, demand_since,
-    min_replicas_floor, reflected_before, reflected_completions, sets_read_demand,
+    min_replicas_floor, reflected_before, reflected_completions, scale_down_allowed_from,
+    sets_read_demand,
 };
 use hangar_core::owner_sync::{self, Action as PlanAction, RetireReason, Wait};
 use hangar_github::RateLimitKind;
@@ -375,9 +376,18 @@ pub fn completions_known(
                 .collect::<Vec<_>>(),
         ),
         counted: counted_jobs(hra),
+        scale_down_held_until: status
+            .and_then(|s| s.last_successful_scale_out_time.as_ref())
+            .map(|last| {
+                scale_down_allowed_from(
+                    k8s_time(last),
+                    hra.spec.scale_down_delay_seconds_after_scale_out,
+                    ctx.settings.default_scale_down_delay,
+                )
+            }),
     };
     KnownCompletions {
-        demand_since: demand_since(&view, ctx.now()),
+        demand_since: demand_since(&view, desired, ctx.now()),
         reflected: reflected_completions(&view, desired),
         absorbed: completions_absorbed(&view, desired, ctx.now()),
         counted: counts_jobs(&view).then(|| ObjectRef::from_obj(hra)),

@@ -40,6 +40,7 @@ fn only_a_count_computed_from_the_tombstones_releases_their_runners() {
         reservations: &list,
         max_replicas: Some(4),
         min_replicas_floor: 0,
+        scale_down_held_until: None,
         counted: None,
     };
     let both = BTreeSet::from(["pool-a".to_owned(), "pool-b".to_owned()]);
@@ -123,6 +124,7 @@ fn completions_not_yet_heard_are_absorbed_while_jobs_wait_beyond_the_count() {
             reservations: list,
             max_replicas: Some(4),
             min_replicas_floor: 0,
+            scale_down_held_until: None,
             counted: None,
         }
     }
@@ -228,6 +230,7 @@ fn counting(jobs: u32, observed: u64) -> AutoscalerView<'static> {
         reservations: &[],
         max_replicas: Some(4),
         min_replicas_floor: 0,
+        scale_down_held_until: None,
         counted: Some(CountedJobs {
             jobs,
             observed_at: t(observed),
@@ -345,7 +348,7 @@ fn an_observation_of_the_jobs_reflects_what_finished_before_it() {
 }
 
 #[test]
-fn a_set_reads_the_newest_demand_only_from_reservations_alone() {
+fn a_set_reads_the_newest_demand_only_with_a_count_the_reservations_still_ask_for() {
     let at = |minute: u64| Reservation {
         job: Some(JobKey {
             id: minute,
@@ -353,7 +356,8 @@ fn a_set_reads_the_newest_demand_only_from_reservations_alone() {
         }),
         ..Reservation::new(t(minute), mins(10))
     };
-    // Queued at minutes 1 and 3 (expiring at 11 and 13), and one completed at minute 5.
+    // Queued at minutes 1 and 3 (expiring at 11 and 13), and a completed job's tombstone made at
+    // minute 5 (no demand).
     let list = vec![
         at(1),
         at(3),
@@ -365,34 +369,90 @@ fn a_set_reads_the_newest_demand_only_from_reservations_alone() {
     let view = AutoscalerView {
         generation: Some(2),
         observed_generation: Some(1),
-        desired: Some(1),
+        desired: Some(2),
         has_metrics: false,
         reservations: &list,
         max_replicas: Some(4),
         min_replicas_floor: 0,
+        scale_down_held_until: None,
         counted: None,
     };
-    // (case, view, now, newest demand)
-    let rows: Vec<(&str, AutoscalerView, u64, Option<u64>)> = vec![
+    // (case, view, the set's count, now, newest demand)
+    let rows: Vec<(&str, AutoscalerView, u32, u64, Option<u64>)> = vec![
         (
-            "the newest active reservation, a completed job's included, whatever the status",
+            "two reservations ask for the set's 2: the newest, whatever the status's generation",
             view,
+            2,
             6,
-            Some(5),
+            Some(3),
         ),
-        ("expired reservations are no demand", view, 14, Some(5)),
-        ("all expired: none", view, 16, None),
+        (
+            "one expired: they ask for fewer than the set's count, which is about to drop",
+            view,
+            2,
+            12,
+            None,
+        ),
+        (
+            "one expired, but the scale-down delay keeps the count",
+            AutoscalerView {
+                scale_down_held_until: Some(t(20)),
+                ..view
+            },
+            2,
+            12,
+            Some(3),
+        ),
+        (
+            "one expired, and the scale-down delay is over",
+            AutoscalerView {
+                scale_down_held_until: Some(t(12)),
+                ..view
+            },
+            2,
+            12,
+            None,
+        ),
+        (
+            "one expired, but minReplicas keeps the count",
+            AutoscalerView {
+                min_replicas_floor: 1,
+                ..view
+            },
+            2,
+            12,
+            Some(3),
+        ),
+        (
+            "more reserved than maxReplicas: the count at max is asked for",
+            AutoscalerView {
+                desired: Some(1),
+                max_replicas: Some(1),
+                ..view
+            },
+            1,
+            6,
+            Some(3),
+        ),
+        (
+            "the set holds part of the count (a rollout, or the write not there yet)",
+            view,
+            1,
+            6,
+            None,
+        ),
         (
             "beside a metric the set keeps its own effectiveTime",
             AutoscalerView {
                 has_metrics: true,
                 ..view
             },
+            2,
             6,
             None,
         ),
     ];
-    for (case, view, now, newest) in rows {
-        assert_eq!(demand_since(&view, t(now)), newest.map(t), "{case}");
+    for (case, view, set, now, newest) in rows {
+        assert_eq!(demand_since(&view, set, t(now)), newest.map(t), "{case}");
     }
 }
