@@ -24,6 +24,22 @@ fn reserved(id: u64) -> Reservation {
     }
 }
 
+/// An autoscaler counting from reservations alone (`list`), its status current at generation 7
+/// with a count of 2 (of at most 4).
+fn webhook_driven(list: &[Reservation]) -> AutoscalerView<'_> {
+    AutoscalerView {
+        generation: Some(7),
+        observed_generation: Some(7),
+        desired: Some(2),
+        has_metrics: false,
+        reservations: list,
+        max_replicas: Some(4),
+        min_replicas_floor: 0,
+        scale_down_held_until: None,
+        counted: None,
+    }
+}
+
 #[test]
 fn only_a_count_computed_from_the_tombstones_releases_their_runners() {
     let list = vec![
@@ -32,17 +48,7 @@ fn only_a_count_computed_from_the_tombstones_releases_their_runners() {
         reserved(3),
         tombstone(4, Some("pool-b")),
     ];
-    let view = AutoscalerView {
-        generation: Some(7),
-        observed_generation: Some(7),
-        desired: Some(2),
-        has_metrics: false,
-        reservations: &list,
-        max_replicas: Some(4),
-        min_replicas_floor: 0,
-        scale_down_held_until: None,
-        counted: None,
-    };
+    let view = webhook_driven(&list);
     let both = BTreeSet::from(["pool-a".to_owned(), "pool-b".to_owned()]);
     // (case, view, the set's count, released)
     let rows: Vec<(&str, AutoscalerView, u32, BTreeSet<String>)> = vec![
@@ -117,15 +123,9 @@ fn completions_not_yet_heard_are_absorbed_while_jobs_wait_beyond_the_count() {
     };
     fn view(list: &[Reservation]) -> AutoscalerView<'_> {
         AutoscalerView {
-            generation: Some(7),
             observed_generation: Some(6),
             desired: Some(4),
-            has_metrics: false,
-            reservations: list,
-            max_replicas: Some(4),
-            min_replicas_floor: 0,
-            scale_down_held_until: None,
-            counted: None,
+            ..webhook_driven(list)
         }
     }
     let (six, four) = (waiting(6), waiting(4));
@@ -367,15 +367,8 @@ fn a_set_reads_the_newest_demand_only_with_a_count_the_reservations_still_ask_fo
         },
     ];
     let view = AutoscalerView {
-        generation: Some(2),
-        observed_generation: Some(1),
-        desired: Some(2),
-        has_metrics: false,
-        reservations: &list,
-        max_replicas: Some(4),
-        min_replicas_floor: 0,
-        scale_down_held_until: None,
-        counted: None,
+        observed_generation: Some(6),
+        ..webhook_driven(&list)
     };
     // (case, view, the set's count, now, newest demand)
     let rows: Vec<(&str, AutoscalerView, u32, u64, Option<u64>)> = vec![
