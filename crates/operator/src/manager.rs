@@ -246,58 +246,75 @@ pub async fn run(options: ManagerOptions) {
         attach_metrics(exporter, &ctx);
     }
     spawn_runner_refresh(exporter, ctx.clone());
-    let controllers = async {
-        tokio::join!(
-            controllers::hra::run(ctx.clone(), hras_for_hras),
-            controllers::runner::run(
-                ctx.clone(),
-                runners_for_runners,
-                pods_for_runners,
-                api(&client, ns),
-            ),
-            controllers::runner_pod::run(ctx.clone(), pods_for_pods, directory.clone()),
-            controllers::runner_replica_set::run(
-                ctx.clone(),
-                sets_for_sets,
-                runners_for_sets,
-                pods_for_sets,
-                hras_for_sets,
-                directory.clone(),
-            ),
-            controllers::runner_deployment::run(
-                ctx.clone(),
-                deployments_for_deployments,
-                sets_for_deployments,
-            ),
-            controllers::runner_set::run(
-                ctx.clone(),
-                namespace.clone(),
-                runner_sets_for_runner_sets,
-                stateful_sets_for_runner_sets,
-                pods_for_runner_sets,
-                hras_for_runner_sets,
-            ),
-            crate::sweep::run(ctx.clone()),
-            async {
-                if let Some(routing) = routing {
-                    crate::pull::run(ctx.clone(), routing).await;
-                }
-            },
-        );
-    };
-    // At `shutdown` the controllers (and the sweep and the pull) are dropped where they are,
+    // Each controller is a task of its own: the runtime polls the one a watch event or a
+    // timer woke, on the worker threads that run the watches and connections, rather than
+    // every controller on each wake-up of a single future shared by all of them.
+    let mut controllers = tokio::task::JoinSet::new();
+    controllers.spawn(controllers::hra::run(ctx.clone(), hras_for_hras));
+    controllers.spawn(controllers::runner::run(
+        ctx.clone(),
+        runners_for_runners,
+        pods_for_runners,
+        api(&client, ns),
+    ));
+    controllers.spawn(controllers::runner_pod::run(
+        ctx.clone(),
+        pods_for_pods,
+        directory.clone(),
+    ));
+    controllers.spawn(controllers::runner_replica_set::run(
+        ctx.clone(),
+        sets_for_sets,
+        runners_for_sets,
+        pods_for_sets,
+        hras_for_sets,
+        directory.clone(),
+    ));
+    controllers.spawn(controllers::runner_deployment::run(
+        ctx.clone(),
+        deployments_for_deployments,
+        sets_for_deployments,
+    ));
+    controllers.spawn(controllers::runner_set::run(
+        ctx.clone(),
+        namespace.clone(),
+        runner_sets_for_runner_sets,
+        stateful_sets_for_runner_sets,
+        pods_for_runner_sets,
+        hras_for_runner_sets,
+    ));
+    controllers.spawn(crate::sweep::run(ctx.clone()));
+    if let Some(routing) = routing {
+        controllers.spawn(crate::pull::run(ctx.clone(), routing));
+    }
+    // At `shutdown` the controllers (and the sweep and the pull) are stopped where they are,
     // mid-reconcile perhaps. That is safe because it is no worse than the SIGKILL or node loss
     // they must survive anyway: each reconcile recomputes from the cluster and GitHub and its
     // writes are idempotent (server-side apply, annotations, DELETE that tolerates 404, the
-    // reservations' compare-and-swap), so whoever reconciles next finishes what was cut short. The webhook server alone has promises to keep, so it drains:
-    // it stops accepting, answers the deliveries in flight once their reservations are stored,
-    // and writes what it queued.
+    // reservations' compare-and-swap), so whoever reconciles next finishes what was cut short.
+    // The webhook server alone has promises to keep, so it drains: it stops accepting, answers
+    // the deliveries in flight once their reservations are stored, and writes what it queued.
     tokio::join!(webhook, async {
         tokio::select! {
-            _ = controllers => {}
+            () = until_one_panics(&mut controllers) => {}
             () = shutdown.clone() => {}
         }
+        // Aborted and awaited before `run` returns: nothing of theirs runs on after the
+        // caller has released the leader-election lease.
+        controllers.shutdown().await;
     });
+}
+
+/// Waits for the controllers to end (they run until shutdown), passing a panic on: a process
+/// with a controller gone must stop and be restarted, not go on without it.
+async fn until_one_panics(controllers: &mut tokio::task::JoinSet<()>) {
+    while let Some(ended) = controllers.join_next().await {
+        if let Err(e) = ended
+            && e.is_panic()
+        {
+            std::panic::resume_unwind(e.into_panic());
+        }
+    }
 }
 
 /// Makes `/metrics` render from the caches (and the client registry), and reports ready. The

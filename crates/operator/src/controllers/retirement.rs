@@ -27,7 +27,7 @@
 use std::time::{Duration, SystemTime};
 
 use hangar_api::annotation;
-use k8s_openapi::api::core::v1::Pod;
+use hangar_runtime::pod::RunnerPod;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
@@ -53,7 +53,7 @@ pub fn timeout(obj: &impl ResourceExt, ctx: &Context) -> Duration {
 
 /// Gives the pod `name` a zero retirement timeout, so that Hangar's forced delete of it passes
 /// the deletion guard of a terminating namespace.
-pub async fn mark_forced(pods: &Api<Pod>, name: &str) -> Result<(), Error> {
+pub async fn mark_forced(pods: &Api<RunnerPod>, name: &str) -> Result<(), Error> {
     let ns = pods.namespace().unwrap_or_default().to_owned();
     super::sets::stamp(pods, name, annotation::RETIREMENT_TIMEOUT, "0s")
         .await

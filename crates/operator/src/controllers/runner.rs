@@ -41,9 +41,9 @@ use hangar_core::runner::{PodFacts, RunnerFacts, RunnerStep as Step};
 use hangar_github::{GitHubApi, GitHubError};
 use hangar_runtime::pod::RunnerPod;
 use hangar_runtime::watch::{StatusWrites, UidTimes, Unobserved};
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::Controller;
 use kube::runtime::controller::Action;
@@ -335,8 +335,7 @@ async fn drive(runner: &Runner, state: &RunnerState, report: &mut Report) -> Res
             let github = ctx
                 .github_for(&ns, runner.spec.config.github_api_credentials_from.as_ref())
                 .await?;
-            let pod =
-                RunnerPod::from_pod(&create_pod(runner, &scope, state, github.as_ref()).await?);
+            let pod = create_pod(runner, &scope, state, github.as_ref()).await?;
             let created = [pod.name_any()];
             state.created_pods.record(&uid, &created, &[]);
             // The status the new pod implies, exactly as later reconciles derive it from the
@@ -374,7 +373,7 @@ async fn drive(runner: &Runner, state: &RunnerState, report: &mut Report) -> Res
     if hand_on_unregistration
         && let Some(requested) = super::annotation(runner, ann::UNREGISTRATION_REQUEST_TIMESTAMP)
     {
-        let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+        let pods: Api<RunnerPod> = Api::namespaced(ctx.client.clone(), &ns);
         super::sets::hand_on_unregistration_request(&pods, requested, &pod).await?;
     }
     if let Step::NoteFinished { .. } = plan.step {
@@ -386,7 +385,7 @@ async fn drive(runner: &Runner, state: &RunnerState, report: &mut Report) -> Res
     }
     if delete_finished_pod {
         // ARC restarts a standalone runner: a new pod registers a new runner.
-        Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+        Api::<RunnerPod>::namespaced(ctx.client.clone(), &ns)
             .delete(&name, &DeleteParams::default())
             .await
             .map(drop)
@@ -420,7 +419,7 @@ async fn retire(
     let ctx = &*state.ctx;
     let ns = runner.namespace().unwrap_or_default();
     let name = runner.name_any();
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pods: Api<RunnerPod> = Api::namespaced(ctx.client.clone(), &ns);
     let stored = ctx.stores.pods.get(&ObjectRef::new(&name).within(&ns));
     // The store may not have seen a pod created moments ago: only the API says "absent".
     let pod = match stored {
@@ -860,7 +859,7 @@ async fn create_pod(
     scope: &RunnerScope,
     state: &RunnerState,
     github: &dyn GitHubApi,
-) -> Result<Pod, Error> {
+) -> Result<RunnerPod, Error> {
     let ctx = &*state.ctx;
     let ns = runner.namespace().unwrap_or_default();
     let name = runner.name_any();
@@ -936,10 +935,7 @@ async fn create_pod(
     }
     // The pod as stored, not as sent: its creation time tells a pod just created from one
     // that never started (health), and its status says where it is.
-    let pod = match Api::<Pod>::namespaced(ctx.client.clone(), &ns)
-        .create(&PostParams::default(), &pod)
-        .await
-    {
+    let pod = match RunnerPod::create(&ctx.client, &pod).await {
         Ok(created) => {
             drop(pod);
             info!(runner = %object_name(runner), %scope, jit, "created runner pod");
@@ -949,7 +945,7 @@ async fn create_pod(
             created
         }
         // The store lags behind our own writes; the pod is there.
-        Err(kube::Error::Api(s)) if s.code == 409 => pod,
+        Err(kube::Error::Api(s)) if s.code == 409 => RunnerPod::from_pod(&pod),
         Err(e) => return Err(kube_err("create pod", format!("{ns}/{name}"))(e)),
     };
     Ok(pod)

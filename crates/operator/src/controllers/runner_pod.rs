@@ -39,7 +39,7 @@ use hangar_core::unregistration::{
 };
 use hangar_github::{GitHubApi, GitHubError, RunnerId};
 use hangar_runtime::pod::RunnerPod;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::Controller;
 use kube::runtime::controller::Action;
@@ -121,7 +121,7 @@ async fn annotate(
         })
         .collect();
     let patch = serde_json::json!({ "metadata": { "annotations": map } });
-    Api::<Pod>::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default())
+    Api::<RunnerPod>::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default())
         .patch(
             &pod.name_any(),
             &PatchParams::default(),
@@ -160,7 +160,7 @@ async fn set_finalizers(
         );
     }
     ops.push(serde_json::json!({"op": "add", "path": "/metadata/finalizers", "value": finalizers}));
-    Api::<Pod>::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default())
+    Api::<RunnerPod>::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default())
         .patch(
             &pod.name_any(),
             &PatchParams::default(),
@@ -265,7 +265,7 @@ pub async fn reconcile(pod: Arc<RunnerPod>, state: Arc<RunnerPodState>) -> Resul
             match force {
                 ForceDelete::Now => {
                     info!(pod = %object_name(pod.as_ref()), "force-deleting pod stuck terminating");
-                    Api::<Pod>::namespaced(
+                    Api::<RunnerPod>::namespaced(
                         ctx.client.clone(),
                         &pod.namespace().unwrap_or_default(),
                     )
@@ -624,7 +624,7 @@ async fn withdraw(pod: &RunnerPod, ctx: &Context) -> Result<(), Error> {
         }),
         ..DeleteParams::background()
     };
-    match Api::<Pod>::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default())
+    match Api::<RunnerPod>::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default())
         .delete(&pod.name_any(), &params)
         .await
     {

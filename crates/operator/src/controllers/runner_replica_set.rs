@@ -26,7 +26,6 @@ use hangar_core::owner_sync::{self, Action as PlanAction, DeleteReason, OwnerVie
 use hangar_core::runner_lookup;
 use hangar_core::template_hash::template_hash;
 use hangar_runtime::pod::RunnerPod;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::runtime::Controller;
@@ -590,7 +589,7 @@ async fn delete_runner(
     owner: &str,
     judged: &[Arc<RunnerPod>],
 ) -> Result<(), Error> {
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let pods: Api<RunnerPod> = Api::namespaced(ctx.client.clone(), ns);
     // The judged pods too, rather than leaving them to the garbage collector, which on a young
     // cluster may not watch Runners yet (it rediscovers resources every 30 s). Their finalizer
     // still holds them until the runner is unregistered. They go first: a collector that sees
@@ -630,7 +629,7 @@ async fn apply(
     let ctx = &*state.ctx;
     let ns = set.namespace().unwrap_or_default();
     let runners: Api<Runner> = Api::namespaced(ctx.client.clone(), &ns);
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pods: Api<RunnerPod> = Api::namespaced(ctx.client.clone(), &ns);
     let now = rfc3339(ctx.now());
     match action {
         PlanAction::Create { count } => {

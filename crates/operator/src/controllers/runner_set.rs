@@ -84,7 +84,7 @@ use hangar_github::GitHubApi;
 use hangar_runtime::pod::RunnerPod;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
-    Namespace, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplateSpec, Secret,
+    Namespace, PersistentVolume, PersistentVolumeClaim, PodTemplateSpec, Secret,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -738,7 +738,7 @@ pub async fn reconcile(set: Arc<RunnerSet>, state: Arc<RunnerSetContext>) -> Res
                     retirement::forced_note(timeout, left.len(), "runner(s)"),
                 );
                 // Their pods too: in a terminating namespace each is held by its own timeout.
-                let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+                let pods_api: Api<RunnerPod> = Api::namespaced(ctx.client.clone(), &ns);
                 for stateful_set in &left {
                     retirement::mark_forced(&pods_api, &pod_name(stateful_set)).await?;
                 }
@@ -822,7 +822,7 @@ async fn hand_on_unregistration_requests(
             continue;
         };
         let ns = sts.namespace().unwrap_or_default();
-        let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+        let pods: Api<RunnerPod> = Api::namespaced(ctx.client.clone(), &ns);
         for pod in pods_of(ctx, sts) {
             sets::hand_on_unregistration_request(&pods, requested, &pod).await?;
         }
@@ -888,7 +888,7 @@ async fn spend_registrations(
     {
         let ns = sts.namespace().unwrap_or_default();
         let name = sts.name_any();
-        let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+        let pods_api: Api<RunnerPod> = Api::namespaced(ctx.client.clone(), &ns);
         let pods = pods_of(ctx, sts);
         let stamp = match annotation(sts.as_ref(), ann::REGISTRATION_SPENT) {
             Some(at) => at.to_owned(),
@@ -1090,7 +1090,7 @@ async fn apply(
     let ctx = &state.ctx;
     let ns = set.namespace().unwrap_or_default();
     let sets: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &ns);
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pods: Api<RunnerPod> = Api::namespaced(ctx.client.clone(), &ns);
     let now = rfc3339(ctx.now());
     match action {
         PlanAction::Create { count } => {

@@ -310,7 +310,7 @@ pub fn tell_unregistering(
 /// were asked"); a pod created moments before had not reached the set's cache and was not
 /// stamped. Without this, that pod is never unregistered and the set waits for it forever.
 pub async fn hand_on_unregistration_request(
-    pods: &Api<k8s_openapi::api::core::v1::Pod>,
+    pods: &Api<hangar_runtime::pod::RunnerPod>,
     requested: &str,
     pod: &hangar_runtime::pod::RunnerPod,
 ) -> Result<(), crate::error::Error> {

@@ -302,6 +302,21 @@ impl RunnerPod {
         }
     }
 
+    /// Creates `pod` in its namespace and reads the pod as stored the way the watch reads one
+    /// (trimmed): the answer is decoded once, skipping what a `RunnerPod` leaves out, rather
+    /// than as a full `Pod` (`managedFields` and all) to be converted.
+    pub async fn create(client: &kube::Client, pod: &Pod) -> kube::Result<Self> {
+        use kube::Resource as _;
+        let body = serde_json::to_vec(pod).map_err(kube::Error::SerdeError)?;
+        let request =
+            kube::core::Request::new(Pod::url_path(&(), pod.metadata.namespace.as_deref()))
+                .create(&kube::api::PostParams::default(), body)
+                .map_err(kube::Error::BuildRequest)?;
+        let mut created: Self = client.request(request).await?;
+        created.trim();
+        Ok(created)
+    }
+
     /// A full `Pod` read the way the watch reads one: through its JSON, then trimmed.
     pub fn from_pod(pod: &Pod) -> Self {
         // Every field here is a Pod field of the same JSON shape, and absent or null ones
