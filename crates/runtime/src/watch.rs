@@ -116,41 +116,85 @@ pub fn shared_store<K, const N: usize>(
 where
     K: Watched,
 {
-    shared_trimmed_store(api, config, |_| {})
+    shared_store_with(api, config, |_| {}, |_, _| false)
 }
 
 /// [`shared_store`], with `trim` applied to every object before it is cached or passed on:
 /// for a kind of which the operator keeps thousands and reads little (runner pods).
+///
+/// A change that `trim` leaves nothing of (a pod's IP, a condition nobody reads, the kubelet
+/// acknowledging a generation) still reaches the store, but no trigger: the cached object is
+/// what every reader reads, and only its `resourceVersion` moved. A runner pod's life is about
+/// thirteen watch events; two of them are such changes, and each trigger costs a reconcile in
+/// every controller fed by the watch.
 pub fn shared_trimmed_store<K, const N: usize>(
     api: Api<K>,
     config: watcher::Config,
     trim: fn(&mut K),
 ) -> (Store<K>, [Triggers<K>; N])
 where
+    K: Watched + PartialEq,
+{
+    shared_store_with(api, config, trim, same_but_version)
+}
+
+/// Whether `new` is `cached` with only its `resourceVersion` moved.
+fn same_but_version<K: kube::Resource + PartialEq>(cached: &K, new: &mut K) -> bool {
+    let version = std::mem::replace(
+        &mut new.meta_mut().resource_version,
+        cached.meta().resource_version.clone(),
+    );
+    let same = cached == new;
+    new.meta_mut().resource_version = version;
+    same
+}
+
+fn shared_store_with<K, const N: usize>(
+    api: Api<K>,
+    config: watcher::Config,
+    trim: fn(&mut K),
+    unchanged: fn(&K, &mut K) -> bool,
+) -> (Store<K>, [Triggers<K>; N])
+where
     K: Watched,
 {
-    let (reader, writer) = reflector::store();
+    let (reader, mut writer) = reflector::store();
     let mut senders = Vec::with_capacity(N);
     let triggers = std::array::from_fn(|_| {
         let (tx, rx) = futures::channel::mpsc::unbounded::<std::sync::Arc<K>>();
         senders.push(tx);
         rx.boxed()
     });
-    let stream = reflector::reflector(
-        writer,
-        watcher(api, config).modify(move |object| {
+    let cached = reader.clone();
+    let events = watcher(api, config)
+        .modify(move |object| {
             forget_field_managers(object);
             trim(object);
-        }),
-    )
-    .default_backoff()
-    .touched_objects();
-    tokio::spawn(stream.for_each(move |touched| {
-        if let Ok(object) = touched {
-            let object = std::sync::Arc::new(object);
-            for tx in &senders {
-                // A closed channel is a controller that ended: nothing to tell it.
-                let _ = tx.unbounded_send(object.clone());
+        })
+        .default_backoff();
+    // What `reflector::reflector` does (the store written before anything is told), with a
+    // look at the cached object first: after the write it is gone.
+    tokio::spawn(events.for_each(move |event| {
+        if let Ok(mut event) = event {
+            let quiet = match &mut event {
+                watcher::Event::Apply(object) => cached
+                    .get(&reflector::ObjectRef::from_obj(object))
+                    .is_some_and(|before| unchanged(&before, object)),
+                _ => false,
+            };
+            writer.apply_watcher_event(&event);
+            let touched = match event {
+                watcher::Event::Apply(object)
+                | watcher::Event::InitApply(object)
+                | watcher::Event::Delete(object) => Some(object),
+                watcher::Event::Init | watcher::Event::InitDone => None,
+            };
+            if let Some(object) = touched.filter(|_| !quiet) {
+                let object = std::sync::Arc::new(object);
+                for tx in &senders {
+                    // A closed channel is a controller that ended: nothing to tell it.
+                    let _ = tx.unbounded_send(object.clone());
+                }
             }
         }
         async {}
@@ -508,6 +552,23 @@ mod tests {
 
     fn names(names: &[&str]) -> Vec<String> {
         names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_change_of_the_resource_version_alone_triggers_nothing() {
+        let mut cached = config_map("a", false);
+        cached.metadata.resource_version = Some("1".into());
+        let mut new = cached.clone();
+        new.metadata.resource_version = Some("2".into());
+        assert!(same_but_version(&cached, &mut new));
+        // The object passed on keeps its own version.
+        assert_eq!(new.metadata.resource_version.as_deref(), Some("2"));
+        let mut data = new.clone();
+        data.data = Some([("k".to_owned(), "v".to_owned())].into());
+        assert!(!same_but_version(&cached, &mut data));
+        let mut deleting = config_map("a", true);
+        deleting.metadata.resource_version = Some("3".into());
+        assert!(!same_but_version(&cached, &mut deleting));
     }
 
     #[tokio::test(start_paused = true)]
