@@ -299,14 +299,17 @@ pub async fn run(options: ManagerOptions) {
             () = until_one_panics(&mut controllers) => {}
             () = shutdown.clone() => {}
         }
-        // Aborted and awaited before `run` returns: nothing of theirs runs on after the
-        // caller has released the leader-election lease.
+        // Aborted and awaited before `run` returns, so no reconcile goes on after the caller
+        // released the leader-election lease. Deletions a set handed to the background and
+        // queued events may still finish meanwhile, as they could before: each is idempotent
+        // (a deletion is conditioned on the UID it judged).
         controllers.shutdown().await;
     });
 }
 
-/// Waits for the controllers to end (they run until shutdown), passing a panic on: a process
-/// with a controller gone must stop and be restarted, not go on without it.
+/// Waits for the controllers to end (they run until shutdown), passing a panic on: a controller
+/// that panics takes the process down to be restarted, as it did when the controllers were
+/// polled in one future.
 async fn until_one_panics(controllers: &mut tokio::task::JoinSet<()>) {
     while let Some(ended) = controllers.join_next().await {
         if let Err(e) = ended

@@ -172,34 +172,44 @@ where
             trim(object);
         })
         .default_backoff();
-    // What `reflector::reflector` does (the store written before anything is told), with a
-    // look at the cached object first: after the write it is gone.
     tokio::spawn(events.for_each(move |event| {
-        if let Ok(mut event) = event {
-            let quiet = match &mut event {
-                watcher::Event::Apply(object) => cached
-                    .get(&reflector::ObjectRef::from_obj(object))
-                    .is_some_and(|before| unchanged(&before, object)),
-                _ => false,
-            };
-            writer.apply_watcher_event(&event);
-            let touched = match event {
-                watcher::Event::Apply(object)
-                | watcher::Event::InitApply(object)
-                | watcher::Event::Delete(object) => Some(object),
-                watcher::Event::Init | watcher::Event::InitDone => None,
-            };
-            if let Some(object) = touched.filter(|_| !quiet) {
-                let object = std::sync::Arc::new(object);
-                for tx in &senders {
-                    // A closed channel is a controller that ended: nothing to tell it.
-                    let _ = tx.unbounded_send(object.clone());
-                }
+        if let Ok(event) = event
+            && let Some(object) = take_event(&mut writer, &cached, unchanged, event)
+        {
+            let object = std::sync::Arc::new(object);
+            for tx in &senders {
+                // A closed channel is a controller that ended: nothing to tell it.
+                let _ = tx.unbounded_send(object.clone());
             }
         }
         async {}
     }));
     (reader, triggers)
+}
+
+/// Writes `event` to the store and returns the object it touched, if the controllers are to
+/// hear of it: what `reflector::reflector` and `touched_objects` do, except for a live change
+/// that leaves the cached object `unchanged` (looked at before the write: after it, the cached
+/// object is gone).
+fn take_event<K: Watched>(
+    writer: &mut reflector::store::Writer<K>,
+    cached: &Store<K>,
+    unchanged: fn(&K, &mut K) -> bool,
+    mut event: watcher::Event<K>,
+) -> Option<K> {
+    let quiet = match &mut event {
+        watcher::Event::Apply(object) => cached
+            .get(&reflector::ObjectRef::from_obj(object))
+            .is_some_and(|before| unchanged(&before, object)),
+        _ => false,
+    };
+    writer.apply_watcher_event(&event);
+    match event {
+        watcher::Event::Apply(object)
+        | watcher::Event::InitApply(object)
+        | watcher::Event::Delete(object) => (!quiet).then_some(object),
+        watcher::Event::Init | watcher::Event::InitDone => None,
+    }
 }
 
 /// How long a reconcile waits for objects it created to reach a store.
@@ -552,6 +562,52 @@ mod tests {
 
     fn names(names: &[&str]) -> Vec<String> {
         names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_store_takes_every_change_and_the_controllers_hear_of_all_but_quiet_ones() {
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let at = |version: &str, data: Option<&str>| {
+            let mut cm = config_map("a", false);
+            cm.metadata.uid = Some("u1".into());
+            cm.metadata.resource_version = Some(version.into());
+            cm.data = data.map(|d| [("k".to_owned(), d.to_owned())].into());
+            cm
+        };
+        let mut take = |event| {
+            take_event(&mut writer, &store, same_but_version, event)
+                .map(|cm: ConfigMap| cm.metadata.resource_version.unwrap_or_default())
+        };
+        let cached = |store: &Store<ConfigMap>| {
+            store
+                .get(&reflector::ObjectRef::new("a").within("ns"))
+                .and_then(|cm| cm.metadata.resource_version.clone())
+        };
+        assert_eq!(take(watcher::Event::Apply(at("1", None))), Some("1".into()));
+        // Only the version moved: cached, not passed on.
+        assert_eq!(take(watcher::Event::Apply(at("2", None))), None);
+        assert_eq!(cached(&store).as_deref(), Some("2"));
+        assert_eq!(
+            take(watcher::Event::Apply(at("3", Some("x")))),
+            Some("3".into())
+        );
+        // A re-list passes everything on, changed or not.
+        assert_eq!(take(watcher::Event::Init), None);
+        assert_eq!(
+            take(watcher::Event::InitApply(at("3", Some("x")))),
+            Some("3".into())
+        );
+        assert_eq!(take(watcher::Event::InitDone), None);
+        // A new object of the same name (another UID) is a change.
+        let mut other = at("4", Some("x"));
+        other.metadata.uid = Some("u2".into());
+        assert_eq!(take(watcher::Event::Apply(other)), Some("4".into()));
+        // A deletion always is, though the object is as cached.
+        assert_eq!(
+            take(watcher::Event::Delete(at("4", Some("x")))),
+            Some("4".into())
+        );
+        assert_eq!(cached(&store), None);
     }
 
     #[test]

@@ -20,10 +20,12 @@
 //! before it is cached. Field names follow Pod JSON, so the reads look the same as on a `Pod`;
 //! a field misspelled here would silently read as absent, which is what
 //! `the_slim_pod_holds_every_field_the_full_pod_has` guards against.
-//! Required fields read `null` or absence as their default, as k8s-openapi's do. Everything
-//! written to the API stays a `Pod` (merge patches, JSON patches of finalizers, deletes with
-//! preconditions, creation): the cached pod is never sent back. A full `Pod` in hand (one just
-//! created, or admission's) is read through [`RunnerPod::from_pod`], the same projection.
+//! Required fields read `null` or absence as their default, as k8s-openapi's do. What is
+//! written to the API is never a cached pod (merge patches, JSON patches of finalizers, deletes
+//! with preconditions, a created pod built as a full `Pod`); the API's answers to those writes
+//! are read as a `RunnerPod` ([`RunnerPod::create`], `Api<RunnerPod>`). A full `Pod` in hand
+//! (one that already existed when created, or admission's) is read through
+//! [`RunnerPod::from_pod`], the same projection.
 
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeMap;
