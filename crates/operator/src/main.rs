@@ -396,7 +396,7 @@ fn main() -> ExitCode {
 /// One thread is what the work needs (the controller's CPU at 20 jobs/s is a fraction of one
 /// core) and what costs least: with a worker per core, most wake-ups crossed threads (a
 /// futex and a context switch each), and the controller spent about a tenth more CPU per job
-/// (`bench-webhooks --rate 5`, ADR 0001).
+/// (`bench-webhooks --rate 5`, ADR 0025).
 fn block_on(
     future: impl std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
 ) -> ExitCode {
